@@ -1,0 +1,188 @@
+"""The measurements: each takes a server, does one thing many times, and returns raw figures.
+
+Turning them into the report's lines is run.py's job; bench/README.md says
+what each figure means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from sqlalchemy import select
+
+from bench.harness import (
+    BenchDatabase,
+    WorkerProcess,
+    check_no_failures,
+    insert_due_runs,
+    wait_until_done,
+)
+from bench.models import Latency, Timer
+from engine import Workflow, connect_workflows
+from infra.embedded import PG_CTL, EmbeddedPostgres
+
+START_EVERY = 0.010  # seconds between two start() calls in the latency and timer runs
+TIMER_MIN_MS = 50  # shortest wake_in delay, milliseconds
+TIMER_MAX_MS = 500  # longest wake_in delay, milliseconds
+TIMER_SEED = 20261130  # the delays are shuffled the same way on every run
+COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
+UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
+PGBENCH_SCRIPT = "\\set row :client_id + 1\nUPDATE bench_counter SET v = v + 1 WHERE id = :row;\n"
+
+
+async def measure_updates(db: BenchDatabase, clients: int, seconds: float) -> float:
+    """Single-row UPDATE commits/s: psycopg 3 async autocommit, each client on a row of its own."""
+    await db.scalar(
+        "INSERT INTO bench_counter (id, v) SELECT g, 0 FROM generate_series(1, %s) AS g "
+        "ON CONFLICT (id) DO NOTHING",
+        clients,
+    )
+    connections = [
+        await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) for _ in range(clients)
+    ]
+    counts = [0] * clients
+    deadline = time.monotonic() + seconds
+
+    async def hammer(i: int) -> None:
+        while time.monotonic() < deadline:
+            await connections[i].execute(UPDATE_ROW, (i + 1,))
+            counts[i] += 1
+
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(hammer(i) for i in range(clients)))
+        elapsed = time.monotonic() - started
+    finally:
+        for conn in connections:
+            await conn.close()
+    return sum(counts) / elapsed
+
+
+def measure_pgbench(
+    server: EmbeddedPostgres, db: BenchDatabase, clients: int, seconds: float
+) -> float | None:
+    """The same UPDATE through pgbench (C, prepared statements), as TOOLCHAIN.md's were taken.
+
+    Only says how much of the psycopg figure is the Python client; None when
+    the embedded server ships no pgbench or it fails.
+    """
+    pgbench = PG_CTL.with_name("pgbench")
+    if not pgbench.exists():
+        return None
+    script = server.data_dir.parent / f"duly-bench-update-{os.getpid()}.sql"
+    script.write_text(PGBENCH_SCRIPT)
+    command = [
+        str(pgbench),
+        *("-n", "-M", "prepared", "-c", str(clients)),
+        *("-j", str(min(clients, os.cpu_count() or 1))),
+        *("-T", str(max(1, round(seconds))), "-f", str(script)),
+        *("-h", str(server.socket_dir), "-U", "postgres", db.name),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        script.unlink(missing_ok=True)
+    found = re.search(r"tps = ([\d.]+)", done.stdout)
+    return float(found.group(1)) if done.returncode == 0 and found else None
+
+
+async def measure_reference(
+    server: EmbeddedPostgres, clients: Sequence[int], seconds: float
+) -> dict[str, dict[int, float | None]]:
+    """UPDATE commits/s at each client count, through psycopg and through pgbench."""
+    found: dict[str, dict[int, float | None]] = {"psycopg": {}, "pgbench": {}}
+    async with BenchDatabase(server, "bench_reference") as db:
+        await db.scalar(COUNTER_TABLE)
+        for n in clients:
+            found["psycopg"][n] = await measure_updates(db, n, seconds)
+        for n in clients:
+            found["pgbench"][n] = await asyncio.to_thread(measure_pgbench, server, db, n, seconds)
+    return found
+
+
+async def measure_throughput(
+    server: EmbeddedPostgres,
+    model: type[Workflow],
+    first_step: str,
+    runs: int,
+    pool_size: int | None,
+) -> dict[str, Any]:
+    """Bulk-insert `runs` due runs, start one worker, time it from "ready" to the last run."""
+    table: str = model.__table__.name  # type: ignore[attr-defined]
+    async with BenchDatabase(server, f"bench_{table}") as db:
+        await insert_due_runs(db, model, first_step, runs)
+        async with WorkerProcess(db, [model.__name__], pool_size) as worker:
+            done_at = await wait_until_done(db, table)
+        await check_no_failures(db, table)
+    seconds = done_at - worker.ready_at
+    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "passes": worker.passes}
+
+
+async def start_spaced(
+    db: BenchDatabase, model: type[Workflow], make: Callable[[int], Any], first_step: str, n: int
+) -> None:
+    """Start `n` runs one at a time, on a fixed cadence of START_EVERY."""
+    step = getattr(model, first_step)
+    async with connect_workflows(db.sessionmaker(), workflows=[model]):
+        async with db.engine.connect() as conn:
+            await conn.execute(select(1))  # open the pool's first connection before timing
+        cadence = time.monotonic()
+        for i in range(n):
+            await make(i).start(step)
+            cadence += START_EVERY
+            await asyncio.sleep(max(0.0, cadence - time.monotonic()))
+
+
+async def measure_latency(
+    server: EmbeddedPostgres, runs: int, pool_size: int | None
+) -> list[float]:
+    """Milliseconds from just before start() to the first line of the step, one per run."""
+    async with BenchDatabase(server, "bench_latency") as db:
+        async with WorkerProcess(db, ["Latency"], pool_size):
+            # started_at is read as the row is built, i.e. just before its start().
+            await start_spaced(db, Latency, lambda i: Latency(started_at=time.time()), "run", runs)
+            await wait_until_done(db, "bench_latency")
+        await check_no_failures(db, "bench_latency")
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(select(Latency.started_at, Latency.ran_at))).all()
+    return [(ran - started) * 1000 for started, ran in rows]
+
+
+def timer_delays(n: int) -> list[int]:
+    """`n` delays spread evenly over TIMER_MIN_MS..TIMER_MAX_MS, in a fixed shuffled order."""
+    span = TIMER_MAX_MS - TIMER_MIN_MS
+    delays = [TIMER_MIN_MS + round(span * i / max(1, n - 1)) for i in range(n)]
+    random.Random(TIMER_SEED).shuffle(delays)
+    return delays
+
+
+async def measure_lateness(
+    server: EmbeddedPostgres, runs: int, pool_size: int | None
+) -> list[float]:
+    """Milliseconds between when a wake_in step was due and when it began, one per run."""
+    delays = timer_delays(runs)
+    async with BenchDatabase(server, "bench_timer") as db:
+        async with WorkerProcess(db, ["Timer"], pool_size):
+            await start_spaced(db, Timer, lambda i: Timer(delay_ms=delays[i]), "arm", runs)
+            await wait_until_done(db, "bench_timer")
+        await check_no_failures(db, "bench_timer")
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(select(Timer.due_at, Timer.fired_at))).all()
+    return [(fired - due) * 1000 for due, fired in rows]
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95, p99 (interpolated between samples), min and max."""
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "min": min(values), "max": max(values)}

@@ -1,0 +1,90 @@
+"""The benchmark's workflows: each does as little as its figure allows, so the engine is measured.
+
+Steps that time themselves read `time.time()`: the bench process and the worker
+run on the same machine, so their wall clocks are the same clock.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from sqlalchemy import Float, Integer
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from engine import Step, Workflow, step, wake_in
+
+
+class Base(DeclarativeBase):
+    """The benchmark's declarative base; every bench database gets all of its tables."""
+
+
+class NoOp(Base, Workflow):
+    """One step that does nothing: the cost of a claim plus one commit."""
+
+    __tablename__ = "bench_noop"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def run(self) -> None:
+        return None
+
+
+class Chain(Base, Workflow):
+    """Three steps in a row: shows what running the next step at once saves over a new claim."""
+
+    __tablename__ = "bench_chain"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def a(self) -> Step[Chain, []]:
+        return Chain.b
+
+    @step
+    async def b(self) -> Step[Chain, []]:
+        return Chain.c
+
+    @step
+    async def c(self) -> None:
+        return None
+
+
+class Latency(Base, Workflow):
+    """Records when its step began, against the start time the bench stored in the row."""
+
+    __tablename__ = "bench_latency"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    started_at: Mapped[float] = mapped_column(Float)  # time.time() just before start()
+    ran_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+    @step
+    async def run(self) -> None:
+        self.ran_at = time.time()  # first line: nothing of the step's own cost is counted
+
+
+class Timer(Base, Workflow):
+    """Sleeps `delay_ms` with wake_in, then records how late the wake-up came."""
+
+    __tablename__ = "bench_timer"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delay_ms: Mapped[int] = mapped_column(Integer)
+    due_at: Mapped[float | None] = mapped_column(Float, default=None)
+    fired_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+    @step
+    async def arm(self) -> object:  # a wake_in(...) directive
+        # Taken just before the step's commit; the database stamps wake_at a fraction of
+        # a millisecond later, so lateness counts that sliver against the engine.
+        self.due_at = time.time() + self.delay_ms / 1000
+        return wake_in(Timer.fire, timedelta(milliseconds=self.delay_ms))
+
+    @step
+    async def fire(self) -> None:
+        self.fired_at = time.time()
+
+
+WORKFLOWS: dict[str, type[Workflow]] = {cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer)}

@@ -1,0 +1,30 @@
+"""duly's engine: durable workflows where a workflow is an ordinary SQLAlchemy table.
+
+Import everything from here; the modules behind it are private.
+"""
+
+from __future__ import annotations
+
+from engine.connection import connect_workflows
+from engine.directives import wake_in
+from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
+from engine.history import AttemptLog
+from engine.steps import Call, Step, step
+from engine.worker import Worker, run_workflows
+from engine.workflow import Workflow
+
+__all__ = [
+    "AttemptLog",
+    "Call",
+    "DulyError",
+    "NotADirectiveError",
+    "NotConnectedError",
+    "Step",
+    "StepError",
+    "Worker",
+    "Workflow",
+    "connect_workflows",
+    "run_workflows",
+    "step",
+    "wake_in",
+]

@@ -1,0 +1,84 @@
+"""Claiming due work: the one way every kind of due row is taken.
+
+A claim takes due rows with `FOR UPDATE SKIP LOCKED`, so workers never wait
+for each other or take the same row, and in the same statement bumps each
+row's `wf_version` (the fence its step will commit against) and leases it:
+`claimed_until` and `wake_at` both move to the end of the lease. Keeping a
+claimed row's `wake_at` at its lease's end is what makes a dead worker's row
+due again by itself, and lets one question, "the earliest `wake_at`", answer
+when this worker next has anything to do, leases included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Row, func, literal, select, union_all, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.clock import db_now
+from engine.workflow import WorkflowInfo
+
+
+async def claim_due(
+    conn: AsyncConnection, info: WorkflowInfo, limit: int, lease: timedelta
+) -> Sequence[Row[Any]]:
+    """Lease up to `limit` due rows of one workflow table; runs in the caller's transaction."""
+    table = info.table
+    pk = list(info.mapper.primary_key)
+    due = (
+        select(*pk)
+        # Due: something is scheduled and its time (or its last lease) has come,
+        .where(table.c.next_step.isnot(None), table.c.wake_at <= db_now())
+        # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
+        .order_by(table.c.wake_at)
+        .limit(limit)
+        # and rows another worker is claiming right now are passed over, not waited for.
+        .with_for_update(skip_locked=True)
+        .cte("due")
+    )
+    lease_end = db_now() + literal(lease)
+    statement = (
+        update(table)
+        .where(*(column == due.c[column.key] for column in pk))
+        .values(
+            wf_version=table.c.wf_version + 1,
+            claimed_until=lease_end,
+            wake_at=lease_end,
+        )
+        .returning(*table.c)
+    )
+    return (await conn.execute(statement)).all()
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """The earliest scheduled instant among a worker's tables, and how far off it is."""
+
+    at: datetime
+    seconds: float  # from this transaction's database time; <= 0 means due now
+
+
+async def next_due(conn: AsyncConnection, infos: Sequence[WorkflowInfo]) -> NextDue | None:
+    """When the earliest scheduled row of `infos` comes due (leases included), or None.
+
+    Runs in the caller's transaction, so after a claim in the same transaction
+    a row due now that was not taken was locked by another worker's claim or
+    lay beyond what the pass asked for.
+    """
+    if not infos:
+        return None
+    earliest = union_all(
+        *(
+            select(func.min(info.table.c.wake_at).label("at")).where(
+                info.table.c.next_step.isnot(None)
+            )
+            for info in infos
+        )
+    ).subquery()
+    at = func.min(earliest.c.at)
+    row = (await conn.execute(select(at, func.extract("epoch", at - db_now())))).one()
+    return None if row[0] is None else NextDue(row[0], float(row[1]))

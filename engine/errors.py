@@ -1,0 +1,33 @@
+"""The errors duly raises, drawn once.
+
+    DulyError
+    ├── NotConnectedError     no connect_workflows()/run_workflows() is active
+    ├── StepError             a step or its arguments cannot be used as given
+    │                         (also a TypeError: it is a mistake in the call)
+    └── NotADirectiveError    a step returned something that is not a directive
+
+Messages are complete sentences that name the step or workflow involved; a
+class docstring is the message when none is given.
+"""
+
+from __future__ import annotations
+
+
+class DulyError(Exception):
+    """Something went wrong in duly."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or " ".join((self.__doc__ or "").split()))
+
+
+class NotConnectedError(DulyError):
+    """No workflow connection is active: enter connect_workflows(Session) or
+    run_workflows(Session) first."""
+
+
+class StepError(DulyError, TypeError):
+    """A step was used with arguments or a workflow it does not accept."""
+
+
+class NotADirectiveError(DulyError, TypeError):
+    """A step returned something that is not a directive."""

@@ -1,0 +1,192 @@
+"""Running one claimed step and committing what came of it.
+
+The step's body runs with no transaction open. What it returned, the changes
+it made to its row and its attempt record are then written in one fenced
+statement; a body that raised, or a commit the database refused, is a failed
+attempt, retried on the step's policy. A commit that loses its connection is
+tried again until the lease would end: the fence makes a repeat harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from engine import commits
+from engine.commits import AttemptRecord, Claim
+from engine.directives import RunNow, WakeIn, read_directive
+from engine.errors import StepError
+from engine.history import run_key
+from engine.rows import refresh_row, user_changes
+from engine.steps import RetryPolicy, decode_arguments
+
+log = logging.getLogger("duly.worker")
+
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the connection, not the data
+FIRST_RECONNECT_DELAY = 0.05  # seconds
+MAX_RECONNECT_DELAY = 2.0  # seconds
+ERROR_TEXT_LIMIT = 4000  # characters of an exception kept in last_error
+
+
+@dataclass
+class StepContext:
+    """What running a step needs from the worker that claimed it."""
+
+    engine: AsyncEngine  # autocommit: every fenced write is its own transaction
+    lease: timedelta
+    attempt_log: type[Any] | None
+    may_continue: Callable[[], bool]
+
+
+Continuation = tuple[Claim, Any]
+
+
+async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | None:
+    """Run `row`'s next step and commit its outcome.
+
+    Returns the claim and row to go on with when the step asked for another
+    step now and this worker keeps the lease to run it; None otherwise.
+    """
+    info = claim.info
+    name = row.next_step
+    step = info.steps.get(name)
+    failures = row.attempts
+    started = time.perf_counter()
+    try:
+        if step is None:
+            raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
+        args, kwargs = decode_arguments(row.next_args)
+        result = await step.fn(row, *args, **kwargs)
+        directive = read_directive(result, info.cls, name)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        took = _ms_since(started)
+        policy = step.retry if step is not None else RetryPolicy()
+        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        return None
+    took = _ms_since(started)
+    keep = isinstance(directive, RunNow) and ctx.may_continue()
+    if directive is None:
+        values = commits.stop()
+    elif isinstance(directive, WakeIn):
+        values = commits.schedule(directive.call, delay=directive.delay, lease=None)
+    else:
+        values = commits.schedule(
+            directive.call, delay=timedelta(0), lease=ctx.lease if keep else None
+        )
+    values.update(user_changes(info, row))
+    record = AttemptRecord(run_key(row), name, failures + 1, "ok", None, took)
+    announce = isinstance(directive, RunNow) and not keep
+    try:
+        written = await _write(ctx, claim, values, record, announce=announce)
+    except TRANSIENT_ERRORS:
+        log.warning(
+            "%s %s: no database to commit to; the row comes due again when its lease ends",
+            _label(claim),
+            name,
+        )
+        return None
+    except SQLAlchemyError as exc:
+        # The body succeeded but the database refused its commit: a failed attempt.
+        policy = step.retry if step is not None else RetryPolicy()
+        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        return None
+    if written is None:
+        log.info("%s %s: fenced, its row moved while the step ran", _label(claim), name)
+        return None
+    refresh_row(info, row, written._mapping)
+    log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
+    if keep:
+        return Claim(info, claim.key, claim.version + 1), row
+    return None
+
+
+async def _record_failure(
+    ctx: StepContext,
+    claim: Claim,
+    row: Any,
+    name: str,
+    exc: BaseException,
+    failures: int,
+    policy: RetryPolicy,
+    took: float,
+) -> None:
+    error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+    delay = policy.delay_after(failures)
+    if delay is None:
+        values = commits.stop(failures=failures, error=error)
+        outcome = "failed"
+    else:
+        values = commits.retry(failures=failures, error=error, delay=delay)
+        outcome = "retry"
+    record = AttemptRecord(run_key(row), name, failures, outcome, error, took)
+    log.warning(
+        "%s %s attempt %d %s: %s",
+        _label(claim),
+        name,
+        failures,
+        outcome,
+        error,
+        exc_info=exc if outcome == "failed" else None,
+    )
+    try:
+        await _write(ctx, claim, values, record, announce=False)
+    except SQLAlchemyError:
+        log.exception("%s %s: could not record the failed attempt", _label(claim), name)
+
+
+async def _write(
+    ctx: StepContext,
+    claim: Claim,
+    values: dict[Any, Any],
+    record: AttemptRecord,
+    *,
+    announce: bool,
+) -> Row[Any] | None:
+    """A fenced write, tried again across lost connections until the lease would end."""
+    deadline = time.monotonic() + ctx.lease.total_seconds()
+    delay = FIRST_RECONNECT_DELAY
+    while True:
+        try:
+            async with ctx.engine.connect() as conn:
+                return await commits.fenced_write(
+                    conn,
+                    claim,
+                    values,
+                    attempt_log=ctx.attempt_log,
+                    record=record,
+                    announce=announce,
+                )
+        except TRANSIENT_ERRORS:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: lost the database while committing; trying again", _label(claim))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _label(claim: Claim) -> str:
+    key = claim.key[0] if len(claim.key) == 1 else claim.key
+    return f"{claim.info.name}[{key}]"
+
+
+def _describe(directive: RunNow | WakeIn | None) -> str:
+    if directive is None:
+        return ", run finished"
+    if isinstance(directive, WakeIn):
+        return f", next {directive.call!r} in {directive.delay}"
+    return f", next {directive.call!r}"

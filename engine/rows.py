@@ -1,0 +1,59 @@
+"""Workflow rows as detached ORM instances, built and refreshed from Core results.
+
+The engine claims and commits with SQLAlchemy Core (one statement each), and
+hands steps an ordinary instance of the user's class with every column
+loaded. Changes a step makes to its row are read back from the instance's
+attribute history and written by the engine's own fenced UPDATE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Column, ColumnElement, and_, inspect
+from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
+
+from engine.workflow import ENGINE_COLUMNS, WorkflowInfo
+
+
+def build_row(info: WorkflowInfo, values: Mapping[str, Any]) -> Any:
+    """A detached instance of the workflow class holding `values` (keyed by column name)."""
+    row = info.mapper.class_manager.new_instance()
+    refresh_row(info, row, values)
+    make_transient_to_detached(row)
+    return row
+
+
+def refresh_row(info: WorkflowInfo, row: object, values: Mapping[str, Any]) -> None:
+    """Set the columns present in `values` (keyed by column name) as the row's committed state."""
+    for prop in info.mapper.column_attrs:
+        name = prop.columns[0].name
+        if name in values:
+            set_committed_value(row, prop.key, values[name])
+
+
+def user_changes(info: WorkflowInfo, row: object) -> dict[Column[Any], Any]:
+    """The columns a step changed on its row, as values for an UPDATE."""
+    state = inspect(row)
+    changes: dict[Column[Any], Any] = {}
+    for prop in info.mapper.column_attrs:
+        if prop.key in ENGINE_COLUMNS:
+            continue
+        history = state.attrs[prop.key].history
+        if history.added:
+            changes[prop.columns[0]] = history.added[0]  # type: ignore[index]
+    return changes
+
+
+def primary_key(info: WorkflowInfo, row: object) -> tuple[Any, ...]:
+    """The row's primary key values, in the table's key order."""
+    return tuple(info.mapper.primary_key_from_instance(row))
+
+
+def key_clause(info: WorkflowInfo, key: tuple[Any, ...]) -> ColumnElement[bool]:
+    """WHERE clause selecting the row with primary key `key`."""
+    return and_(
+        *(column == value for column, value in zip(info.mapper.primary_key, key, strict=True))
+    )

@@ -1,0 +1,49 @@
+"""Moving the database clock, so days of workflow time pass in milliseconds.
+
+The shift is stored in the database, so every worker on it sees the moved
+clock from its next pass; the NOTIFY that goes with it wakes sleeping workers
+to recompute what is due.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import literal, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine.clock import clock
+from engine.connection import session_engine
+from engine.notify import EVERYONE, notify
+
+
+async def move_clock(
+    Session: async_sessionmaker[AsyncSession],
+    by: timedelta,
+) -> timedelta:
+    """Move the database clock forward by `by` (backward if negative); return the new shift."""
+    statement = (
+        insert(clock)
+        .values(id=1, shift=literal(by))
+        .on_conflict_do_update(index_elements=["id"], set_={"shift": clock.c.shift + literal(by)})
+        .returning(clock.c.shift)
+    )
+    async with session_engine(Session).begin() as conn:
+        shift: timedelta = (await conn.execute(statement)).scalar_one()
+        await conn.execute(notify(EVERYONE))
+    return shift
+
+
+async def reset_clock(Session: async_sessionmaker[AsyncSession]) -> None:
+    """Put the database clock back on PostgreSQL's own time."""
+    async with session_engine(Session).begin() as conn:
+        await conn.execute(clock.delete())
+        await conn.execute(notify(EVERYONE))
+
+
+async def clock_shift(Session: async_sessionmaker[AsyncSession]) -> timedelta:
+    """The database clock's current shift from PostgreSQL's time."""
+    async with session_engine(Session).connect() as conn:
+        shift = (await conn.execute(select(clock.c.shift))).scalar()
+    return shift if shift is not None else timedelta(0)

