@@ -19,7 +19,12 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Table, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from bench.models import Base
 from engine import Workflow
@@ -151,6 +156,7 @@ class WorkerProcess:
         self.ready_at = 0.0  # time.time() the worker printed on entering run_workflows
         self.listening_at = 0.0  # time.time() its LISTEN connection was up
         self.passes: int | None = None  # claim passes it made, printed as it stops
+        self.cpu_seconds: float | None = None  # its CPU time (user + system), likewise
 
     async def __aenter__(self) -> WorkerProcess:
         self.process = await asyncio.create_subprocess_exec(
@@ -184,7 +190,7 @@ class WorkerProcess:
         return float(parts[1])
 
     async def stop(self) -> None:
-        """SIGTERM, then SIGKILL after STOP_TIMEOUT; read the pass count it printed."""
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT; read the counts it printed."""
         process = self.process
         if process is None or process.returncode is not None:
             return
@@ -201,3 +207,5 @@ class WorkerProcess:
             word, _, value = line.partition(" ")
             if word == "passes":
                 self.passes = int(value)
+            elif word == "cpu":
+                self.cpu_seconds = float(value)

@@ -4,8 +4,9 @@ The bench measures a worker in a process of its own, as it runs in production,
 so the bench's own polling and starting never share its event loop. It speaks
 on stdout, one line each: `ready <time.time()>` once its `run_workflows` block
 is entered, `listening <time.time()>` once its LISTEN connection is up, and
-`passes <n>` on its way out. It stops on SIGTERM, SIGINT, or its stdin closing:
-the last so a bench that dies without cleaning up does not leave it running.
+`passes <n>` and `cpu <seconds>` (its own CPU time) on its way out. It stops
+on SIGTERM, SIGINT, or its stdin closing: the last so a bench that dies
+without cleaning up does not leave it running.
 
     python -m bench.worker_process URL NoOp [--concurrency 8]
 """
@@ -17,7 +18,6 @@ import asyncio
 import contextlib
 import signal
 import sys
-import threading
 import time
 from datetime import timedelta
 
@@ -31,19 +31,18 @@ LISTEN_TIMEOUT = 10.0  # seconds to wait for the listener before saying so anywa
 
 def say(word: str, value: float | int) -> None:
     """One line to the bench, flushed at once: the bench times from these lines."""
-    sys.stdout.write(f"{word} {value}\n")
-    sys.stdout.flush()
+    with contextlib.suppress(BrokenPipeError):  # the bench is gone; nobody to tell
+        sys.stdout.write(f"{word} {value}\n")
+        sys.stdout.flush()
 
 
-def watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+async def watch_stdin(stop: asyncio.Event) -> None:
     """Set `stop` when stdin reaches its end, i.e. when the bench process is gone."""
-
-    def read() -> None:
-        sys.stdin.buffer.read()
-        loop.call_soon_threadsafe(stop.set)
-
-    # A daemon thread, so a worker stopped by a signal does not wait for this read.
-    threading.Thread(target=read, name="stdin-watch", daemon=True).start()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    await reader.read()
+    stop.set()
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -56,7 +55,7 @@ async def serve(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    watch_stdin(loop, stop)
+    watcher = asyncio.create_task(watch_stdin(stop))
     try:
         async with run_workflows(
             Session,
@@ -73,7 +72,9 @@ async def serve(args: argparse.Namespace) -> None:
             say("listening", time.time())
             await stop.wait()
         say("passes", worker.passes)
+        say("cpu", time.process_time())
     finally:
+        watcher.cancel()
         await engine.dispose()
 
 

@@ -1,0 +1,122 @@
+"""Workflows for in-process tests of the engine's rules, steered by module globals."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import String
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
+
+import engine.dataclass
+from engine import AttemptLog, Workflow, step, wake_in
+
+
+class Base(DeclarativeBase):
+    """The behaviour tests' base."""
+
+
+release = asyncio.Event()  # lets a held step finish
+holding: list[str] = []  # which worker label is holding a step right now
+raise_in_step: list[Exception] = []  # errors Flaky raises, one per attempt
+
+
+class Held(Base, Workflow):
+    """Its first attempt waits for `release`; later attempts go straight through."""
+
+    __tablename__ = "held"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    value: Mapped[str] = mapped_column(String, default="")
+    runs: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def work(self, label: str = "") -> None:
+        holding.append(label)
+        if len(holding) == 1:
+            await release.wait()
+        self.value = f"run {len(holding)}"
+
+
+class Flaky(Base, Workflow):
+    __tablename__ = "flaky"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    note: Mapped[str] = mapped_column(String(5), default="")
+
+    @step(retries=2, backoff=timedelta(seconds=10), max_backoff=timedelta(seconds=15))
+    async def work(self) -> None:
+        self.note = "dirty"
+        if raise_in_step:
+            raise raise_in_step.pop(0)
+
+    @step(retries=1, backoff=timedelta(seconds=1))
+    async def too_long(self) -> None:
+        self.note = "far too long for five characters"
+
+    @step
+    async def returns(self, what: str) -> Any:
+        return {"number": 42, "text": "hello", "step": Flaky.work(), "list": [1]}[what]
+
+    @step
+    async def needs(self, count: int) -> None:
+        self.note = str(count)
+
+    @step
+    async def returns_bare_needing_args(self) -> Any:
+        return Flaky.needs
+
+
+class Timer(Base, Workflow):
+    __tablename__ = "timer"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fired: Mapped[int] = mapped_column(default=0)
+    key: Mapped[str | None] = mapped_column(String, unique=True, default=None)
+
+    @step
+    async def arm(self) -> object:
+        return wake_in(Timer.fire, timedelta(days=1))
+
+    @step
+    async def fire(self) -> None:
+        self.fired += 1
+
+
+class Other(Base, Workflow):
+    __tablename__ = "other"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def elsewhere(self) -> None:
+        return None
+
+    @step
+    async def jump(self) -> object:
+        return Timer.fire
+
+
+class Attempt(Base, AttemptLog):
+    __tablename__ = "workflow_attempt"
+
+
+class DataBase(MappedAsDataclass, DeclarativeBase, kw_only=True):
+    """A dataclass base, as the seed's second spelling."""
+
+
+class Signup(DataBase, engine.dataclass.Workflow):
+    __tablename__ = "signup"
+
+    id: Mapped[int] = mapped_column(primary_key=True, init=False)
+    email: Mapped[str]
+    nudges: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def nudge(self) -> None:
+        self.nudges += 1
+
+
+class SignupAttempt(DataBase, engine.dataclass.AttemptLog):
+    __tablename__ = "signup_attempt"
