@@ -101,12 +101,12 @@ async def insert_due_runs(
     await db.scalar(sql.SQL("ANALYZE {}").format(sql.Identifier(table.name)))
 
 
-async def wait_until_done(db: BenchDatabase, table: str) -> float:
+async def wait_until_done(db: BenchDatabase, table: str, worker: WorkerProcess) -> float:
     """Count `table`'s unfinished runs every POLL_EVERY until none is left; return time.time().
 
-    Fails when the count has not moved for STALL_TIMEOUT: a healthy worker
-    finishes something between two polls, so the bench reports a stuck engine
-    instead of hanging on it.
+    Fails when the worker process has exited, or the count has not moved for
+    STALL_TIMEOUT: a healthy worker finishes something between two polls, so
+    the bench reports a stuck engine instead of hanging on it.
     """
     query = sql.SQL("SELECT count(*) FROM {} WHERE next_step IS NOT NULL").format(
         sql.Identifier(table)
@@ -119,6 +119,11 @@ async def wait_until_done(db: BenchDatabase, table: str) -> float:
             pending = row[0] if row else 0
             if pending == 0:
                 return time.time()
+            if worker.exit_code is not None:
+                raise RuntimeError(
+                    f"The worker process exited (status {worker.exit_code}) with {pending} runs "
+                    f"of {table} unfinished; its stderr is above."
+                )
             if pending != last_pending:
                 last_pending, last_change = pending, time.monotonic()
             elif time.monotonic() - last_change > STALL_TIMEOUT:
@@ -127,6 +132,12 @@ async def wait_until_done(db: BenchDatabase, table: str) -> float:
                     f"{STALL_TIMEOUT:.0f} s without progress."
                 )
             await asyncio.sleep(POLL_EVERY)
+
+
+async def sessions_opened(db: BenchDatabase) -> int:
+    """Connections ever opened to this database (PostgreSQL 14+), to spot pool churn."""
+    query = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+    return int(await db.scalar(query) or 0)
 
 
 async def check_no_failures(db: BenchDatabase, table: str) -> None:
@@ -177,6 +188,11 @@ class WorkerProcess:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it has ended by itself or been stopped, else None."""
+        return None if self.process is None else self.process.returncode
 
     async def _expect(self, word: str) -> float:
         assert self.process is not None and self.process.stdout is not None

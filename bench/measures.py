@@ -24,15 +24,21 @@ from bench.harness import (
     WorkerProcess,
     check_no_failures,
     insert_due_runs,
+    sessions_opened,
     wait_until_done,
 )
 from bench.models import Latency, Timer
 from engine import Workflow, connect_workflows
 from infra.embedded import PG_CTL, EmbeddedPostgres
 
-START_EVERY = 0.010  # seconds between two start() calls in the latency and timer runs
+START_EVERY = 0.010  # seconds between two start() calls in the latency run: 100 steps/s
+# Two steps a run, so the timer run offers the worker the same 100 steps/s; at twice that,
+# a slow or busy machine saturates the worker and the figure measures its queue instead.
+TIMER_START_EVERY = 0.020  # seconds
+WARMUP_RUNS = 20  # runs started, and left out, before the latency and timer runs
 TIMER_MIN_MS = 50  # shortest wake_in delay, milliseconds
 TIMER_MAX_MS = 500  # longest wake_in delay, milliseconds
+STATS_FLUSH = 1.2  # seconds for PostgreSQL to publish a closed session's statistics
 TIMER_SEED = 20261130  # the delays are shuffled the same way on every run
 COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
 UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
@@ -122,9 +128,13 @@ async def measure_throughput(
     table: str = model.__table__.name  # type: ignore[attr-defined]
     async with BenchDatabase(server, f"bench_{table}") as db:
         await insert_due_runs(db, model, first_step, runs)
+        sessions_before = await sessions_opened(db)
         async with WorkerProcess(db, [model.__name__], pool_size) as worker:
-            done_at = await wait_until_done(db, table)
+            done_at = await wait_until_done(db, table, worker)
         await check_no_failures(db, table)
+        await asyncio.sleep(STATS_FLUSH)
+        # Less this query's and the bench's polling connection: the worker's own.
+        sessions = await sessions_opened(db) - sessions_before - 2
     seconds = done_at - worker.ready_at
     return {
         "runs": runs,
@@ -133,36 +143,59 @@ async def measure_throughput(
         "passes": worker.passes,
         # Includes its imports and start-up (~1 s here): an upper bound per run.
         "worker_cpu_seconds": worker.cpu_seconds,
+        # Its listener and pool; far more than max_concurrency + 2 means the pool churns.
+        "worker_connections_opened": sessions,
     }
 
 
 async def start_spaced(
-    db: BenchDatabase, model: type[Workflow], make: Callable[[int], Any], first_step: str, n: int
-) -> None:
-    """Start `n` runs one at a time, on a fixed cadence of START_EVERY."""
+    db: BenchDatabase,
+    worker: WorkerProcess,
+    model: type[Workflow],
+    make: Callable[[int], Any],
+    first_step: str,
+    runs: int,
+    every: float,
+) -> int:
+    """Start runs one at a time, one per `every` seconds, and wait for them to finish.
+
+    WARMUP_RUNS go first and are left out of the figures, which are then the
+    steady state's, not the cost of the worker's first connections and
+    statement caches. Returns the id of the first measured run.
+    """
     step = getattr(model, first_step)
+    table: str = model.__table__.name  # type: ignore[attr-defined]
+    first_measured = 0
     async with connect_workflows(db.sessionmaker(), workflows=[model]):
-        async with db.engine.connect() as conn:
-            await conn.execute(select(1))  # open the pool's first connection before timing
-        cadence = time.monotonic()
-        for i in range(n):
-            await make(i).start(step)
-            cadence += START_EVERY
-            await asyncio.sleep(max(0.0, cadence - time.monotonic()))
+        for count in (WARMUP_RUNS, runs):
+            cadence = time.monotonic()
+            for i in range(count):
+                row = make(i)
+                await row.start(step)
+                if i == 0:
+                    first_measured = row.id
+                cadence += every
+                await asyncio.sleep(max(0.0, cadence - time.monotonic()))
+            await wait_until_done(db, table, worker)
+    return first_measured
 
 
 async def measure_latency(
     server: EmbeddedPostgres, runs: int, pool_size: int | None
 ) -> list[float]:
-    """Milliseconds from just before start() to the first line of the step, one per run."""
+    """Milliseconds from just before start() to the first line of the step, in start order."""
+
+    def make(i: int) -> Latency:
+        # started_at is read as the row is built, i.e. just before its start().
+        return Latency(started_at=time.time())
+
     async with BenchDatabase(server, "bench_latency") as db:
-        async with WorkerProcess(db, ["Latency"], pool_size):
-            # started_at is read as the row is built, i.e. just before its start().
-            await start_spaced(db, Latency, lambda i: Latency(started_at=time.time()), "run", runs)
-            await wait_until_done(db, "bench_latency")
+        async with WorkerProcess(db, ["Latency"], pool_size) as worker:
+            first = await start_spaced(db, worker, Latency, make, "run", runs, START_EVERY)
         await check_no_failures(db, "bench_latency")
+        query = select(Latency.started_at, Latency.ran_at).where(Latency.id >= first)
         async with db.engine.connect() as conn:
-            rows = (await conn.execute(select(Latency.started_at, Latency.ran_at))).all()
+            rows = (await conn.execute(query.order_by(Latency.id))).all()
     return [(ran - started) * 1000 for started, ran in rows]
 
 
@@ -177,25 +210,36 @@ def timer_delays(n: int) -> list[int]:
 async def measure_lateness(
     server: EmbeddedPostgres, runs: int, pool_size: int | None
 ) -> list[float]:
-    """Milliseconds between when a wake_in step was due and when it began, one per run."""
+    """Milliseconds between when a wake_in step was due and when it began, in start order."""
     delays = timer_delays(runs)
+
+    def make(i: int) -> Timer:
+        return Timer(delay_ms=delays[i % runs])
+
     async with BenchDatabase(server, "bench_timer") as db:
-        async with WorkerProcess(db, ["Timer"], pool_size):
-            await start_spaced(db, Timer, lambda i: Timer(delay_ms=delays[i]), "arm", runs)
-            await wait_until_done(db, "bench_timer")
+        async with WorkerProcess(db, ["Timer"], pool_size) as worker:
+            first = await start_spaced(db, worker, Timer, make, "arm", runs, TIMER_START_EVERY)
         await check_no_failures(db, "bench_timer")
+        query = select(Timer.due_at, Timer.fired_at).where(Timer.id >= first)
         async with db.engine.connect() as conn:
-            rows = (await conn.execute(select(Timer.due_at, Timer.fired_at))).all()
+            rows = (await conn.execute(query.order_by(Timer.id))).all()
     return [(fired - due) * 1000 for due, fired in rows]
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50, p95, p99 (interpolated between samples), min and max."""
+    """p50, p95, p99 (interpolated between samples), min and max, and p50 early and late.
+
+    `values` in start order: a p50 of the last third well above the first
+    third's means the worker fell behind the offered rate and a queue grew.
+    """
     cuts = statistics.quantiles(values, n=100, method="inclusive")
+    third = max(1, len(values) // 3)
     return {
         "p50": cuts[49],
         "p95": cuts[94],
         "p99": cuts[98],
         "min": min(values),
         "max": max(values),
+        "p50_first_third": statistics.median(values[:third]),
+        "p50_last_third": statistics.median(values[-third:]),
     }

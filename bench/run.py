@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -68,14 +69,16 @@ async def run_all(
     """Every chosen measurement in turn, each on a fresh database."""
     report = Report(await machine_info(server, WORKER_CONCURRENCY), asdict(sizes))
     report.details["worker_pool_size"] = pool_size or "SQLAlchemy default (5 + 10 overflow)"
+    report.details["warmup_runs"] = measures.WARMUP_RUNS  # before the latency and timer runs
     ceiling = ""
 
-    async def attempt(name: str, measure: Awaitable[None]) -> None:
+    async def attempt(name: str, description: str, measure: Awaitable[None]) -> None:
         # One broken measurement (a stuck engine, say) must not cost the others.
         try:
             await measure
         except Exception as exc:
             report.errors[name] = f"{type(exc).__name__}: {exc}"
+            report.add(f"{name}_failed", f"{name} ({description})", None, "")
             progress(f"{name} failed: {report.errors[name]}")
 
     async def reference() -> None:
@@ -137,13 +140,20 @@ async def run_all(
             f"{sizes.latency_runs} starts, {measures.START_EVERY * 1000:.0f} ms apart",
             latency,
         ),
-        "timer": (f"{sizes.timer_runs} wake_in timers of 50-500 ms", timer),
+        "timer": (
+            f"{sizes.timer_runs} wake_in timers of 50-500 ms, "
+            f"{measures.TIMER_START_EVERY * 1000:.0f} ms apart",
+            timer,
+        ),
     }
     for name in MEASUREMENTS:
         if name in only:
             description, measure = plan[name]
             progress(f"{name}: {description}")
-            await attempt(name, measure())
+            # Others' work on this machine moves every figure: keep the load beside them.
+            report.details.setdefault("load_1min_before", {})[name] = os.getloadavg()[0]
+            await attempt(name, description, measure())
+    report.details["load_1min_at_end"] = os.getloadavg()[0]
     return report
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache, lru_cache
 from typing import Any
 
-from sqlalchemy import Row, func, literal, select, union_all, update
+from sqlalchemy import Integer, Interval, Row, bindparam, cast, func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.workflow import WorkflowInfo
@@ -27,6 +29,13 @@ async def claim_due(
     conn: AsyncConnection, info: WorkflowInfo, limit: int, lease: timedelta
 ) -> Sequence[Row[Any]]:
     """Lease up to `limit` due rows of one workflow table; runs in the caller's transaction."""
+    statement = _claim_statement(info)
+    return (await conn.execute(statement, {"limit": limit, "lease": lease})).all()
+
+
+@cache
+def _claim_statement(info: WorkflowInfo) -> Executable:
+    """The claim for one table, built once: building costs more than running it."""
     table = info.table
     pk = list(info.mapper.primary_key)
     due = (
@@ -35,23 +44,23 @@ async def claim_due(
         .where(table.c.next_step.isnot(None), table.c.wake_at <= db_now())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
         # and rows another worker is claiming right now are passed over, not waited for.
         .with_for_update(skip_locked=True)
         .cte("due")
     )
-    lease_end = db_now() + literal(lease)
-    statement = (
+    lease_end = db_now() + cast(bindparam("lease", type_=Interval), Interval)
+    return (
         update(table)
-        .where(*(column == due.c[column.key] for column in pk))
+        .where(*(column == due.c[column.name] for column in pk))
         .values(
+            # The fence moves on: a step still running from an older claim commits nothing.
             wf_version=table.c.wf_version + 1,
             claimed_until=lease_end,
             wake_at=lease_end,
         )
         .returning(*table.c)
     )
-    return (await conn.execute(statement)).all()
 
 
 @dataclass(frozen=True)
@@ -71,8 +80,15 @@ async def next_due(conn: AsyncConnection, infos: Sequence[WorkflowInfo]) -> Next
     """
     if not infos:
         return None
+    row = (await conn.execute(_next_due_statement(tuple(infos)))).one()
+    return None if row[0] is None else NextDue(row[0], float(row[1]))
+
+
+@lru_cache(maxsize=256)
+def _next_due_statement(infos: tuple[WorkflowInfo, ...]) -> Executable:
     earliest = union_all(
         *(
+            # Each table's earliest scheduled row: one probe of its partial due index.
             select(func.min(info.table.c.wake_at).label("at")).where(
                 info.table.c.next_step.isnot(None)
             )
@@ -80,5 +96,4 @@ async def next_due(conn: AsyncConnection, infos: Sequence[WorkflowInfo]) -> Next
         )
     ).subquery()
     at = func.min(earliest.c.at)
-    row = (await conn.execute(select(at, func.extract("epoch", at - db_now())))).one()
-    return None if row[0] is None else NextDue(row[0], float(row[1]))
+    return select(at, func.extract("epoch", at - db_now()))

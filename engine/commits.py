@@ -1,31 +1,67 @@
 """Fenced writes: every change to a claimed row commits only if the row has not moved.
 
-Each write is one statement on an autocommit connection:
+A step's outcome is written as one data-modifying CTE per row,
 
-    WITH moved AS (UPDATE t SET ... WHERE key AND wf_version = :claimed RETURNING t.*)
-         [, logged AS (INSERT INTO attempt_log SELECT ... FROM moved)]
-    SELECT moved.* [, pg_notify('duly', 't')] FROM moved
+    WITH moved_0 AS (UPDATE t SET ... WHERE key = :k AND wf_version = :claimed RETURNING t.*),
+         logged_0 AS (INSERT INTO attempt_log SELECT ... FROM moved_0),
+         moved_1 AS (...), ...
+    SELECT 0, moved_0.*, pg_notify(...) FROM moved_0 UNION ALL SELECT 1, moved_1.* ...
 
-so the row's new state, its attempt record and the news that work is ready
-commit together or not at all, and an empty result is the typed outcome
+so a row's new state, its attempt record and the news that work is ready
+commit together or not at all, several steps' outcomes share one round trip
+and one WAL flush, and a missing row in the result is the typed outcome
 "fenced": another worker took the row over, or `run()` preempted it.
+
+Building SQLAlchemy constructs costs more than executing them, so each shape
+of statement (table, and per row: which user columns changed, logged or not,
+announced or not) is built once and kept, and every write is only parameters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Row, func, literal, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Integer,
+    Interval,
+    Row,
+    Text,
+    bindparam,
+    cast,
+    func,
+    literal,
+    null,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.notify import CHANNEL
 from engine.rows import key_clause
-from engine.steps import Call
 from engine.workflow import WorkflowInfo
+
+STATEMENT_CACHE_SIZE = 512  # distinct statement shapes kept built
+
+LOG_COLUMNS = [
+    "workflow",
+    "run_key",
+    "step",
+    "attempt",
+    "outcome",
+    "error",
+    "took_ms",
+    "finished_at",
+]
 
 
 @dataclass
@@ -49,108 +85,194 @@ class AttemptRecord:
     took_ms: float
 
 
-def schedule(
-    call: Call[Any], *, delay: timedelta | None, lease: timedelta | None
-) -> dict[str, Any]:
-    """Engine columns for "run `call` next": after `delay`, or now under a kept `lease`."""
-    lease_end = db_now() + literal(lease) if lease is not None else None
-    return {
-        "next_step": call.step.name,
-        "next_args": call.encoded,
-        "attempts": 0,
-        "last_error": None,
-        "claimed_until": lease_end,
-        "wake_at": lease_end if lease_end is not None else db_now() + literal(delay),
-    }
+@dataclass(frozen=True)
+class Outcome:
+    """The engine columns a step attempt leaves on its row, and the row's own changes.
 
-
-def stop(*, failures: int = 0, error: str | None = None) -> dict[str, Any]:
-    """Engine columns for a run with nothing left to do (finished, or given up)."""
-    return {
-        "next_step": None,
-        "next_args": None,
-        "wake_at": None,
-        "claimed_until": None,
-        "attempts": failures,
-        "last_error": error,
-    }
-
-
-def retry(*, failures: int, error: str, delay: timedelta) -> dict[str, Any]:
-    """Engine columns for trying the same step again after `delay`."""
-    return {
-        "attempts": failures,
-        "last_error": error,
-        "claimed_until": None,
-        "wake_at": db_now() + literal(delay),
-    }
-
-
-def hand_back() -> dict[str, Any]:
-    """Engine columns that release a lease so any worker may take the row at once."""
-    return {"claimed_until": None, "wake_at": db_now()}
-
-
-def renew(lease: timedelta) -> dict[str, Any]:
-    """Engine columns that extend a lease, keeping the row's version."""
-    lease_end = db_now() + literal(lease)
-    return {"claimed_until": lease_end, "wake_at": lease_end}
-
-
-async def fenced_write(
-    conn: AsyncConnection,
-    claim: Claim,
-    values: dict[Any, Any],
-    *,
-    attempt_log: type[Any] | None = None,
-    record: AttemptRecord | None = None,
-    announce: bool = False,
-    bump: bool = True,
-) -> Row[Any] | None:
-    """Write `values` to the claimed row if its version is still the claimed one.
-
-    Returns the row as written, or None when fenced. `bump` moves the version
-    on (every write but a lease renewal), so a stale holder is fenced in turn.
+    `wake_after` schedules `next_step` that long from now (None: nothing is
+    scheduled); `hold` instead keeps the lease that long, for a worker that
+    runs the next step itself.
     """
+
+    next_step: str | None
+    next_args: dict[str, Any] | None
+    attempts: int = 0
+    last_error: str | None = None
+    wake_after: timedelta | None = None
+    hold: timedelta | None = None
+    changes: dict[str, Any] = field(default_factory=dict)  # column name -> value
+
+
+@dataclass(frozen=True)
+class Write:
+    """One step outcome to commit against a claim, with what goes in the same commit."""
+
+    claim: Claim
+    outcome: Outcome
+    record: AttemptRecord | None = None  # the attempt to log, when a log is mapped
+    announce: bool = False  # NOTIFY: this write leaves work ready for any worker
+
+
+async def fenced_writes(
+    conn: AsyncConnection, writes: Sequence[Write], *, attempt_log: type[Any] | None = None
+) -> list[Row[Any] | None]:
+    """Commit step outcomes to rows of one table in a single statement.
+
+    Returns, in order, each row as written, or None where the fence held.
+    """
+    info = writes[0].claim.info
+    if any(write.claim.info is not info for write in writes):
+        raise ValueError("fenced_writes() takes writes to one table at a time.")
+    logged = attempt_log is not None
+    shape = tuple(
+        (tuple(sorted(w.outcome.changes)), logged and w.record is not None, w.announce)
+        for w in writes
+    )
+    statement = _outcome_statement(info, attempt_log, shape)  # type: ignore[arg-type]
+    params: dict[str, Any] = {}
+    for index, write in enumerate(writes):
+        params.update(_outcome_params(index, info, write))
+    written: list[Row[Any] | None] = [None] * len(writes)
+    for row in (await conn.execute(statement, params)).all():
+        written[row.duly_write] = row
+    return written
+
+
+def _outcome_params(index: int, info: WorkflowInfo, write: Write) -> dict[str, Any]:
+    outcome, claim = write.outcome, write.claim
+    params: dict[str, Any] = {
+        f"w{index}_version": claim.version,
+        f"w{index}_next_step": outcome.next_step,
+        f"w{index}_next_args": outcome.next_args,
+        f"w{index}_attempts": outcome.attempts,
+        f"w{index}_last_error": outcome.last_error,
+        f"w{index}_wake_after": outcome.wake_after,
+        f"w{index}_hold": outcome.hold,
+    }
+    for position, value in enumerate(claim.key):
+        params[f"w{index}_key{position}"] = value
+    for name, value in outcome.changes.items():
+        params[f"w{index}_set_{name}"] = value
+    record = write.record
+    if record is not None:
+        params.update(
+            {
+                f"w{index}_log_run_key": record.run_key,
+                f"w{index}_log_step": record.step,
+                f"w{index}_log_attempt": record.attempt,
+                f"w{index}_log_outcome": record.outcome,
+                f"w{index}_log_error": record.error,
+                f"w{index}_log_took_ms": record.took_ms,
+            }
+        )
+    return params
+
+
+Shape = tuple[tuple[tuple[str, ...], bool, bool], ...]
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def _outcome_statement(
+    info: WorkflowInfo, attempt_log: type[Any] | None, shape: Shape
+) -> Executable:
+    table = info.table
+    branches = []
+    for index, (changed, logged, announce) in enumerate(shape):
+
+        def param(name: str, type_: Any = None, i: int = index, typed: bool = True) -> Any:
+            value = bindparam(f"w{i}_{name}", type_=type_)
+            # A cast gives a NULL parameter its type on the server; values assigned to
+            # the user's own columns are not cast, since a cast to varchar(n) truncates.
+            return cast(value, type_) if typed else value
+
+        claimed = param("version", Integer)
+        hold = param("hold", Interval)
+        key = tuple(
+            param(f"key{position}", column.type)
+            for position, column in enumerate(info.mapper.primary_key)
+        )
+        moved = (
+            update(table)
+            # The fence: the row is ours only while its version is the one we claimed.
+            .where(key_clause(info, key), table.c.wf_version == claimed)
+            .values(
+                {
+                    table.c.next_step: param("next_step", table.c.next_step.type, typed=False),
+                    table.c.next_args: param("next_args", table.c.next_args.type),
+                    table.c.attempts: param("attempts", Integer),
+                    table.c.last_error: param("last_error", Text),
+                    # A held row stays leased (and due again when the lease ends);
+                    # otherwise it is due after wake_after, or never when that is NULL.
+                    table.c.claimed_until: db_now() + hold,
+                    table.c.wake_at: db_now() + func.coalesce(hold, param("wake_after", Interval)),
+                    table.c.wf_version: claimed + 1,
+                    **{
+                        table.c[name]: param(f"set_{name}", table.c[name].type, typed=False)
+                        for name in changed
+                    },
+                }
+            )
+            .returning(*table.c)
+            .cte(f"moved_{index}")
+        )
+        notified: ColumnElement[Any] = (
+            func.pg_notify(CHANNEL, table.name).cast(Text) if announce else null().cast(Text)
+        )
+        branch = select(
+            literal(index).label("duly_write"), *moved.c, notified.label("duly_notified")
+        )
+        if logged and attempt_log is not None:
+            branch = branch.add_cte(_log_attempt(attempt_log, table.name, moved, param))
+        branches.append(branch)
+    return branches[0] if len(branches) == 1 else union_all(*branches)
+
+
+def _log_attempt(attempt_log: type[Any], workflow: str, moved: Any, param: Any) -> Any:
+    """An INSERT of the attempt's log row, made only if its fenced UPDATE wrote the row."""
+    return (
+        insert(attempt_log.__table__)
+        .from_select(
+            LOG_COLUMNS,
+            select(
+                literal(workflow),
+                param("log_run_key", Text),
+                param("log_step", Text),
+                param("log_attempt", Integer),
+                param("log_outcome", Text),
+                param("log_error", Text),
+                param("log_took_ms", Float),
+                db_now(),
+            ).select_from(moved),
+        )
+        .cte(f"logged_{moved.name}")
+    )
+
+
+# -- lease bookkeeping: rare, single-row, built as needed ---------------------------
+
+
+async def hand_back(conn: AsyncConnection, claim: Claim) -> bool:
+    """Release a lease so any worker may take the row at once, and say so."""
     table = claim.info.table
-    new_version = claim.version + 1 if bump else claim.version
     moved = (
         update(table)
         .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
-        .values(values)
-        .values(wf_version=new_version)
-        .returning(*table.c)
+        .values(claimed_until=None, wake_at=db_now(), wf_version=claim.version + 1)
+        .returning(table.c.wf_version)
         .cte("moved")
     )
-    query = select(moved)
-    if attempt_log is not None and record is not None:
-        logged = (
-            insert(attempt_log.__table__)
-            .from_select(
-                [
-                    "workflow",
-                    "run_key",
-                    "step",
-                    "attempt",
-                    "outcome",
-                    "error",
-                    "took_ms",
-                    "finished_at",
-                ],
-                select(
-                    literal(table.name),
-                    literal(record.run_key),
-                    literal(record.step),
-                    literal(record.attempt),
-                    literal(record.outcome),
-                    literal(record.error),
-                    literal(record.took_ms),
-                    db_now(),
-                ).select_from(moved),
-            )
-            .cte("logged")
-        )
-        query = query.add_cte(logged)
-    if announce:
-        query = query.add_columns(func.pg_notify(CHANNEL, table.name))
-    return (await conn.execute(query)).first()
+    announced = select(func.pg_notify(CHANNEL, table.name).cast(Text)).select_from(moved)
+    return (await conn.execute(announced)).first() is not None
+
+
+async def renew(conn: AsyncConnection, claim: Claim, lease: timedelta) -> bool:
+    """Extend a lease, keeping the version; False when the row moved on without us."""
+    table = claim.info.table
+    lease_end = db_now() + literal(lease)
+    statement = (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=lease_end, wake_at=lease_end)
+        .returning(table.c.wf_version)
+    )
+    return (await conn.execute(statement)).first() is not None

@@ -78,7 +78,9 @@ async def open_connection(
         candidates = registered_workflows()
         existing = await _existing_tables(engine, {i.table.fullname for i in candidates})
         infos = _one_per_table(i for i in candidates if i.table.fullname in existing)
-    logs = attempt_log_classes()
+    # Prefer the attempt log mapped on the same base as the workflows, else any that exists.
+    metadatas = [info.table.metadata for info in infos]
+    logs = sorted(attempt_log_classes(), key=lambda c: any(c.metadata is m for m in metadatas))
     log_tables = await _existing_tables(engine, {c.__table__.fullname for c in logs})
     attempt_log = next((c for c in reversed(logs) if c.__table__.fullname in log_tables), None)
     return WorkflowConnection(sessionmaker, engine, infos, attempt_log)

@@ -3,8 +3,8 @@
 The step's body runs with no transaction open. What it returned, the changes
 it made to its row and its attempt record are then written in one fenced
 statement; a body that raised, or a commit the database refused, is a failed
-attempt, retried on the step's policy. A commit that loses its connection is
-tried again until the lease would end: the fence makes a repeat harmless.
+attempt, retried on the step's policy. Writes go through the worker's commit queue,
+which batches them and rides out a lost connection.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import SQLAlchemyError
 
-from engine import commits
-from engine.commits import AttemptRecord, Claim
+from engine.commits import AttemptRecord, Claim, Outcome, Write
+from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.directives import RunNow, WakeIn, read_directive
 from engine.errors import StepError
 from engine.history import run_key
@@ -31,9 +30,6 @@ from engine.steps import RetryPolicy, decode_arguments
 
 log = logging.getLogger("duly.worker")
 
-TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the connection, not the data
-FIRST_RECONNECT_DELAY = 0.05  # seconds
-MAX_RECONNECT_DELAY = 2.0  # seconds
 ERROR_TEXT_LIMIT = 4000  # characters of an exception kept in last_error
 
 
@@ -41,9 +37,8 @@ ERROR_TEXT_LIMIT = 4000  # characters of an exception kept in last_error
 class StepContext:
     """What running a step needs from the worker that claimed it."""
 
-    engine: AsyncEngine  # autocommit: every fenced write is its own transaction
+    committer: Committer
     lease: timedelta
-    attempt_log: type[Any] | None
     may_continue: Callable[[], bool]
 
 
@@ -77,18 +72,23 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     took = _ms_since(started)
     keep = isinstance(directive, RunNow) and ctx.may_continue()
     if directive is None:
-        values = commits.stop()
+        outcome = Outcome(next_step=None, next_args=None)
     elif isinstance(directive, WakeIn):
-        values = commits.schedule(directive.call, delay=directive.delay, lease=None)
+        call = directive.call
+        outcome = Outcome(call.step.name, call.encoded, wake_after=directive.delay)
     else:
-        values = commits.schedule(
-            directive.call, delay=timedelta(0), lease=ctx.lease if keep else None
+        call = directive.call
+        outcome = Outcome(
+            call.step.name,
+            call.encoded,
+            wake_after=timedelta(0),
+            hold=ctx.lease if keep else None,
         )
-    values.update(user_changes(info, row))
+    outcome = replace(outcome, changes=user_changes(info, row))
     record = AttemptRecord(run_key(row), name, failures + 1, "ok", None, took)
     announce = isinstance(directive, RunNow) and not keep
     try:
-        written = await _write(ctx, claim, values, record, announce=announce)
+        written = await _write(ctx, claim, outcome, record, announce=announce)
     except TRANSIENT_ERRORS:
         log.warning(
             "%s %s: no database to commit to; the row comes due again when its lease ends",
@@ -124,55 +124,34 @@ async def _record_failure(
     error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
     delay = policy.delay_after(failures)
     if delay is None:
-        values = commits.stop(failures=failures, error=error)
-        outcome = "failed"
+        outcome = Outcome(None, None, attempts=failures, last_error=error)
+        verdict = "failed"
     else:
-        values = commits.retry(failures=failures, error=error, delay=delay)
-        outcome = "retry"
-    record = AttemptRecord(run_key(row), name, failures, outcome, error, took)
+        # The same step again, with the same arguments, once the backoff has passed.
+        outcome = Outcome(
+            name, row.next_args, attempts=failures, last_error=error, wake_after=delay
+        )
+        verdict = "retry"
+    record = AttemptRecord(run_key(row), name, failures, verdict, error, took)
     log.warning(
         "%s %s attempt %d %s: %s",
         _label(claim),
         name,
         failures,
-        outcome,
+        verdict,
         error,
-        exc_info=exc if outcome == "failed" else None,
+        exc_info=exc if verdict == "failed" else None,
     )
     try:
-        await _write(ctx, claim, values, record, announce=False)
+        await _write(ctx, claim, outcome, record, announce=False)
     except SQLAlchemyError:
         log.exception("%s %s: could not record the failed attempt", _label(claim), name)
 
 
 async def _write(
-    ctx: StepContext,
-    claim: Claim,
-    values: dict[Any, Any],
-    record: AttemptRecord,
-    *,
-    announce: bool,
+    ctx: StepContext, claim: Claim, outcome: Outcome, record: AttemptRecord, *, announce: bool
 ) -> Row[Any] | None:
-    """A fenced write, tried again across lost connections until the lease would end."""
-    deadline = time.monotonic() + ctx.lease.total_seconds()
-    delay = FIRST_RECONNECT_DELAY
-    while True:
-        try:
-            async with ctx.engine.connect() as conn:
-                return await commits.fenced_write(
-                    conn,
-                    claim,
-                    values,
-                    attempt_log=ctx.attempt_log,
-                    record=record,
-                    announce=announce,
-                )
-        except TRANSIENT_ERRORS:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("%s: lost the database while committing; trying again", _label(claim))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+    return await ctx.committer.write(Write(claim, outcome, record, announce))
 
 
 def _ms_since(started: float) -> float:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, and_, inspect
+from sqlalchemy import ColumnElement, and_, inspect
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 
 from engine.workflow import ENGINE_COLUMNS, WorkflowInfo
 
 
-def build_row(info: WorkflowInfo, values: Mapping[str, Any]) -> Any:
+def build_row(info: WorkflowInfo, values: Mapping[Any, Any]) -> Any:
     """A detached instance of the workflow class holding `values` (keyed by column name)."""
     row = info.mapper.class_manager.new_instance()
     refresh_row(info, row, values)
@@ -26,7 +26,7 @@ def build_row(info: WorkflowInfo, values: Mapping[str, Any]) -> Any:
     return row
 
 
-def refresh_row(info: WorkflowInfo, row: object, values: Mapping[str, Any]) -> None:
+def refresh_row(info: WorkflowInfo, row: object, values: Mapping[Any, Any]) -> None:
     """Set the columns present in `values` (keyed by column name) as the row's committed state."""
     for prop in info.mapper.column_attrs:
         name = prop.columns[0].name
@@ -34,16 +34,16 @@ def refresh_row(info: WorkflowInfo, row: object, values: Mapping[str, Any]) -> N
             set_committed_value(row, prop.key, values[name])
 
 
-def user_changes(info: WorkflowInfo, row: object) -> dict[Column[Any], Any]:
-    """The columns a step changed on its row, as values for an UPDATE."""
+def user_changes(info: WorkflowInfo, row: object) -> dict[str, Any]:
+    """The columns a step changed on its row, by column name."""
     state = inspect(row)
-    changes: dict[Column[Any], Any] = {}
+    changes: dict[str, Any] = {}
     for prop in info.mapper.column_attrs:
         if prop.key in ENGINE_COLUMNS:
             continue
         history = state.attrs[prop.key].history
         if history.added:
-            changes[prop.columns[0]] = history.added[0]  # type: ignore[index]
+            changes[prop.columns[0].name] = history.added[0]
     return changes
 
 

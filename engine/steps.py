@@ -43,7 +43,8 @@ class RetryPolicy:
         """The wait before the next try after `failures` failed attempts, or None to give up."""
         if failures > self.retries:
             return None
-        return min(self.backoff * (2 ** (failures - 1)), self.max_backoff)
+        delay: timedelta = min(self.backoff * (2 ** (failures - 1)), self.max_backoff)
+        return delay
 
 
 class Step(Generic[W, P]):

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import commits
 from engine.claims import NextDue, claim_due, next_due
 from engine.commits import Claim
+from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
 from engine.execution import StepContext, execute
 from engine.listener import Listener
@@ -68,10 +69,10 @@ class Worker:
         self.tables = {info.name: info for info in connection.workflows}
         self._engine = connection.engine
         self._autocommit = connection.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._committer = Committer(self._autocommit, connection.attempt_log, options.lease)
         self._context = StepContext(
-            engine=self._autocommit,
+            committer=self._committer,
             lease=options.lease,
-            attempt_log=connection.attempt_log,
             may_continue=lambda: not self._stopping,
         )
         self._claims: dict[asyncio.Task[None], Claim] = {}
@@ -93,6 +94,7 @@ class Worker:
             )
             self._background.append(asyncio.create_task(self.listener.run()))
         self._background.append(asyncio.create_task(self._keep_leases()))
+        self._committer.start()
         self._loop_task = asyncio.create_task(self._serve())
 
     async def stop(self) -> None:
@@ -109,7 +111,9 @@ class Worker:
             for task in unfinished:
                 task.cancel()
             await asyncio.gather(*unfinished, return_exceptions=True)
+            await self._committer.stop()
             await self._hand_back(abandoned)
+        await self._committer.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -215,13 +219,11 @@ class Worker:
             for task, claim in list(self._claims.items()):
                 try:
                     async with self._autocommit.connect() as conn:
-                        kept = await commits.fenced_write(
-                            conn, claim, commits.renew(self.options.lease), bump=False
-                        )
+                        kept = await commits.renew(conn, claim, self.options.lease)
                 except SQLAlchemyError as exc:
                     log.warning("could not renew a lease (%s); retrying next round", exc)
                     break
-                if kept is None and self._claims.get(task) is claim:
+                if not kept and self._claims.get(task) is claim:
                     # Not our own commit moving the version on: another worker or run().
                     log.warning("lost the lease of %s[%s]", claim.info.name, claim.key)
 
@@ -229,7 +231,7 @@ class Worker:
         for claim in claims:
             try:
                 async with self._autocommit.connect() as conn:
-                    await commits.fenced_write(conn, claim, commits.hand_back(), announce=True)
+                    await commits.hand_back(conn, claim)
             except SQLAlchemyError:
                 log.exception("could not hand back %s[%s]", claim.info.name, claim.key)
 

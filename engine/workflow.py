@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from engine.history import AttemptLog
 
 STEP_NAME_LENGTH = 200
-JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
+JSON_TYPE = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 ENGINE_COLUMNS = (
     "next_step",
@@ -43,7 +43,7 @@ ENGINE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per mapped class
 class WorkflowInfo:
     """What the engine needs to know about one mapped workflow class."""
 

@@ -14,11 +14,12 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from types import FrameType
+from pathlib import Path
 
+import psutil
 import uvicorn
 from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from engine import connect_workflows
 from functions.app import create_app, start_onboarding
@@ -72,12 +73,10 @@ def run_dev(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env()
         configure_logging()
-        metadatas = load_app(settings.app_module)
-    except (ValueError, LookupError) as exc:
+        metadatas = load_workflows(settings)
+        check_data_dir(settings)
+    except (ValueError, LookupError, SetupError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    if not metadatas:
-        print(f"duly: {settings.app_module} maps no workflows.", file=sys.stderr)
         return USAGE_ERROR
     host = settings.host if args.host is None else args.host
     port = settings.port if args.port is None else args.port
@@ -89,6 +88,29 @@ def run_dev(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
     return 0
+
+
+class SetupError(Exception):
+    """`duly dev` cannot start as set up; the message says what to change."""
+
+
+def load_workflows(settings: Settings) -> list[MetaData]:
+    """Import DULY_APP; the metadata of the tables it maps."""
+    metadatas = load_app(settings.app_module)
+    if not metadatas:
+        raise SetupError(f"{settings.app_module} maps no workflows: check DULY_APP.")
+    return metadatas
+
+
+def check_data_dir(settings: Settings) -> None:
+    """Refuse a data dir whose PostgreSQL another `duly dev` is running."""
+    running = running_postmaster(settings.data_dir) if settings.database_url is None else None
+    if running is not None:
+        # start_embedded would share that server, and our stop() would stop it under its owner.
+        raise SetupError(
+            f"PostgreSQL already runs in {settings.data_dir} (pid {running}): stop the other "
+            "duly dev, or set DULY_DATA_DIR to another directory."
+        )
 
 
 def configure_logging() -> None:
@@ -112,6 +134,17 @@ def database(settings: Settings) -> Iterator[str]:
         embedded.stop()
 
 
+def running_postmaster(data_dir: Path) -> int | None:
+    """The pid of a PostgreSQL already running in data_dir, if any."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        process = psutil.Process(pid)
+        alive = process.status() != psutil.STATUS_ZOMBIE and "postgres" in process.name()
+    except (OSError, ValueError, psutil.Error):
+        return None  # no pid file, or a stale one: PostgreSQL itself handles those
+    return pid if alive else None
+
+
 async def serve(url: str, metadatas: list[MetaData], host: str, port: int, *, demo: bool) -> None:
     """Create the schema, start the demo run, and serve the dev app until stopped."""
     engine = create_async_engine(url)
@@ -119,7 +152,7 @@ async def serve(url: str, metadatas: list[MetaData], host: str, port: int, *, de
     try:
         await create_schema(engine, metadatas)
         if demo:
-            await start_demo(engine)
+            await start_demo(Session)
         app = create_app(Session, run_worker=True, dev=True)
         config = uvicorn.Config(app, host=host, port=port, log_level="info", log_config=None)
         print_banner(host, port)
@@ -128,9 +161,9 @@ async def serve(url: str, metadatas: list[MetaData], host: str, port: int, *, de
         await engine.dispose()
 
 
-async def start_demo(engine: AsyncEngine) -> None:
+async def start_demo(Session: async_sessionmaker[AsyncSession]) -> None:
     """Start the demo Onboarding run unless it exists or the example app is not loaded."""
-    async with connect_workflows(async_sessionmaker(engine)) as connection:
+    async with connect_workflows(Session) as connection:
         try:
             started, key = await start_onboarding(connection, DEMO_USER, DEMO_EMAIL)
         except LookupError:
@@ -158,17 +191,13 @@ class DevServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        previous = {sig: signal.signal(sig, self._stop) for sig in STOP_SIGNALS}
+        # handle_exit: the first signal stops gracefully, a second Ctrl-C stops waiting.
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
         try:
             yield
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-    def _stop(self, sig: int, frame: FrameType | None) -> None:
-        # A second Ctrl-C stops waiting for open connections and background tasks.
-        self.force_exit = self.should_exit and sig == signal.SIGINT
-        self.should_exit = True
 
 
 if __name__ == "__main__":

@@ -17,7 +17,12 @@ import psycopg
 import pytest
 from sqlalchemy import MetaData
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from infra.embedded import EmbeddedPostgres, start_embedded
 

@@ -23,7 +23,7 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
-async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: Any) -> T:  # noqa: N803
+async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: Any) -> T:
     """The row as the database has it now."""
     async with Session() as session:
         row = await session.get(model, key, populate_existing=True)

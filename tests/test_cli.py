@@ -18,6 +18,8 @@ import psutil
 import pytest
 
 from functions.cli import build_parser
+from infra.schema import load_app
+from infra.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT = 30.0  # seconds for `duly dev` to answer /healthz (initdb included)
@@ -70,17 +72,21 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+def dev_env(data_dir: Path) -> dict[str, str]:
+    """This environment without DULY_* settings (so no DULY_DATABASE_URL), data in data_dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DULY_")}
+    return env | {"DULY_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
+
+
 @pytest.fixture
 def duly_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Output, int, Path]]:
     """`python -m functions.cli dev` on a free port, data in a fresh nested dir; always reaped."""
     port = free_port()
     data_dir = tmp_path / "state" / "pgdata"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DULY_")}
-    env |= {"DULY_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "functions.cli", "dev", "--port", str(port)],
         cwd=REPO_ROOT,
-        env=env,
+        env=dev_env(data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -124,6 +130,18 @@ def test_duly_dev_serves_runs_the_demo_and_stops_cleanly_on_ctrl_c(
         assert "send_email('demo@example.com', 'welcome')" in output.text
         assert demo_run()["next_step"] == "check"
         assert f"curl -X POST localhost:{port}/dev/clock" in output.text
+
+        second = subprocess.run(
+            [sys.executable, "-m", "functions.cli", "dev", "--port", str(free_port())],
+            cwd=REPO_ROOT,
+            env=dev_env(data_dir),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert second.returncode == 2, second.stderr
+        assert f"PostgreSQL already runs in {data_dir} (pid {postmaster})" in second.stderr
+        assert healthy(), "a refused second duly dev disturbed the first"
 
         moved = client.post("/dev/clock", json={"days": 3})
         assert moved.status_code == 200, moved.text
@@ -169,3 +187,48 @@ def test_the_parser_knows_both_commands() -> None:
     dev = parser.parse_args(["dev", "--port", "9001", "--no-demo"])
     assert (dev.port, dev.no_demo, dev.host) == (9001, True, None)
     assert parser.parse_args(["version"]).command.__name__ == "print_version"
+
+
+def test_settings_read_the_environment(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "DULY_DATABASE_URL": "postgres://u:p%40ss@db.example:5433/app",
+            "DULY_APP": "myapp.workflows",
+            "DULY_PORT": "9000",
+            "DULY_DATA_DIR": str(tmp_path / "pg"),
+        }
+    )
+    assert settings.database_url == "postgresql+psycopg://u:p%40ss@db.example:5433/app"
+    assert (settings.app_module, settings.host, settings.port) == (
+        "myapp.workflows",
+        "127.0.0.1",
+        9000,
+    )
+    assert settings.data_dir == tmp_path / "pg"
+    defaults = Settings.from_env({})
+    assert (defaults.database_url, defaults.app_module) == (None, "functions.examples")
+    assert defaults.data_dir == Path.cwd() / ".duly" / "pgdata"
+    given = Settings.from_env({"DULY_DATABASE_URL": "postgresql://localhost/x"})
+    assert given.database_url == "postgresql+psycopg://localhost/x"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("DULY_PORT", "80.5", "DULY_PORT must be a whole number, not '80.5'."),
+        ("DULY_PORT", "70000", "DULY_PORT must be between 1 and 65535, not 70000."),
+        ("DULY_DATABASE_URL", "mysql://localhost/x", "DULY_DATABASE_URL uses mysql://"),
+        ("DULY_DATABASE_URL", "not a url", "DULY_DATABASE_URL is not a database URL"),
+    ],
+)
+def test_bad_settings_name_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Settings.from_env({name: value})
+
+
+def test_load_app_finds_the_example_metadata_and_refuses_a_missing_module() -> None:
+    from functions import examples
+
+    assert load_app("functions.examples") == [examples.Base.metadata]
+    with pytest.raises(LookupError, match="No module named 'no_such_app'"):
+        load_app("no_such_app")

@@ -68,7 +68,9 @@ async def test_a_worker_reconnects_after_a_database_restart_and_finishes_every_r
             await asyncio.wait_for(worker.listener.connected.wait(), 10)
             assert worker.listener.reconnects >= 1
         async with Session() as session:
-            done = (await session.execute(select(Chain.done, func.count()).group_by(Chain.done))).all()
+            done = (
+                await session.execute(select(Chain.done, func.count()).group_by(Chain.done))
+            ).all()
         assert done == [("abc", RUNS)]
     finally:
         await engine.dispose()

@@ -13,7 +13,7 @@ from tests.conftest import Database
 from tests.helpers import fetch
 
 
-async def count(Session, model) -> int:  # type: ignore[no-untyped-def]  # noqa: N803
+async def count(Session, model) -> int:  # type: ignore[no-untyped-def]
     async with Session() as session:
         return int(await session.scalar(select(func.count()).select_from(model)) or 0)
 

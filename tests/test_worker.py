@@ -115,7 +115,7 @@ async def test_a_moved_clock_wakes_a_sleeping_worker(db: Database) -> None:
         assert time.monotonic() - moved < 0.5
 
 
-async def _armed(Session, key: int) -> bool:  # type: ignore[no-untyped-def]  # noqa: N803
+async def _armed(Session, key: int) -> bool:  # type: ignore[no-untyped-def]
     return (await fetch(Session, Timer, key)).next_step == "fire"
 
 
@@ -155,8 +155,10 @@ async def test_retry_delays_follow_the_policy_on_the_database_clock(db: Database
 
             async def failed_once_more(n: int = expected) -> bool:
                 stored = await fetch(Session, Flaky, row.id)
-                return stored.last_error is not None and stored.claimed_until is None and (
-                    stored.attempts == (1 if n == 10 else 2)
+                return (
+                    stored.last_error is not None
+                    and stored.claimed_until is None
+                    and (stored.attempts == (1 if n == 10 else 2))
                 )
 
             await wait_until(failed_once_more)
@@ -229,12 +231,11 @@ async def test_returning_another_workflows_step_or_a_bare_step_needing_arguments
             return a.last_error is not None and b.last_error is not None
 
         await wait_until(both_failed)
-        assert "Timer.fire belongs to another workflow" in (
-            await fetch(Session, behaviour.Other, jumper.id)
-        ).last_error  # type: ignore[operator]
-        assert "Flaky.needs needs arguments" in (
-            await fetch(Session, Flaky, bare.id)
-        ).last_error  # type: ignore[operator]
+        assert (
+            "Timer.fire belongs to another workflow"
+            in (await fetch(Session, behaviour.Other, jumper.id)).last_error
+        )  # type: ignore[operator]
+        assert "Flaky.needs needs arguments" in (await fetch(Session, Flaky, bare.id)).last_error  # type: ignore[operator]
 
 
 async def test_a_run_started_in_the_workers_process_starts_at_once(db: Database) -> None:

@@ -44,7 +44,9 @@ async def test_a_step_killed_mid_way_runs_again_after_its_lease(
 
         async def finished() -> bool:
             async with Session() as session:
-                return (await session.get(Slow, row.id, populate_existing=True)).finished_by is not None  # type: ignore[union-attr]
+                return (
+                    await session.get(Slow, row.id, populate_existing=True)
+                ).finished_by is not None  # type: ignore[union-attr]
 
         await wait_for(finished, timeout=15)
         waited = time.monotonic() - killed_at
@@ -71,7 +73,9 @@ async def test_four_worker_processes_finish_2000_three_step_runs_exactly_once(
     async with connect_workflows(Session, workflows=[Chain]):
         rows = [Chain() for _ in range(RUNS)]
         for batch in range(0, RUNS, 100):
-            started = await asyncio.gather(*(r.start(Chain.first) for r in rows[batch : batch + 100]))
+            started = await asyncio.gather(
+                *(r.start(Chain.first) for r in rows[batch : batch + 100])
+            )
             assert all(started)
 
         async def all_done() -> bool:

@@ -1,0 +1,122 @@
+"""The commit queue: every step that finished since the last flush commits in one statement.
+
+Steps hand their fenced writes to the queue and wait for the answer. The
+queue writes whatever has gathered while the previous flush ran, one
+statement per table, so a quiet worker commits each step at once and a busy
+one pays one round trip and one WAL flush for many. A flush the database
+refuses (one step's value too long, say) is redone write by write, so each
+step learns its own outcome; a flush that loses its connection is tried again
+until the earliest lease in it would end, which the fence makes harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from engine.commits import Write, fenced_writes
+
+log = logging.getLogger("duly.worker")
+
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the connection, not the data
+FIRST_RECONNECT_DELAY = 0.05  # seconds
+MAX_RECONNECT_DELAY = 2.0  # seconds
+
+Pending = tuple[Write, "asyncio.Future[Row[Any] | None]"]
+
+
+class Committer:
+    """Batches fenced writes from concurrent steps into as few statements as possible."""
+
+    def __init__(
+        self, engine: AsyncEngine, attempt_log: type[Any] | None, lease: timedelta
+    ) -> None:
+        self._engine = engine  # autocommit: one statement is one transaction
+        self._attempt_log = attempt_log
+        self._lease = lease.total_seconds()
+        self._pending: list[Pending] = []
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.flushes = 0
+
+    def start(self) -> None:
+        """Begin flushing in the background."""
+        self._task = asyncio.create_task(self._flush_forever())
+
+    async def stop(self) -> None:
+        """Flush what is queued, then stop."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._pending:
+            await self._flush(self._take())
+
+    async def write(self, write: Write) -> Row[Any] | None:
+        """Queue `write` and wait for the row as written, or None when fenced."""
+        future: asyncio.Future[Row[Any] | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((write, future))
+        self._ready.set()
+        return await future
+
+    def _take(self) -> list[Pending]:
+        taken, self._pending = self._pending, []
+        self._ready.clear()
+        return taken
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._ready.wait()
+            await self._flush(self._take())
+
+    async def _flush(self, batch: list[Pending]) -> None:
+        by_table: dict[str, list[Pending]] = {}
+        for pending in batch:
+            by_table.setdefault(pending[0].claim.info.table.fullname, []).append(pending)
+        for group in by_table.values():
+            try:
+                await self._write_group(group)
+            except SQLAlchemyError as exc:
+                if len(group) == 1:
+                    _settle(group[0][1], exc)
+                    continue
+                # One write spoiled the statement: find out which, each on its own.
+                for single in group:
+                    try:
+                        await self._write_group([single])
+                    except SQLAlchemyError as single_exc:
+                        _settle(single[1], single_exc)
+            except Exception as exc:  # a bug, not the database: the steps must hear of it
+                for _, future in group:
+                    _settle(future, exc)
+
+    async def _write_group(self, group: list[Pending]) -> None:
+        deadline = time.monotonic() + self._lease
+        delay = FIRST_RECONNECT_DELAY
+        writes = [write for write, _ in group]
+        while True:
+            try:
+                async with self._engine.connect() as conn:
+                    rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
+                break
+            except TRANSIENT_ERRORS:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("lost the database while committing; trying again in %.2f s", delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RECONNECT_DELAY)
+        self.flushes += 1
+        for (_, future), row in zip(group, rows, strict=True):
+            if not future.done():
+                future.set_result(row)
+
+
+def _settle(future: asyncio.Future[Row[Any] | None], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
