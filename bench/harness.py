@@ -36,7 +36,10 @@ POLL_EVERY = 0.020  # seconds between the bench's "is everything done?" counts
 STALL_TIMEOUT = 15.0  # seconds without one run finishing before a measurement fails
 READY_TIMEOUT = 60.0  # seconds for a worker process to import and enter run_workflows
 STOP_TIMEOUT = 15.0  # seconds a worker gets to stop on SIGTERM before it is killed
-EMPTY_ARGS = {"args": [], "kwargs": {}}  # next_args of a step called without arguments
+EMPTY_ARGS: dict[str, Any] = {
+    "args": [],
+    "kwargs": {},
+}  # next_args of a step called without arguments
 
 
 class BenchDatabase:
@@ -74,7 +77,7 @@ class BenchDatabase:
         """A session factory as an application builds one."""
         return async_sessionmaker(self.engine, expire_on_commit=False)
 
-    async def scalar(self, query: str | sql.Composable, *params: object) -> Any:
+    async def scalar(self, query: str | sql.Composed, *params: object) -> Any:
         """The first column of the first row of one statement, on a connection of its own."""
         async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
             cursor = await conn.execute(query, params or None)
@@ -134,12 +137,6 @@ async def wait_until_done(db: BenchDatabase, table: str, worker: WorkerProcess) 
             await asyncio.sleep(POLL_EVERY)
 
 
-async def sessions_opened(db: BenchDatabase) -> int:
-    """Connections ever opened to this database (PostgreSQL 14+), to spot pool churn."""
-    query = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
-    return int(await db.scalar(query) or 0)
-
-
 async def check_no_failures(db: BenchDatabase, table: str) -> None:
     """Refuse a figure that counted failed attempts: it would measure the wrong thing."""
     query = sql.SQL("SELECT count(*) FROM {} WHERE attempts > 0 OR last_error IS NOT NULL")
@@ -168,6 +165,7 @@ class WorkerProcess:
         self.listening_at = 0.0  # time.time() its LISTEN connection was up
         self.passes: int | None = None  # claim passes it made, printed as it stops
         self.cpu_seconds: float | None = None  # its CPU time (user + system), likewise
+        self.connections: int | None = None  # connections its SQLAlchemy pool opened, likewise
 
     async def __aenter__(self) -> WorkerProcess:
         self.process = await asyncio.create_subprocess_exec(
@@ -225,3 +223,5 @@ class WorkerProcess:
                 self.passes = int(value)
             elif word == "cpu":
                 self.cpu_seconds = float(value)
+            elif word == "connections":
+                self.connections = int(value)

@@ -24,7 +24,6 @@ from bench.harness import (
     WorkerProcess,
     check_no_failures,
     insert_due_runs,
-    sessions_opened,
     wait_until_done,
 )
 from bench.models import Latency, Timer
@@ -38,7 +37,6 @@ TIMER_START_EVERY = 0.020  # seconds
 WARMUP_RUNS = 20  # runs started, and left out, before the latency and timer runs
 TIMER_MIN_MS = 50  # shortest wake_in delay, milliseconds
 TIMER_MAX_MS = 500  # longest wake_in delay, milliseconds
-STATS_FLUSH = 1.2  # seconds for PostgreSQL to publish a closed session's statistics
 TIMER_SEED = 20261130  # the delays are shuffled the same way on every run
 COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
 UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
@@ -128,13 +126,9 @@ async def measure_throughput(
     table: str = model.__table__.name  # type: ignore[attr-defined]
     async with BenchDatabase(server, f"bench_{table}") as db:
         await insert_due_runs(db, model, first_step, runs)
-        sessions_before = await sessions_opened(db)
         async with WorkerProcess(db, [model.__name__], pool_size) as worker:
             done_at = await wait_until_done(db, table, worker)
         await check_no_failures(db, table)
-        await asyncio.sleep(STATS_FLUSH)
-        # Less this query's and the bench's polling connection: the worker's own.
-        sessions = await sessions_opened(db) - sessions_before - 2
     seconds = done_at - worker.ready_at
     return {
         "runs": runs,
@@ -143,8 +137,8 @@ async def measure_throughput(
         "passes": worker.passes,
         # Includes its imports and start-up (~1 s here): an upper bound per run.
         "worker_cpu_seconds": worker.cpu_seconds,
-        # Its listener and pool; far more than max_concurrency + 2 means the pool churns.
-        "worker_connections_opened": sessions,
+        # By its SQLAlchemy pool: far more than max_concurrency means the pool churns.
+        "worker_connections_opened": worker.connections,
     }
 
 
@@ -196,7 +190,14 @@ async def measure_latency(
         query = select(Latency.started_at, Latency.ran_at).where(Latency.id >= first)
         async with db.engine.connect() as conn:
             rows = (await conn.execute(query.order_by(Latency.id))).all()
-    return [(ran - started) * 1000 for started, ran in rows]
+    return elapsed_ms(rows, "bench_latency")
+
+
+def elapsed_ms(pairs: Sequence[Any], table: str) -> list[float]:
+    """Milliseconds from each pair's first time to its second; a missing time is an error."""
+    if any(begin is None or end is None for begin, end in pairs):
+        raise RuntimeError(f"Some runs of {table} finished without recording their times.")
+    return [(end - begin) * 1000 for begin, end in pairs]
 
 
 def timer_delays(n: int) -> list[int]:
@@ -223,7 +224,7 @@ async def measure_lateness(
         query = select(Timer.due_at, Timer.fired_at).where(Timer.id >= first)
         async with db.engine.connect() as conn:
             rows = (await conn.execute(query.order_by(Timer.id))).all()
-    return [(fired - due) * 1000 for due, fired in rows]
+    return elapsed_ms(rows, "bench_timer")
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:

@@ -4,7 +4,8 @@ The bench measures a worker in a process of its own, as it runs in production,
 so the bench's own polling and starting never share its event loop. It speaks
 on stdout, one line each: `ready <time.time()>` once its `run_workflows` block
 is entered, `listening <time.time()>` once its LISTEN connection is up, and
-`passes <n>` and `cpu <seconds>` (its own CPU time) on its way out. It stops
+`passes <n>`, `cpu <seconds>` (its own CPU time) and `connections <n>` (what its
+SQLAlchemy pool opened, the listener's aside) on its way out. It stops
 on SIGTERM, SIGINT, or its stdin closing: the last so a bench that dies
 without cleaning up does not leave it running.
 
@@ -21,6 +22,7 @@ import sys
 import time
 from datetime import timedelta
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bench.models import WORKFLOWS
@@ -50,6 +52,13 @@ async def serve(args: argparse.Namespace) -> None:
     # SQLAlchemy's default pool (5 kept, 10 overflow) unless told: what a user gets.
     pool = {} if args.pool_size is None else {"pool_size": args.pool_size}
     engine = create_async_engine(args.url, **pool)
+    connections = 0
+
+    def count_connection(*_: object) -> None:
+        nonlocal connections
+        connections += 1
+
+    event.listen(engine.sync_engine, "connect", count_connection)
     Session = async_sessionmaker(engine, expire_on_commit=False)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -73,6 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
             await stop.wait()
         say("passes", worker.passes)
         say("cpu", time.process_time())
+        say("connections", connections)
     finally:
         watcher.cancel()
         await engine.dispose()

@@ -28,7 +28,7 @@ from engine.workflow import WorkflowInfo
 async def claim_due(
     conn: AsyncConnection, info: WorkflowInfo, limit: int, lease: timedelta
 ) -> Sequence[Row[Any]]:
-    """Lease up to `limit` due rows of one workflow table; runs in the caller's transaction."""
+    """Lease up to `limit` due rows of one workflow table, in one statement."""
     statement = _claim_statement(info)
     return (await conn.execute(statement, {"limit": limit, "lease": lease})).all()
 
@@ -45,6 +45,11 @@ def _claim_statement(info: WorkflowInfo) -> Executable:
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
         .limit(bindparam("limit", type_=Integer))
+        # A claim need not wait for its WAL flush: one lost in a crash only means the
+        # row is claimed again, and the step's commit against it is fenced.
+        .where(
+            select(func.set_config("synchronous_commit", "off", True)).scalar_subquery().isnot(None)
+        )
         # and rows another worker is claiming right now are passed over, not waited for.
         .with_for_update(skip_locked=True)
         .cte("due")

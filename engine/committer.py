@@ -21,6 +21,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from engine.bulk_commits import bulk_fenced_writes, takes
 from engine.commits import Write, fenced_writes
 
 log = logging.getLogger("duly.worker")
@@ -76,9 +77,11 @@ class Committer:
             await self._flush(self._take())
 
     async def _flush(self, batch: list[Pending]) -> None:
-        by_table: dict[str, list[Pending]] = {}
+        # One statement per table, and per path: engine-only outcomes take the fast one.
+        by_table: dict[tuple[str, bool], list[Pending]] = {}
         for pending in batch:
-            by_table.setdefault(pending[0].claim.info.table.fullname, []).append(pending)
+            path = (pending[0].claim.info.table.fullname, takes(pending[0]))
+            by_table.setdefault(path, []).append(pending)
         for group in by_table.values():
             try:
                 await self._write_group(group)
@@ -100,10 +103,14 @@ class Committer:
         deadline = time.monotonic() + self._lease
         delay = FIRST_RECONNECT_DELAY
         writes = [write for write, _ in group]
+        bulk = all(takes(write) for write in writes)
         while True:
             try:
                 async with self._engine.connect() as conn:
-                    rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
+                    if bulk:
+                        rows = await bulk_fenced_writes(conn, writes, attempt_log=self._attempt_log)
+                    else:
+                        rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
                 break
             except TRANSIENT_ERRORS:
                 if time.monotonic() + delay > deadline:

@@ -40,6 +40,7 @@ class StepContext:
     committer: Committer
     lease: timedelta
     may_continue: Callable[[], bool]
+    release_slot: Callable[[], None]  # the body is done: the worker may claim in its place
 
 
 Continuation = tuple[Claim, Any]
@@ -66,11 +67,14 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         raise
     except Exception as exc:
         took = _ms_since(started)
+        ctx.release_slot()
         policy = step.retry if step is not None else RetryPolicy()
         await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
         return None
     took = _ms_since(started)
     keep = isinstance(directive, RunNow) and ctx.may_continue()
+    if not keep:
+        ctx.release_slot()
     if directive is None:
         outcome = Outcome(next_step=None, next_args=None)
     elif isinstance(directive, WakeIn):
@@ -104,9 +108,9 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     if written is None:
         log.info("%s %s: fenced, its row moved while the step ran", _label(claim), name)
         return None
-    refresh_row(info, row, written._mapping)
     log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
     if keep:
+        refresh_row(info, row, written._mapping)
         return Claim(info, claim.key, claim.version + 1), row
     return None
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, inspect
-from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm import ColumnProperty, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 
 from engine.workflow import ENGINE_COLUMNS, WorkflowInfo
@@ -38,12 +38,11 @@ def user_changes(info: WorkflowInfo, row: object) -> dict[str, Any]:
     """The columns a step changed on its row, by column name."""
     state = inspect(row)
     changes: dict[str, Any] = {}
-    for prop in info.mapper.column_attrs:
-        if prop.key in ENGINE_COLUMNS:
-            continue
-        history = state.attrs[prop.key].history
-        if history.added:
-            changes[prop.columns[0].name] = history.added[0]
+    # committed_state holds exactly the attributes set since the row was loaded.
+    for key in state.committed_state:
+        prop = info.mapper.attrs.get(key)
+        if isinstance(prop, ColumnProperty) and key not in ENGINE_COLUMNS:
+            changes[prop.columns[0].name] = state.dict[key]
     return changes
 
 

@@ -74,8 +74,11 @@ class Worker:
             committer=self._committer,
             lease=options.lease,
             may_continue=lambda: not self._stopping,
+            release_slot=self._release_slot,
         )
-        self._claims: dict[asyncio.Task[None], Claim] = {}
+        self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
+        self._busy: set[asyncio.Task[None]] = set()  # steps whose body holds a slot
+        self._due_again = False  # the last pass saw work due that it did not take
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._rotation = 0
@@ -129,7 +132,7 @@ class Worker:
         error_delay = FIRST_ERROR_DELAY
         while not self._stopping:
             self._wakeup.clear()
-            free = self.options.max_concurrency - len(self._claims)
+            free = self.options.max_concurrency - len(self._busy)
             try:
                 upcoming = await self._pass(free) if free > 0 else None
             except (SQLAlchemyError, OSError) as exc:
@@ -148,7 +151,7 @@ class Worker:
         infos = self._rotated()
         claimed: list[tuple[Any, Any]] = []
         upcoming: NextDue | None = None
-        async with self._engine.begin() as conn:
+        async with self._autocommit.connect() as conn:
             for info in infos:
                 want = free - len(claimed)
                 if want <= 0:
@@ -162,18 +165,28 @@ class Worker:
             claim = Claim(info, primary_key(info, row), values.wf_version)
             task = asyncio.create_task(self._run(claim, row))
             self._claims[task] = claim
+            self._busy.add(task)
         return _BUSY if len(claimed) == free else upcoming
+
+    def _release_slot(self) -> None:
+        task = asyncio.current_task()
+        if task in self._busy:
+            self._busy.discard(task)  # type: ignore[arg-type]
+            self._wakeup.set()
 
     def _sleep_for(self, free: int, upcoming: NextDue | object | None) -> float:
         idle = self.options.max_idle_interval.total_seconds()
-        if free <= 0:
-            return idle  # every slot busy: a finishing step wakes us
-        if not isinstance(upcoming, NextDue):
-            return idle
-        if upcoming.seconds <= 0:
-            # Due but not taken: another worker holds it at this moment.
+        due_again, self._due_again = self._due_again, False
+        if free <= 0 or not isinstance(upcoming, NextDue):
+            return idle  # every slot busy (a finishing step wakes us), or nothing scheduled
+        if upcoming.seconds > 0:
+            return min(upcoming.seconds, idle)
+        # Due now but not taken: it came due after the claim, or another worker's claim
+        # held it. Look again at once the first time, then no sooner than poll_interval.
+        if due_again:
             return self.options.poll_interval.total_seconds()
-        return min(upcoming.seconds, idle)
+        self._due_again = True
+        return 0.0
 
     async def _sleep(self, seconds: float) -> None:
         """Wait `seconds` by the wall clock, or until kicked; a suspended machine wakes on time."""
@@ -209,6 +222,7 @@ class Worker:
             log.exception("step of %s failed outside its body; its lease will expire", claim)
         finally:
             self._claims.pop(task, None)
+            self._busy.discard(task)
             self._wakeup.set()
 
     async def _keep_leases(self) -> None:

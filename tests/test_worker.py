@@ -13,7 +13,7 @@ from engine import connect_workflows, run_workflows
 from engine.clock import db_now
 from engine.testing import move_clock
 from tests.apps import behaviour
-from tests.apps.behaviour import Attempt, Flaky, Held, Timer
+from tests.apps.behaviour import Attempt, Flaky, Held, Pausing, Timer
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until
 
@@ -52,6 +52,35 @@ async def test_a_step_whose_lease_was_taken_over_commits_nothing(db: Database) -
     stored = await fetch(Session, Held, row.id)
     assert stored.value == "run 2", "the taken-over step's change was discarded"
     assert stored.next_step is None
+
+
+async def test_a_taken_over_step_that_only_chose_what_comes_next_commits_nothing(
+    db: Database,
+) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    lease = timedelta(seconds=30)
+    async with run_workflows(Session, workflows=[Pausing], lease=lease) as first:
+        row = Pausing()
+        assert await row.start(Pausing.pause("first"))
+        await wait_until(lambda: _async(behaviour.holding == ["first"]))
+        await move_clock(Session, timedelta(minutes=1))
+        async with run_workflows(Session, workflows=[Pausing], lease=lease):
+
+            async def second_committed() -> bool:
+                stored = await fetch(Session, Pausing, row.id)
+                return stored.next_args == {"args": ["after run 2"], "kwargs": {}}
+
+            await wait_until(second_committed)
+            behaviour.release.set()
+            await wait_until(lambda: _async(not first._claims))
+    stored = await fetch(Session, Pausing, row.id)
+    assert stored.next_args == {"args": ["after run 2"], "kwargs": {}}
+    assert [(h.step, h.outcome) for h in await _history(Session, row)] == [("pause", "ok")]
+
+
+async def _history(Session, row):  # type: ignore[no-untyped-def]
+    async with connect_workflows(Session, workflows=[type(row)]):
+        return await row.history()
 
 
 async def _async(value: object) -> object:

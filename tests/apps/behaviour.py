@@ -39,6 +39,22 @@ class Held(Base, Workflow):
         self.value = f"run {len(holding)}"
 
 
+class Pausing(Base, Workflow):
+    """Like Held, but its step changes no column of its own: only what comes next."""
+
+    __tablename__ = "pausing"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def pause(self, label: str = "") -> object:
+        holding.append(label)
+        position = len(holding)
+        if position == 1:
+            await release.wait()
+        return wake_in(Pausing.pause(f"after run {position}"), timedelta(days=1))
+
+
 class Flaky(Base, Workflow):
     __tablename__ = "flaky"
 
