@@ -4,8 +4,8 @@
 
 It starts its own embedded PostgreSQL (fsync on: every figure pays for real
 commits) and measures, each in a fresh database: plain UPDATE commits/s (the
-ceiling), no-op steps/s, three-step chains/s, start-to-run latency and
-wake_in lateness. bench/README.md says how each is taken. The table goes to
+ceiling for one commit per step), no-op steps/s, three-step chains/s,
+start-to-run latency and wake_in lateness. bench/README.md says how each is taken. The table goes to
 stdout, then the same figures as JSON. A measurement that fails is reported
 as failed, the others still run, and the exit status is 1.
 """
@@ -95,8 +95,10 @@ async def run_all(
                     "commits/s",
                     PEER_UPDATES[n],
                 )
-        best = found["psycopg"][max(REFERENCE_CLIENTS)]
-        ceiling = f"; ceiling here {best:,.0f}/s" if best else ""
+        # What one commit per step would allow here; batched commits may pass it.
+        most = max(REFERENCE_CLIENTS)
+        rates = [f"{found[c][most]:,.0f} {c}" for c in ("psycopg", "pgbench") if found[c][most]]
+        ceiling = f"; {most}-client UPDATE/s here: {', '.join(rates)}" if rates else ""
 
     async def noop() -> None:
         found = await measures.measure_throughput(server, NoOp, "run", sizes.noop_runs, pool_size)

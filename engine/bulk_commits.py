@@ -94,7 +94,7 @@ async def bulk_fenced_writes(
         )  # fmt: skip
         for (name, _), value in zip(ROW_FIELDS, values, strict=True):
             columns[name].append(value)
-    statement = _bulk_statement(info, attempt_log)
+    statement = _bulk_statement(info, attempt_log)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
     for row in (await conn.execute(statement, columns)).all():
         written[row.v_position] = row

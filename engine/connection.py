@@ -34,6 +34,11 @@ class WorkflowConnection:
     workflows: list[WorkflowInfo]
     attempt_log: type[Any] | None
     kicks: list[Callable[[str], None]] = field(default_factory=list)
+    # The same engine and pool, each statement its own transaction.
+    autocommit: AsyncEngine = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def kick(self, workflow: str) -> None:
         """Tell workers in this process that `workflow` has work ready (NOTIFY tells the rest)."""

@@ -6,18 +6,21 @@ so a key never starts two runs; the insert and its NOTIFY commit together.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import inspect
+from sqlalchemy import Text, bindparam, cast, func, inspect, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
-from engine.notify import notify
+from engine.notify import CHANNEL
 from engine.rows import refresh_row
 from engine.steps import Call, Step, as_call, check_owner
-from engine.workflow import ENGINE_COLUMNS, workflow_info
+from engine.workflow import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 
 
 async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
@@ -31,34 +34,47 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
             f"This {info.cls.__name__} row is already in the database: start() inserts a new "
             "row; address an existing run with a handle instead."
         )
-    values: dict[Any, Any] = {
-        prop.columns[0]: state.dict[prop.key]
+    given = {
+        prop.columns[0].name: state.dict[prop.key]
         for prop in info.mapper.column_attrs
         if prop.key in state.dict and prop.key not in ENGINE_COLUMNS
     }
+    params = {f"v_{name}": value for name, value in given.items()}
+    params.update(next_step=call.step.name, next_args=call.encoded)
+    connection = current_connection()
+    async with connection.autocommit.connect() as conn:
+        statement = _start_statement(info, tuple(sorted(given)))
+        inserted = (await conn.execute(statement, params)).first()
+    if inserted is None:
+        return False
+    refresh_row(info, row, inserted._mapping)
+    make_transient_to_detached(row)
+    connection.kick(info.name)
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
+    """The insert for one table and one set of given columns, built once.
+
+    One statement on an autocommit connection: the row and the NOTIFY commit
+    together, and a conflict (the CTE returns nothing) announces nothing.
+    """
     table = info.table
-    statement = (
+    started = (
         insert(table)
-        .values(values)
+        .values({table.c[name]: bindparam(f"v_{name}", type_=table.c[name].type) for name in given})
         .values(
-            next_step=call.step.name,
-            next_args=call.encoded,
+            next_step=bindparam("next_step", type_=table.c.next_step.type),
+            next_args=bindparam("next_args", type_=table.c.next_args.type),
             wake_at=db_now(),
             attempts=0,
             wf_version=0,
         )
+        # Any unique constraint: a key that already has a run starts none.
         .on_conflict_do_nothing()
         .returning(*table.c)
+        .cte("started")
     )
-    connection = current_connection()
-    async with connection.engine.begin() as conn:
-        inserted = (await conn.execute(statement)).first()
-        if inserted is None:
-            return False
-        await conn.execute(notify(table.name))
-    refresh_row(info, row, inserted._mapping)
-    from sqlalchemy.orm import make_transient_to_detached
-
-    make_transient_to_detached(row)
-    connection.kick(table.name)
-    return True
+    announced = cast(func.pg_notify(CHANNEL, table.name), Text).label("duly_notified")
+    return select(started, announced)

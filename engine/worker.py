@@ -68,7 +68,7 @@ class Worker:
         self.options = options
         self.tables = {info.name: info for info in connection.workflows}
         self._engine = connection.engine
-        self._autocommit = connection.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._autocommit = connection.autocommit
         self._committer = Committer(self._autocommit, connection.attempt_log, options.lease)
         self._context = StepContext(
             committer=self._committer,
@@ -158,20 +158,21 @@ class Worker:
                     break
                 rows = await claim_due(conn, info, want, self.options.lease)
                 claimed.extend((info, row) for row in rows)
+            # Start the steps first: asking when more is due can wait, they cannot.
+            for info, values in claimed:
+                row = build_row(info, values._mapping)
+                claim = Claim(info, primary_key(info, row), values.wf_version)
+                task = asyncio.create_task(self._run(claim, row))
+                self._claims[task] = claim
+                self._busy.add(task)
             if len(claimed) < free:
                 upcoming = await next_due(conn, infos)
-        for info, values in claimed:
-            row = build_row(info, values._mapping)
-            claim = Claim(info, primary_key(info, row), values.wf_version)
-            task = asyncio.create_task(self._run(claim, row))
-            self._claims[task] = claim
-            self._busy.add(task)
         return _BUSY if len(claimed) == free else upcoming
 
     def _release_slot(self) -> None:
         task = asyncio.current_task()
         if task in self._busy:
-            self._busy.discard(task)  # type: ignore[arg-type]
+            self._busy.discard(task)
             self._wakeup.set()
 
     def _sleep_for(self, free: int, upcoming: NextDue | object | None) -> float:

@@ -136,3 +136,37 @@ class Signup(DataBase, engine.dataclass.Workflow):
 
 class SignupAttempt(DataBase, engine.dataclass.AttemptLog):
     __tablename__ = "signup_attempt"
+
+
+class Lasting(Base, Workflow):
+    """A step that outlives its lease several times over; renewals must keep it."""
+
+    __tablename__ = "lasting"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    runs: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def work(self, seconds: float) -> None:
+        holding.append("lasting")
+        await asyncio.sleep(seconds)
+        self.runs += 1
+
+
+class Alarm(Base, Workflow):
+    """Rings `wake_in` after it is armed, on the real clock."""
+
+    __tablename__ = "alarm"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rang_at: Mapped[float | None] = mapped_column(default=None)
+
+    @step
+    async def arm(self, milliseconds: int) -> object:
+        return wake_in(Alarm.ring, timedelta(milliseconds=milliseconds))
+
+    @step
+    async def ring(self) -> None:
+        import time
+
+        self.rang_at = time.time()

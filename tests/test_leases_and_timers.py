@@ -1,0 +1,108 @@
+"""Leases are renewed while a step runs; a sleeping worker wakes when a timer is due."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from sqlalchemy import event, insert
+
+from engine import run_workflows
+from engine.claims import claim_due
+from engine.clock import db_now
+from engine.testing import clock_shift, move_clock, reset_clock
+from engine.workflow import workflow_info
+from tests.apps import behaviour
+from tests.apps.behaviour import Alarm, Lasting, Timer
+from tests.conftest import Database
+from tests.helpers import fetch, wait_until
+
+
+async def test_a_running_step_keeps_its_row_past_its_lease(db: Database) -> None:
+    behaviour.holding.clear()
+    Session = await db.create(behaviour.Base.metadata)
+    lease = timedelta(milliseconds=600)
+    async with run_workflows(Session, workflows=[Lasting], lease=lease):
+        row = Lasting()
+        assert await row.start(Lasting.work(2.0))
+        # A second worker looks the whole time: without renewals it takes the row at 0.6 s.
+        async with run_workflows(
+            Session, workflows=[Lasting], lease=lease, poll_interval=timedelta(milliseconds=50)
+        ):
+
+            async def finished() -> bool:
+                return (await fetch(Session, Lasting, row.id)).next_step is None
+
+            await wait_until(finished, timeout=6)
+    assert behaviour.holding == ["lasting"], "the step ran once: nobody took its row"
+    assert (await fetch(Session, Lasting, row.id)).runs == 1
+
+
+async def test_a_sleeping_worker_wakes_when_its_next_timer_comes_due(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    async with run_workflows(Session, workflows=[Alarm], max_idle_interval=timedelta(minutes=1)):
+        row = Alarm()
+        armed_at = time.time()
+        assert await row.start(Alarm.arm(400))
+
+        async def rang() -> bool:
+            return (await fetch(Session, Alarm, row.id)).rang_at is not None
+
+        await wait_until(rang, timeout=3)
+    rang_at = (await fetch(Session, Alarm, row.id)).rang_at
+    assert rang_at is not None
+    assert 0.4 <= rang_at - armed_at < 0.6, "on time: no notification, only the timer"
+
+
+async def test_reset_clock_puts_the_clock_back(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    assert await move_clock(Session, timedelta(days=3)) == timedelta(days=3)
+    assert await move_clock(Session, timedelta(hours=-1)) == timedelta(days=3, hours=-1)
+    assert await clock_shift(Session) == timedelta(days=2, hours=23)
+    await reset_clock(Session)
+    assert await clock_shift(Session) == timedelta(0)
+
+
+async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    table = Timer.__table__
+    async with Session() as session:
+        # Many rows at rest (finished runs) and a few due: the index holds only the due.
+        await session.execute(insert(table), [{"fired": 1} for _ in range(5000)])
+        await session.execute(
+            insert(table), [{"next_step": "fire", "next_args": {}} for _ in range(20)]
+        )
+        await session.execute(
+            table.update().values(wake_at=db_now()).where(table.c.next_step.isnot(None))
+        )
+        await session.commit()
+    engine = Session.kw["bind"]
+    seen: list[tuple[str, object]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if "SKIP LOCKED" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("ANALYZE timer")
+            claimed = await claim_due(conn, workflow_info(Timer), 8, timedelta(minutes=5))
+            assert len(claimed) == 8
+            statement, parameters = seen[0]
+            plan = await conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters)
+            nodes = list(_plan_nodes(plan.scalar()[0]["Plan"]))
+            await conn.rollback()
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+    timer_scans = [
+        n for n in nodes if n.get("Relation Name") == "timer" and "Scan" in n["Node Type"]
+    ]
+    # The due rows are found through the partial index, the rows to update by primary key.
+    assert {n.get("Index Name") for n in timer_scans} == {"ix_timer_due", "timer_pkey"}, nodes
+
+
+def _plan_nodes(node: dict[str, object]):  # type: ignore[no-untyped-def]
+    yield node
+    for child in node.get("Plans", []):  # type: ignore[attr-defined]
+        yield from _plan_nodes(child)
