@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.connection import connect_workflows
 from engine.directives import wake_in
 from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
+from engine.handles import Handle
 from engine.history import AttemptLog
 from engine.steps import Call, Step, step
 from engine.worker import Worker, run_workflows
@@ -17,6 +18,7 @@ __all__ = [
     "AttemptLog",
     "Call",
     "DulyError",
+    "Handle",
     "NotADirectiveError",
     "NotConnectedError",
     "Step",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -66,11 +66,16 @@ LOG_COLUMNS = [
 
 @dataclass
 class Claim:
-    """A row this worker holds: which table, which key, and the version it may commit against."""
+    """A row this worker holds: which table, which key, and the version it may commit against.
+
+    `lease_end` is the `claimed_until` this worker last wrote: it identifies
+    the lease even after `run()` or `cancel()` moved the version on.
+    """
 
     info: WorkflowInfo
     key: tuple[Any, ...]
     version: int
+    lease_end: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +278,35 @@ async def renew(conn: AsyncConnection, claim: Claim, lease: timedelta) -> bool:
         update(table)
         .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
         .values(claimed_until=lease_end, wake_at=lease_end)
-        .returning(table.c.wf_version)
+        .returning(table.c.claimed_until)
     )
-    return (await conn.execute(statement)).first() is not None
+    renewed = (await conn.execute(statement)).first()
+    if renewed is None:
+        return False
+    claim.lease_end = renewed.claimed_until
+    return True
+
+
+async def release_preempted(conn: AsyncConnection, claim: Claim) -> bool:
+    """After a fenced commit, give up the lease `run()` left in place, so its step starts now.
+
+    `run()` moves the version on but leaves a running step its lease; the
+    lease is still ours if `claimed_until` is the value we last wrote. A row
+    another worker took over, or that `cancel()` ended, is left alone.
+    """
+    if claim.lease_end is None:
+        return False
+    table = claim.info.table
+    moved = (
+        update(table)
+        .where(
+            key_clause(claim.info, claim.key),
+            table.c.claimed_until == claim.lease_end,
+            table.c.next_step.isnot(None),
+        )
+        .values(claimed_until=None, wake_at=db_now())
+        .returning(table.c.wf_version)
+        .cte("moved")
+    )
+    announced = select(func.pg_notify(CHANNEL, table.name).cast(Text)).select_from(moved)
+    return (await conn.execute(announced)).first() is not None

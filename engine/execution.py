@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -41,6 +41,7 @@ class StepContext:
     lease: timedelta
     may_continue: Callable[[], bool]
     release_slot: Callable[[], None]  # the body is done: the worker may claim in its place
+    release_preempted: Callable[[Claim], Awaitable[object]]  # a fenced step's lease, given up
 
 
 Continuation = tuple[Claim, Any]
@@ -107,11 +108,12 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         return None
     if written is None:
         log.info("%s %s: fenced, its row moved while the step ran", _label(claim), name)
+        await ctx.release_preempted(claim)
         return None
     log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
     if keep:
         refresh_row(info, row, written._mapping)
-        return Claim(info, claim.key, claim.version + 1), row
+        return Claim(info, claim.key, claim.version + 1, written.claimed_until), row
     return None
 
 

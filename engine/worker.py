@@ -75,6 +75,7 @@ class Worker:
             lease=options.lease,
             may_continue=lambda: not self._stopping,
             release_slot=self._release_slot,
+            release_preempted=self._release_preempted,
         )
         self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
         self._busy: set[asyncio.Task[None]] = set()  # steps whose body holds a slot
@@ -161,7 +162,7 @@ class Worker:
             # Start the steps first: asking when more is due can wait, they cannot.
             for info, values in claimed:
                 row = build_row(info, values._mapping)
-                claim = Claim(info, primary_key(info, row), values.wf_version)
+                claim = Claim(info, primary_key(info, row), values.wf_version, values.claimed_until)
                 task = asyncio.create_task(self._run(claim, row))
                 self._claims[task] = claim
                 self._busy.add(task)
@@ -241,6 +242,15 @@ class Worker:
                 if not kept and self._claims.get(task) is claim:
                     # Not our own commit moving the version on: another worker or run().
                     log.warning("lost the lease of %s[%s]", claim.info.name, claim.key)
+
+    async def _release_preempted(self, claim: Claim) -> None:
+        try:
+            async with self._autocommit.connect() as conn:
+                await commits.release_preempted(conn, claim)
+        except SQLAlchemyError as exc:
+            log.warning(
+                "could not release %s[%s] (%s); its lease will end", claim.info.name, claim.key, exc
+            )
 
     async def _hand_back(self, claims: Iterable[Claim]) -> None:
         for claim in claims:

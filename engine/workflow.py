@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from sqlalchemy import JSON, DateTime, Index, Integer, String, Table, Text, text
+from sqlalchemy import JSON, ColumnElement, DateTime, Index, Integer, String, Table, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, Mapper, mapped_column
 from sqlalchemy.orm import class_mapper as _class_mapper
@@ -22,6 +22,7 @@ from engine.clock import declare_clock_table
 from engine.steps import Call, Step
 
 if TYPE_CHECKING:
+    from engine.handles import Handle
     from engine.history import AttemptLog
 
 STEP_NAME_LENGTH = 200
@@ -105,6 +106,13 @@ class WorkflowMethods:
         # Declarative bases map the class before this runs; unmapped mixins are skipped.
         if "__mapper__" in cls.__dict__:
             _register(cls)
+
+    @classmethod
+    def by(cls, *where: ColumnElement[bool]) -> Handle[Self]:
+        """The runs of this workflow matching `where`, to run, cancel or read."""
+        from engine.handles import Handle
+
+        return Handle(cls, where)
 
     async def start(self, target: Step[Self, []] | Call[Self]) -> bool:
         """Insert this row and run `target` on it; False when a unique key already had a run."""
