@@ -6,7 +6,7 @@ Import everything from here; the modules behind it are private.
 from __future__ import annotations
 
 from engine.connection import connect_workflows
-from engine.directives import wake_in
+from engine.directives import every, wake_in
 from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
 from engine.handles import Handle
 from engine.history import AttemptLog
@@ -26,6 +26,7 @@ __all__ = [
     "Worker",
     "Workflow",
     "connect_workflows",
+    "every",
     "run_workflows",
     "step",
     "wake_in",

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    DateTime,
     Float,
     Integer,
     Interval,
@@ -56,6 +57,7 @@ ROW_FIELDS: list[tuple[str, Any]] = [
     ("attempts", Integer),
     ("last_error", Text),
     ("wake_after", Interval),
+    ("wake_at", DateTime(timezone=True)),
     ("hold", Interval),
     ("announce", Boolean),
     ("position", Integer),
@@ -88,7 +90,8 @@ async def bulk_fenced_writes(
         next_args = None if outcome.next_args is None else json.dumps(outcome.next_args)
         values = (
             write.claim.version, outcome.next_step, next_args, outcome.attempts,
-            outcome.last_error, outcome.wake_after, outcome.hold, write.announce, position,
+            outcome.last_error, outcome.wake_after, outcome.wake_at, outcome.hold, write.announce,
+            position,
             record.run_key, record.step, record.attempt, record.outcome, record.error,
             record.took_ms,
         )  # fmt: skip
@@ -122,10 +125,10 @@ def _bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Execut
             next_args=cast(v.c.v_next_args, JSONB),
             attempts=v.c.v_attempts,
             last_error=v.c.v_last_error,
-            # Held: leased on, to run the next step here. Otherwise due after wake_after,
-            # or never when that is NULL.
+            # Held: leased on, to run the next step here. Otherwise due at wake_at or
+            # after wake_after; never when both are NULL.
             claimed_until=now + v.c.v_hold,
-            wake_at=now + func.coalesce(v.c.v_hold, v.c.v_wake_after),
+            wake_at=func.coalesce(now + v.c.v_hold, v.c.v_wake_at, now + v.c.v_wake_after),
             wf_version=v.c.v_version + 1,
         )
         .returning(*table.c, *(v.c[name] for name in names if not name.startswith("v_key")))

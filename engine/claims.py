@@ -39,7 +39,7 @@ def _claim_statement(info: WorkflowInfo) -> Executable:
     table = info.table
     pk = list(info.mapper.primary_key)
     due = (
-        select(*pk)
+        select(*pk, table.c.wake_at)
         # Due: something is scheduled and its time (or its last lease) has come,
         .where(table.c.next_step.isnot(None), table.c.wake_at <= db_now())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
@@ -64,7 +64,10 @@ def _claim_statement(info: WorkflowInfo) -> Executable:
             claimed_until=lease_end,
             wake_at=lease_end,
         )
-        .returning(*table.c)
+        # The occurrence this claim serves, for schedules that count from it.
+        .returning(
+            *table.c, due.c.wake_at.label("duly_scheduled_at"), db_now().label("duly_claimed_at")
+        )
     )
 
 

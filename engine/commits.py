@@ -19,6 +19,7 @@ announced or not) is built once and kept, and every write is only parameters.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    DateTime,
     Float,
     Integer,
     Interval,
@@ -76,6 +78,15 @@ class Claim:
     key: tuple[Any, ...]
     version: int
     lease_end: datetime | None = None
+    scheduled_at: datetime | None = None  # the row's wake_at before this claim took it
+    claimed_at: datetime | None = None  # the database clock when it was claimed
+    claimed_clock: float = field(default_factory=time.monotonic)  # this process's, then
+
+    def database_now(self) -> datetime | None:
+        """The database clock now, from the claim's reading and the time since."""
+        if self.claimed_at is None:
+            return None
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self.claimed_clock)
 
 
 @dataclass(frozen=True)
@@ -94,8 +105,10 @@ class AttemptRecord:
 class Outcome:
     """The engine columns a step attempt leaves on its row, and the row's own changes.
 
-    `wake_after` schedules `next_step` that long from now (None: nothing is
-    scheduled); `hold` instead keeps the lease that long, for a worker that
+    `wake_after` schedules `next_step` that long from now, `wake_at` at an
+    instant of the database clock (a schedule's next occurrence, which must
+    not drift by however long the commit took); with neither, nothing is
+    scheduled. `hold` instead keeps the lease that long, for a worker that
     runs the next step itself.
     """
 
@@ -104,6 +117,7 @@ class Outcome:
     attempts: int = 0
     last_error: str | None = None
     wake_after: timedelta | None = None
+    wake_at: datetime | None = None
     hold: timedelta | None = None
     changes: dict[str, Any] = field(default_factory=dict)  # column name -> value
 
@@ -152,6 +166,7 @@ def _outcome_params(index: int, info: WorkflowInfo, write: Write) -> dict[str, A
         f"w{index}_attempts": outcome.attempts,
         f"w{index}_last_error": outcome.last_error,
         f"w{index}_wake_after": outcome.wake_after,
+        f"w{index}_wake_at": outcome.wake_at,
         f"w{index}_hold": outcome.hold,
     }
     for position, value in enumerate(claim.key):
@@ -209,7 +224,11 @@ def _outcome_statement(
                     # A held row stays leased (and due again when the lease ends);
                     # otherwise it is due after wake_after, or never when that is NULL.
                     table.c.claimed_until: db_now() + hold,
-                    table.c.wake_at: db_now() + func.coalesce(hold, param("wake_after", Interval)),
+                    table.c.wake_at: func.coalesce(
+                        db_now() + hold,
+                        param("wake_at", DateTime(timezone=True)),
+                        db_now() + param("wake_after", Interval),
+                    ),
                     table.c.wf_version: claimed + 1,
                     **{
                         table.c[name]: param(f"set_{name}", table.c[name].type, typed=False)

@@ -1,14 +1,16 @@
 """What a step returns: the next thing its run should do.
 
 A step returns another step (run it now), `wake_in(step, delay)` (run it
-later), or None (the run stops). Anything else fails the attempt with an
+later), `every(step, schedule)` (run it again on a schedule), or None (the
+run stops). Anything else fails the attempt with an
 error that says what came back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from engine.errors import NotADirectiveError
@@ -30,7 +32,40 @@ class WakeIn:
     delay: timedelta
 
 
-Directive: TypeAlias = RunNow | WakeIn
+Schedule: TypeAlias = timedelta | Callable[[datetime], datetime]
+
+
+@dataclass(frozen=True)
+class Every:
+    """Run `call` again on `schedule`: an interval, a `Cron`, or any function of the time."""
+
+    call: Call[Any]
+    schedule: Schedule
+
+    def next_after(self, scheduled_at: datetime, now: datetime) -> datetime:
+        """The next occurrence: strictly after `now`, missed ones collapsed into this run.
+
+        An interval counts from the occurrence this run served, not from when
+        the step finished, so a slow step does not push the schedule later.
+        """
+        if isinstance(self.schedule, timedelta):
+            missed = max((now - scheduled_at) // self.schedule, 0)
+            return scheduled_at + self.schedule * (missed + 1)
+        following = self.schedule(max(scheduled_at, now))
+        if not isinstance(following, datetime) or following.tzinfo is None:
+            raise NotADirectiveError(
+                f"The schedule of {self.call.step.qualname} returned {following!r}: it must "
+                "return an aware datetime."
+            )
+        if following <= now:
+            raise NotADirectiveError(
+                f"The schedule of {self.call.step.qualname} returned {following.isoformat()}, "
+                f"which is not after {now.isoformat()}."
+            )
+        return following
+
+
+Directive: TypeAlias = RunNow | WakeIn | Every
 
 
 def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
@@ -40,16 +75,30 @@ def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
     return WakeIn(as_call(target), max(delay, timedelta(0)))
 
 
+def every(target: Step[Any, Any] | Call[Any], schedule: Schedule) -> Every:
+    """Run `target` now and then again on `schedule`, for as long as it keeps succeeding."""
+    if isinstance(schedule, timedelta):
+        if schedule <= timedelta(0):
+            raise ValueError(f"every() needs a positive interval, not {schedule}.")
+    elif not callable(schedule):
+        raise TypeError(
+            "every() takes a timedelta, a Cron, or a function of the current time, not "
+            f"{type(schedule).__name__}."
+        )
+    return Every(as_call(target), schedule)
+
+
 def read_directive(value: object, workflow: type[Any], step_name: str) -> Directive | None:
     """Interpret what step `step_name` of `workflow` returned."""
     if value is None:
         return None
     if isinstance(value, Step | Call):
         value = RunNow(as_call(value))
-    if isinstance(value, RunNow | WakeIn):
+    if isinstance(value, RunNow | WakeIn | Every):
         check_owner(value.call, workflow)
         return value
     raise NotADirectiveError(
         f"Step {workflow.__name__}.{step_name} returned {value!r} ({type(value).__name__}), "
-        "which is not a directive: return a step, a call of one, wake_in(...) or None."
+        "which is not a directive: return a step, a call of one, wake_in(...), every(...) "
+        "or None."
     )

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.commits import AttemptRecord, Claim, Outcome, Write
 from engine.committer import TRANSIENT_ERRORS, Committer
-from engine.directives import RunNow, WakeIn, read_directive
+from engine.directives import Every, RunNow, WakeIn, read_directive
 from engine.errors import StepError
 from engine.history import run_key
 from engine.rows import refresh_row, user_changes
@@ -81,6 +81,15 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     elif isinstance(directive, WakeIn):
         call = directive.call
         outcome = Outcome(call.step.name, call.encoded, wake_after=directive.delay)
+    elif isinstance(directive, Every):
+        call = directive.call
+        try:
+            wake_at = _next_occurrence(directive, claim)
+        except Exception as exc:  # the schedule itself failed: a failed attempt
+            policy = step.retry if step is not None else RetryPolicy()
+            await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+            return None
+        outcome = Outcome(call.step.name, call.encoded, wake_at=wake_at)
     else:
         call = directive.call
         outcome = Outcome(
@@ -113,7 +122,17 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
     if keep:
         refresh_row(info, row, written._mapping)
-        return Claim(info, claim.key, claim.version + 1, written.claimed_until), row
+        # The next step is served now: its occurrence is the commit's own time.
+        committed_at = written.claimed_until - ctx.lease
+        going_on = Claim(
+            info,
+            claim.key,
+            claim.version + 1,
+            lease_end=written.claimed_until,
+            scheduled_at=committed_at,
+            claimed_at=committed_at,
+        )
+        return going_on, row
     return None
 
 
@@ -160,6 +179,13 @@ async def _write(
     return await ctx.committer.write(Write(claim, outcome, record, announce))
 
 
+def _next_occurrence(directive: Every, claim: Claim) -> datetime:
+    now = claim.database_now()
+    if now is None or claim.scheduled_at is None:
+        raise RuntimeError("A scheduled step needs the time its claim was taken.")
+    return directive.next_after(claim.scheduled_at, now)
+
+
 def _ms_since(started: float) -> float:
     return (time.perf_counter() - started) * 1000.0
 
@@ -169,9 +195,11 @@ def _label(claim: Claim) -> str:
     return f"{claim.info.name}[{key}]"
 
 
-def _describe(directive: RunNow | WakeIn | None) -> str:
+def _describe(directive: RunNow | WakeIn | Every | None) -> str:
     if directive is None:
         return ", run finished"
+    if isinstance(directive, Every):
+        return f", next {directive.call!r} on its schedule"
     if isinstance(directive, WakeIn):
         return f", next {directive.call!r} in {directive.delay}"
     return f", next {directive.call!r}"

@@ -162,7 +162,14 @@ class Worker:
             # Start the steps first: asking when more is due can wait, they cannot.
             for info, values in claimed:
                 row = build_row(info, values._mapping)
-                claim = Claim(info, primary_key(info, row), values.wf_version, values.claimed_until)
+                claim = Claim(
+                    info,
+                    primary_key(info, row),
+                    values.wf_version,
+                    lease_end=values.claimed_until,
+                    scheduled_at=values.duly_scheduled_at,
+                    claimed_at=values.duly_claimed_at,
+                )
                 task = asyncio.create_task(self._run(claim, row))
                 self._claims[task] = claim
                 self._busy.add(task)

@@ -10,7 +10,7 @@ from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
 import engine.dataclass
-from engine import AttemptLog, Workflow, step, wake_in
+from engine import AttemptLog, Workflow, every, step, wake_in
 
 
 class Base(DeclarativeBase):
@@ -170,3 +170,23 @@ class Alarm(Base, Workflow):
         import time
 
         self.rang_at = time.time()
+
+
+ticks: list[str] = []  # Ticker's runs, by name
+schedule_of: dict[str, Any] = {}  # Ticker's schedule, by name
+
+
+class Ticker(Base, Workflow):
+    """Runs on whatever schedule the test put under its name."""
+
+    __tablename__ = "ticker"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String, unique=True)
+    count: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def tick(self) -> object:
+        ticks.append(self.name)
+        self.count += 1
+        return every(Ticker.tick, schedule_of[self.name])
