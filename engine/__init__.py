@@ -6,6 +6,7 @@ Import everything from here; the modules behind it are private.
 from __future__ import annotations
 
 from engine.connection import connect_workflows
+from engine.cron import Cron
 from engine.directives import every, wake_in
 from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
 from engine.handles import Handle
@@ -17,6 +18,7 @@ from engine.workflow import Workflow
 __all__ = [
     "AttemptLog",
     "Call",
+    "Cron",
     "DulyError",
     "Handle",
     "NotADirectiveError",

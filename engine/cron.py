@@ -17,7 +17,7 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Iterator, Mapping
-from datetime import UTC, MAXYEAR, date, datetime, time
+from datetime import MAXYEAR, UTC, date, datetime, time
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,9 +31,11 @@ MONTH_NAMES = {
         start=1,
     )
 }
-DAY_NAMES = {name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
-# Quartz and cronie extensions that standard five-field cron does not have.
-EXTENSION = re.compile(r"[?#]|L|[0-9]+W", re.IGNORECASE)
+DAY_NAMES = {
+    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
+}
+# Quartz extensions (`?`, last `L`, weekday `W`, nth `#`) that five-field cron does not have.
+QUARTZ = re.compile(r"\?|LW?|[0-9]*L|[0-9]+W|[0-9A-Z]+#[0-9]+", re.IGNORECASE)
 DIGITS = re.compile(r"[0-9]+")
 LEAP_YEAR = 2000  # a year whose February has 29 days, to check what can ever fire
 
@@ -60,7 +62,7 @@ def _parse_value(expression: str, field: _Field, text: str) -> int:
         value = int(text)
     elif text.upper() in field.names:
         return field.names[text.upper()]
-    elif EXTENSION.search(text) and not text.isalpha() or text.upper() in ("L", "LW"):
+    elif QUARTZ.fullmatch(text):
         raise ValueError(
             f"Cron expression {expression!r} uses {text!r} in its {field.name} field, "
             "a Quartz extension (? L W #) that five-field cron does not have."
@@ -118,11 +120,21 @@ def _parse_field(expression: str, field: _Field, text: str) -> tuple[int, ...]:
 class Cron:
     """A five-field cron schedule read on the wall clock of a time zone."""
 
-    __slots__ = ("_days", "_hours", "_minutes", "_months", "_tz", "_weekdays", "_either", "expression", "zone")
+    __slots__ = (
+        "_days",
+        "_either",
+        "_expression",
+        "_hours",
+        "_minutes",
+        "_months",
+        "_tz",
+        "_weekdays",
+        "_zone",
+    )
 
     def __init__(self, expression: str, zone: str = "UTC") -> None:
-        self.expression = expression
-        self.zone = zone
+        self._expression = expression
+        self._zone = zone
         texts = expression.split()
         if expression.strip().startswith("@"):
             raise ValueError(
@@ -137,8 +149,12 @@ class Cron:
         minutes, hours, days, months, weekdays = (
             _parse_field(expression, field, text) for field, text in zip(FIELDS, texts, strict=True)
         )
-        self._minutes, self._hours, self._days, self._months = minutes, hours, days, months
-        self._weekdays = frozenset(weekdays)
+        self._minutes, self._hours = minutes, hours  # sorted: fire times are tried in order
+        self._days, self._months, self._weekdays = (
+            frozenset(days),
+            frozenset(months),
+            frozenset(weekdays),
+        )
         # Vixie cron: a day field written with `*` (even `*/2`) narrows; both restricted widen.
         self._either = not texts[2].startswith("*") and not texts[4].startswith("*")
         if not self._either and not any(
@@ -199,6 +215,16 @@ class Cron:
             else:
                 low = middle
         return datetime.fromtimestamp(high, UTC)
+
+    @property
+    def expression(self) -> str:
+        """The five fields as written; read-only, since the schedule was parsed from it."""
+        return self._expression
+
+    @property
+    def zone(self) -> str:
+        """The time zone whose wall clock the fields are read on."""
+        return self._zone
 
     def __repr__(self) -> str:
         return f"Cron({self.expression!r}, {self.zone!r})"

@@ -1,8 +1,8 @@
 """The example workflows `duly dev` serves when DULY_APP is not set.
 
-`Onboarding` is the seed's example as written, but for the import; its
-`send_email` and `has_activated` are stubs that log, so a local run shows
-every step as it happens.
+`Onboarding` and `Digest` are the seed's examples as written, but for the
+imports; `send_email`, `has_activated` and `email_digest` are stubs that log,
+so a local run shows every step as it happens.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, step, wake_in
+from engine import AttemptLog, Cron, Workflow, every, step, wake_in
 
 log = logging.getLogger("duly.examples")
 
@@ -26,6 +26,15 @@ async def send_email(address: str, template: str) -> None:
     """Stand-in for an email provider: logs and remembers what it would send."""
     sent_emails.append((address, template))
     log.info("send_email(%r, %r)", address, template)
+
+
+digests_sent: list[str] = []  # one entry per email_digest() call
+
+
+async def email_digest() -> None:
+    """Stand-in for the digest job: logs and counts."""
+    digests_sent.append("digest")
+    log.info("email_digest()")
 
 
 async def has_activated(user_id: str) -> bool:
@@ -64,6 +73,18 @@ class Onboarding(Base, Workflow):
     @step
     async def activated(self, plan: Literal["free", "pro"]):
         self.status = f"activated:{plan}"
+
+
+class Digest(Base, Workflow):
+    __tablename__ = "digest"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String, unique=True)
+
+    @step
+    async def send(self):
+        await email_digest()
+        return every(Digest.send, Cron("0 9 * * MON-FRI", "America/Los_Angeles"))
 
 
 class WorkflowAttempt(Base, AttemptLog):
