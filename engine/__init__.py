@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from engine.connection import connect_workflows
 from engine.cron import Cron
-from engine.directives import every, wake_in
+from engine.directives import every, wait_for, wake_in
 from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
 from engine.handles import Handle
 from engine.history import AttemptLog
@@ -31,5 +31,6 @@ __all__ = [
     "every",
     "run_workflows",
     "step",
+    "wait_for",
     "wake_in",
 ]

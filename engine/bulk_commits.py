@@ -60,6 +60,7 @@ ROW_FIELDS: list[tuple[str, Any]] = [
     ("wake_at", DateTime(timezone=True)),
     ("hold", Interval),
     ("announce", Boolean),
+    ("discard", Boolean),
     ("position", Integer),
     ("run_key", Text),
     ("step", Text),
@@ -71,8 +72,14 @@ ROW_FIELDS: list[tuple[str, Any]] = [
 
 
 def takes(write: Write) -> bool:
-    """Whether the fast path can write this outcome."""
-    return not write.outcome.changes and write.record is not None
+    """Whether the fast path can write this outcome: no user columns, no wait, no event key."""
+    outcome = write.outcome
+    return (
+        not outcome.changes
+        and write.record is not None
+        and outcome.pending != "wait"
+        and outcome.recent_event_keys is None
+    )
 
 
 async def bulk_fenced_writes(
@@ -91,7 +98,7 @@ async def bulk_fenced_writes(
         values = (
             write.claim.version, outcome.next_step, next_args, outcome.attempts,
             outcome.last_error, outcome.wake_after, outcome.wake_at, outcome.hold, write.announce,
-            position,
+            outcome.pending == "discard", position,
             record.run_key, record.step, record.attempt, record.outcome, record.error,
             record.took_ms,
         )  # fmt: skip
@@ -129,6 +136,9 @@ def _bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Execut
             # after wake_after; never when both are NULL.
             claimed_until=now + v.c.v_hold,
             wake_at=func.coalesce(now + v.c.v_hold, v.c.v_wake_at, now + v.c.v_wake_after),
+            waiting_for=None,
+            # A held event survives a step that goes on, not one that ends the run.
+            pending_event=case((v.c.v_discard, None), else_=table.c.pending_event),
             wf_version=v.c.v_version + 1,
         )
         .returning(*table.c, *(v.c[name] for name in names if not name.startswith("v_key")))

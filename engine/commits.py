@@ -34,11 +34,15 @@ from sqlalchemy import (
     Interval,
     Row,
     Text,
+    and_,
     bindparam,
+    case,
     cast,
+    false,
     func,
     literal,
     null,
+    or_,
     select,
     union_all,
     update,
@@ -120,6 +124,13 @@ class Outcome:
     wake_at: datetime | None = None
     hold: timedelta | None = None
     changes: dict[str, Any] = field(default_factory=dict)  # column name -> value
+    # Waiting for an event: the step it waits on (next_step is then the timeout step).
+    waiting_for: str | None = None
+    # What becomes of a held event: "keep" it for a later wait, "discard" it (the run
+    # stops, waits for something else, or goes round its schedule), or "wait": apply it
+    # now if it is for `waiting_for`, else discard it.
+    pending: str = "keep"
+    recent_event_keys: list[str] | None = None  # set when this attempt took an event key
 
 
 @dataclass(frozen=True)
@@ -144,7 +155,13 @@ async def fenced_writes(
         raise ValueError("fenced_writes() takes writes to one table at a time.")
     logged = attempt_log is not None
     shape = tuple(
-        (tuple(sorted(w.outcome.changes)), logged and w.record is not None, w.announce)
+        (
+            tuple(sorted(w.outcome.changes)),
+            logged and w.record is not None,
+            w.announce,
+            w.outcome.pending,
+            w.outcome.recent_event_keys is not None,
+        )
         for w in writes
     )
     statement = _outcome_statement(info, attempt_log, shape)  # type: ignore[arg-type]
@@ -168,6 +185,8 @@ def _outcome_params(index: int, info: WorkflowInfo, write: Write) -> dict[str, A
         f"w{index}_wake_after": outcome.wake_after,
         f"w{index}_wake_at": outcome.wake_at,
         f"w{index}_hold": outcome.hold,
+        f"w{index}_waiting_for": outcome.waiting_for,
+        f"w{index}_recent_event_keys": outcome.recent_event_keys,
     }
     for position, value in enumerate(claim.key):
         params[f"w{index}_key{position}"] = value
@@ -188,7 +207,7 @@ def _outcome_params(index: int, info: WorkflowInfo, write: Write) -> dict[str, A
     return params
 
 
-Shape = tuple[tuple[tuple[str, ...], bool, bool], ...]
+Shape = tuple[tuple[tuple[str, ...], bool, bool, str, bool], ...]
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
@@ -197,7 +216,7 @@ def _outcome_statement(
 ) -> Executable:
     table = info.table
     branches = []
-    for index, (changed, logged, announce) in enumerate(shape):
+    for index, (changed, logged, announce, pending, takes_key) in enumerate(shape):
 
         def param(name: str, type_: Any = None, i: int = index, typed: bool = True) -> Any:
             value = bindparam(f"w{i}_{name}", type_=type_)
@@ -211,36 +230,60 @@ def _outcome_statement(
             param(f"key{position}", column.type)
             for position, column in enumerate(info.mapper.primary_key)
         )
+        now = db_now()
+        waiting = param("waiting_for", table.c.waiting_for.type, typed=False)
+        # A wait that finds its event already held takes it at once.
+        applied = (
+            and_(table.c.pending_event["step"].as_string() == cast(waiting, Text))
+            if pending == "wait"
+            else false()
+        )
+        values: dict[Any, Any] = {
+            table.c.next_step: case(
+                (applied, waiting),
+                else_=param("next_step", table.c.next_step.type, typed=False),
+            ),
+            table.c.next_args: case(
+                (applied, table.c.pending_event.op("-")("step")),
+                else_=param("next_args", table.c.next_args.type),
+            ),
+            table.c.attempts: param("attempts", Integer),
+            table.c.last_error: param("last_error", Text),
+            # A held row stays leased (and due again when the lease ends); otherwise it
+            # is due at wake_at or after wake_after, never when both are NULL.
+            table.c.claimed_until: now + hold,
+            table.c.wake_at: case(
+                (applied, now),
+                else_=func.coalesce(
+                    now + hold,
+                    param("wake_at", DateTime(timezone=True)),
+                    now + param("wake_after", Interval),
+                ),
+            ),
+            table.c.waiting_for: case((applied, None), else_=waiting),
+            table.c.wf_version: claimed + 1,
+        }
+        if pending != "keep":
+            values[table.c.pending_event] = None
+        if takes_key:
+            values[table.c.recent_event_keys] = param(
+                "recent_event_keys", table.c.recent_event_keys.type
+            )
+        for name in changed:
+            values[table.c[name]] = param(f"set_{name}", table.c[name].type, typed=False)
         moved = (
             update(table)
             # The fence: the row is ours only while its version is the one we claimed.
             .where(key_clause(info, key), table.c.wf_version == claimed)
-            .values(
-                {
-                    table.c.next_step: param("next_step", table.c.next_step.type, typed=False),
-                    table.c.next_args: param("next_args", table.c.next_args.type),
-                    table.c.attempts: param("attempts", Integer),
-                    table.c.last_error: param("last_error", Text),
-                    # A held row stays leased (and due again when the lease ends);
-                    # otherwise it is due after wake_after, or never when that is NULL.
-                    table.c.claimed_until: db_now() + hold,
-                    table.c.wake_at: func.coalesce(
-                        db_now() + hold,
-                        param("wake_at", DateTime(timezone=True)),
-                        db_now() + param("wake_after", Interval),
-                    ),
-                    table.c.wf_version: claimed + 1,
-                    **{
-                        table.c[name]: param(f"set_{name}", table.c[name].type, typed=False)
-                        for name in changed
-                    },
-                }
-            )
+            .values(values)
             .returning(*table.c)
             .cte(f"moved_{index}")
         )
-        notified: ColumnElement[Any] = (
-            func.pg_notify(CHANNEL, table.name).cast(Text) if announce else null().cast(Text)
+        ready_now: ColumnElement[bool] = literal(announce)
+        if pending == "wait":
+            ready_now = or_(ready_now, moved.c.waiting_for.is_(None))
+        notified = case(
+            (ready_now, func.pg_notify(CHANNEL, table.name).cast(Text)), else_=null().cast(Text)
         )
         branch = select(
             literal(index).label("duly_write"), *moved.c, notified.label("duly_notified")

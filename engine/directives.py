@@ -1,9 +1,10 @@
 """What a step returns: the next thing its run should do.
 
 A step returns another step (run it now), `wake_in(step, delay)` (run it
-later), `every(step, schedule)` (run it again on a schedule), or None (the
-run stops). Anything else fails the attempt with an
-error that says what came back.
+later), `every(step, schedule)` (run it again on a schedule),
+`wait_for(step, ...)` (run it when an event arrives), or None (the run
+stops). Anything else fails the attempt with an error that says what came
+back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from engine.errors import NotADirectiveError
-from engine.steps import Call, Step, as_call, check_owner
+from engine.steps import Call, Step, as_call, as_call_unchecked, check_owner
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,16 @@ class Every:
         return following
 
 
-Directive: TypeAlias = RunNow | WakeIn | Every
+@dataclass(frozen=True)
+class WaitFor:
+    """Park until an event for `step` is delivered, or `timeout` passes and `on_timeout` runs."""
+
+    step: Step[Any, Any]
+    timeout: timedelta | None = None
+    on_timeout: Call[Any] | None = None
+
+
+Directive: TypeAlias = RunNow | WakeIn | Every | WaitFor
 
 
 def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
@@ -88,17 +98,40 @@ def every(target: Step[Any, Any] | Call[Any], schedule: Schedule) -> Every:
     return Every(as_call(target), schedule)
 
 
+def wait_for(
+    target: Step[Any, Any],
+    timeout: timedelta | None = None,
+    on_timeout: Step[Any, Any] | Call[Any] | None = None,
+) -> WaitFor:
+    """Wait for an event addressed to `target` (its arguments travel with the event)."""
+    if not isinstance(target, Step):
+        raise TypeError(
+            f"wait_for() takes the step that receives the event, not {target!r}: the "
+            "arguments come with the event."
+        )
+    if (timeout is None) != (on_timeout is None):
+        raise ValueError("wait_for() takes timeout and on_timeout together, or neither.")
+    if timeout is not None and timeout <= timedelta(0):
+        raise ValueError(f"wait_for() needs a positive timeout, not {timeout}.")
+    return WaitFor(target, timeout, as_call(on_timeout) if on_timeout is not None else None)
+
+
 def read_directive(value: object, workflow: type[Any], step_name: str) -> Directive | None:
     """Interpret what step `step_name` of `workflow` returned."""
     if value is None:
         return None
     if isinstance(value, Step | Call):
         value = RunNow(as_call(value))
+    if isinstance(value, WaitFor):
+        check_owner(as_call_unchecked(value.step), workflow)
+        if value.on_timeout is not None:
+            check_owner(value.on_timeout, workflow)
+        return value
     if isinstance(value, RunNow | WakeIn | Every):
         check_owner(value.call, workflow)
         return value
     raise NotADirectiveError(
         f"Step {workflow.__name__}.{step_name} returned {value!r} ({type(value).__name__}), "
-        "which is not a directive: return a step, a call of one, wake_in(...), every(...) "
-        "or None."
+        "which is not a directive: return a step, a call of one, wake_in(...), every(...), "
+        "wait_for(...) or None."
     )

@@ -22,13 +22,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.commits import AttemptRecord, Claim, Outcome, Write
 from engine.committer import TRANSIENT_ERRORS, Committer
-from engine.directives import Every, RunNow, WakeIn, read_directive
+from engine.directives import Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
 from engine.history import run_key
 from engine.rows import refresh_row, user_changes
 from engine.steps import RetryPolicy, decode_arguments
 
 log = logging.getLogger("duly.worker")
+
+RECENT_EVENT_KEYS = 16  # keys a run remembers, so a resent event is refused
 
 ERROR_TEXT_LIMIT = 4000  # characters of an exception kept in last_error
 
@@ -77,10 +79,12 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     if not keep:
         ctx.release_slot()
     if directive is None:
-        outcome = Outcome(next_step=None, next_args=None)
+        outcome = Outcome(next_step=None, next_args=None, pending="discard")
     elif isinstance(directive, WakeIn):
         call = directive.call
         outcome = Outcome(call.step.name, call.encoded, wake_after=directive.delay)
+    elif isinstance(directive, WaitFor):
+        outcome = _waiting(directive, claim)
     elif isinstance(directive, Every):
         call = directive.call
         try:
@@ -89,7 +93,8 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
             policy = step.retry if step is not None else RetryPolicy()
             await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
             return None
-        outcome = Outcome(call.step.name, call.encoded, wake_at=wake_at)
+        # Going back round a schedule drops a held event.
+        outcome = Outcome(call.step.name, call.encoded, wake_at=wake_at, pending="discard")
     else:
         call = directive.call
         outcome = Outcome(
@@ -98,7 +103,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
             wake_after=timedelta(0),
             hold=ctx.lease if keep else None,
         )
-    outcome = replace(outcome, changes=user_changes(info, row))
+    outcome = replace(outcome, changes=user_changes(info, row), recent_event_keys=_taken_keys(row))
     record = AttemptRecord(run_key(row), name, failures + 1, "ok", None, took)
     announce = isinstance(directive, RunNow) and not keep
     try:
@@ -149,12 +154,24 @@ async def _record_failure(
     error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
     delay = policy.delay_after(failures)
     if delay is None:
-        outcome = Outcome(None, None, attempts=failures, last_error=error)
+        outcome = Outcome(
+            None,
+            None,
+            attempts=failures,
+            last_error=error,
+            pending="discard",
+            recent_event_keys=_taken_keys(row),
+        )
         verdict = "failed"
     else:
         # The same step again, with the same arguments, once the backoff has passed.
         outcome = Outcome(
-            name, row.next_args, attempts=failures, last_error=error, wake_after=delay
+            name,
+            row.next_args,
+            attempts=failures,
+            last_error=error,
+            wake_after=delay,
+            recent_event_keys=_taken_keys(row),
         )
         verdict = "retry"
     record = AttemptRecord(run_key(row), name, failures, verdict, error, took)
@@ -179,6 +196,38 @@ async def _write(
     return await ctx.committer.write(Write(claim, outcome, record, announce))
 
 
+def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
+    """The row parked on an event: the timeout step is what is scheduled, at the deadline.
+
+    The deadline also travels in next_args, because a claim of the timeout
+    step moves wake_at to its lease, and a delivery must still be judged
+    against the deadline itself.
+    """
+    if directive.timeout is None or directive.on_timeout is None:
+        return Outcome(None, None, waiting_for=directive.step.name, pending="wait")
+    now = claim.database_now()
+    if now is None:
+        raise RuntimeError("A wait with a timeout needs the time its claim was taken.")
+    deadline = now + directive.timeout
+    call = directive.on_timeout
+    next_args = {**call.encoded, "deadline": deadline.isoformat()}
+    return Outcome(
+        call.step.name,
+        next_args,
+        wake_at=deadline,
+        waiting_for=directive.step.name,
+        pending="wait",
+    )
+
+
+def _taken_keys(row: Any) -> list[str] | None:
+    """The run's recent event keys with this attempt's own, if it ran a keyed event."""
+    key = (row.next_args or {}).get("event_key")
+    if key is None:
+        return None
+    return [*(row.recent_event_keys or []), key][-RECENT_EVENT_KEYS:]
+
+
 def _next_occurrence(directive: Every, claim: Claim) -> datetime:
     now = claim.database_now()
     if now is None or claim.scheduled_at is None:
@@ -195,9 +244,11 @@ def _label(claim: Claim) -> str:
     return f"{claim.info.name}[{key}]"
 
 
-def _describe(directive: RunNow | WakeIn | Every | None) -> str:
+def _describe(directive: RunNow | WakeIn | Every | WaitFor | None) -> str:
     if directive is None:
         return ", run finished"
+    if isinstance(directive, WaitFor):
+        return f", waiting for {directive.step.qualname}"
     if isinstance(directive, Every):
         return f", next {directive.call!r} on its schedule"
     if isinstance(directive, WakeIn):

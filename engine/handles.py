@@ -12,14 +12,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Text, case, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    not_,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
 from engine.notify import CHANNEL
 from engine.steps import Call, Step, as_call, check_owner
-from engine.workflow import workflow_info
+from engine.workflow import WorkflowInfo, workflow_info
 
 W = TypeVar("W")
 
@@ -73,6 +89,33 @@ class Handle(Generic[W]):
         connection.kick(table.name)
         return int(addressed)
 
+    async def deliver(
+        self, target: Step[Any, Any] | Call[Any], key: str | None = None, restart: bool = False
+    ) -> int:
+        """Deliver an event to every matching run; returns how many accepted it.
+
+        A run waiting for the event's step takes it (before its deadline);
+        a run on its way to a wait holds it (one at a time); a finished run
+        refuses it unless `restart`, which starts it again with the event. A
+        `key` already taken by the run (its last sixteen) is refused.
+        """
+        call = as_call(target)  # the payload is checked against the step it addresses
+        check_owner(call, self._info.cls)
+        event = {**call.encoded, "event_key": key} if key is not None else call.encoded
+        params = {
+            "duly_step": call.step.name,
+            "duly_event": event,
+            "duly_held": {"step": call.step.name, **event},
+            "duly_key": key,
+        }
+        statement = _delivery_statement(self._info, self._where, restart, key is not None)
+        connection = current_connection()
+        async with connection.autocommit.connect() as conn:
+            accepted = int((await conn.execute(statement, params)).scalar_one())
+        if accepted:
+            connection.kick(self._info.name)
+        return accepted
+
     async def cancel(self) -> int:
         """End every matching run where it stands; returns how many were live.
 
@@ -117,3 +160,70 @@ class Handle(Generic[W]):
         query = query.order_by(*self._info.mapper.primary_key).limit(limit)
         async with current_connection().sessionmaker() as session:
             return list((await session.scalars(query)).all())
+
+
+def _delivery_statement(
+    info: WorkflowInfo, where: tuple[ColumnElement[bool], ...], restart: bool, keyed: bool
+) -> Executable:
+    """One UPDATE that sorts every matching run into accepts, holds, or refuses."""
+    t = info.table
+    now = db_now()
+    step_name = bindparam("duly_step", type_=Text)
+    key = bindparam("duly_key", type_=Text)
+    deadline = cast(t.c.next_args["deadline"].as_string(), DateTime(timezone=True))
+    key_free: ColumnElement[bool] = true()
+    if keyed:
+        key_free = not_(
+            or_(
+                func.coalesce(cast(t.c.recent_event_keys, JSONB).op("?")(key), False),
+                # An accepted event not yet run, or the one held, carries its key too.
+                t.c.next_args["event_key"].as_string().is_not_distinct_from(key),
+                t.c.pending_event["event_key"].as_string().is_not_distinct_from(key),
+            )
+        )
+    # Waiting for this step, and the deadline (judged now, as the delivery reaches the
+    # row) not passed; or finished, and told to start again.
+    takes = [and_(t.c.waiting_for == step_name, or_(deadline.is_(None), deadline > now))]
+    if restart:
+        takes.append(and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None)))
+    # IS TRUE: a NULL (no wait, no deadline) must read as "no", not as unknown.
+    accepts = and_(key_free, or_(*takes)).is_(true())
+    # On its way to a wait (a step scheduled or running, no wait armed): hold one event.
+    holds = and_(
+        key_free,
+        not_(accepts),
+        t.c.waiting_for.is_(None),
+        t.c.next_step.isnot(None),
+        t.c.pending_event.is_(None),
+    )
+    event = cast(bindparam("duly_event", type_=JSONB), JSONB)
+    moved = (
+        update(t)
+        .where(*where)
+        .where(or_(accepts, holds))
+        .values(
+            next_step=case((accepts, step_name), else_=t.c.next_step),
+            next_args=case((accepts, event), else_=t.c.next_args),
+            waiting_for=case((accepts, None), else_=t.c.waiting_for),
+            pending_event=case(
+                (accepts, None),
+                (holds, cast(bindparam("duly_held", type_=JSONB), JSONB)),
+                else_=t.c.pending_event,
+            ),
+            attempts=case((accepts, 0), else_=t.c.attempts),
+            last_error=case((accepts, None), else_=t.c.last_error),
+            # A timeout step already running keeps its lease; its commit is fenced.
+            wake_at=case(
+                (accepts, case((t.c.claimed_until > now, t.c.claimed_until), else_=now)),
+                else_=t.c.wake_at,
+            ),
+            wf_version=case((accepts, t.c.wf_version + 1), else_=t.c.wf_version),
+        )
+        # RETURNING sees the new row: a run that took the event holds none, and is due
+        # now unless a running step's lease still holds it.
+        .returning(and_(t.c.pending_event.is_(None), t.c.wake_at <= now).label("ready"))
+        .cte("moved")
+    )
+    ready = select(func.count()).select_from(moved).where(moved.c.ready).scalar_subquery()
+    announced = case((ready > 0, func.pg_notify(CHANNEL, t.name).cast(Text)), else_=None)
+    return select(select(func.count()).select_from(moved).scalar_subquery(), announced)

@@ -122,6 +122,11 @@ def as_call(target: Step[Any, Any] | Call[Any]) -> Call[Any]:
     raise StepError(f"Expected a step or a call of one, got {target!r} ({type(target).__name__}).")
 
 
+def as_call_unchecked(target: Step[Any, Any]) -> Call[Any]:
+    """A call of `target` whose arguments are not known yet (they come with an event)."""
+    return Call(target, {"args": [], "kwargs": {}})
+
+
 def check_owner(call: Call[Any], workflow: type[Any]) -> None:
     """Refuse a call of another workflow's step."""
     owner = call.step.owner

@@ -228,7 +228,11 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("step of %s failed outside its body; its lease will expire", claim)
+            log.exception(
+                "%s[%s]: the engine failed around the step; its lease will end",
+                claim.info.name,
+                claim.key,
+            )
         finally:
             self._claims.pop(task, None)
             self._busy.discard(task)

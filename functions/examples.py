@@ -1,8 +1,9 @@
 """The example workflows `duly dev` serves when DULY_APP is not set.
 
-`Onboarding` and `Digest` are the seed's examples as written, but for the
-imports; `send_email`, `has_activated` and `email_digest` are stubs that log,
-so a local run shows every step as it happens.
+`Onboarding`, `Expense` and `Digest` are the seed's examples as written, but
+for the imports (and `Expense.escalate`, which the seed names but does not
+show); `send_email`, `has_activated`, `notify_manager` and `email_digest` are
+stubs that log, so a local run shows every step as it happens.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Literal
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Cron, Workflow, every, step, wake_in
+from engine import AttemptLog, Cron, Workflow, every, step, wait_for, wake_in
 
 log = logging.getLogger("duly.examples")
 
@@ -29,6 +30,13 @@ async def send_email(address: str, template: str) -> None:
 
 
 digests_sent: list[str] = []  # one entry per email_digest() call
+managers_notified: list[int] = []  # expense ids notify_manager() was called for
+
+
+async def notify_manager(expense_id: int) -> None:
+    """Stand-in for asking a manager to approve an expense."""
+    managers_notified.append(expense_id)
+    log.info("notify_manager(%r)", expense_id)
 
 
 async def email_digest() -> None:
@@ -73,6 +81,32 @@ class Onboarding(Base, Workflow):
     @step
     async def activated(self, plan: Literal["free", "pro"]):
         self.status = f"activated:{plan}"
+
+
+class Expense(Base, Workflow):
+    __tablename__ = "expense"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    amount: Mapped[int] = mapped_column()
+    status: Mapped[str] = mapped_column(String, default="draft")
+
+    @step
+    async def request_approval(self):
+        await notify_manager(self.id)
+        self.status = "pending"
+        return wait_for(
+            Expense.decide,
+            timeout=timedelta(days=2),
+            on_timeout=Expense.escalate,
+        )
+
+    @step
+    async def decide(self, verdict: Literal["approve", "reject"], *, by: str):
+        self.status = f"{verdict} by {by}"
+
+    @step
+    async def escalate(self):
+        self.status = "escalated"
 
 
 class Digest(Base, Workflow):

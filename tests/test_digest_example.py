@@ -26,8 +26,10 @@ async def test_digest_runs_at_nine_on_weekdays_in_los_angeles(db: Database) -> N
         assert await row.start(Digest.send)
 
         async def sent(n: int) -> bool:
+            # Count first: a row read before the step ran must not pass with a later count.
+            count = len(examples.digests_sent)
             stored = await fetch(Session, Digest, row.id)
-            return len(examples.digests_sent) == n and stored.claimed_until is None
+            return count == n and stored.claimed_until is None
 
         await wait_until(lambda: sent(1))
         for n in range(2, 5):
