@@ -7,15 +7,18 @@ to recompute what is due.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.clock import clock
-from engine.connection import session_engine
+from engine.connection import activate, open_connection, session_engine
 from engine.notify import EVERYONE, notify
+from engine.worker import Worker, WorkerOptions
 
 
 async def move_clock(
@@ -40,6 +43,24 @@ async def reset_clock(Session: async_sessionmaker[AsyncSession]) -> None:
     async with session_engine(Session).begin() as conn:
         await conn.execute(clock.delete())
         await conn.execute(notify(EVERYONE))
+
+
+async def drain(
+    Session: async_sessionmaker[AsyncSession],
+    workflows: Iterable[type[Any]] | None = None,
+    *,
+    max_concurrency: int = 8,
+) -> int:
+    """Run every step that is due now, and what they make due now, until none is left.
+
+    A deterministic worker for tests: no listener, no sleeping. Returns how
+    many steps it started (a step that goes straight on to its next step
+    counts once).
+    """
+    connection = await open_connection(Session, workflows)
+    worker = Worker(connection, WorkerOptions(max_concurrency=max_concurrency, listen=False))
+    async with activate(connection):
+        return await worker.run_until_idle()
 
 
 async def clock_shift(Session: async_sessionmaker[AsyncSession]) -> timedelta:

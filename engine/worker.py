@@ -87,6 +87,7 @@ class Worker:
         self._loop_task: asyncio.Task[None] | None = None
         self.listener: Listener | None = None
         self.passes = 0
+        self.steps_started = 0
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -121,6 +122,26 @@ class Worker:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def run_until_idle(self) -> int:
+        """Make passes until one finds nothing due and no step is left running.
+
+        Tests use it (through `engine.testing.drain`) to take one deterministic
+        step of the world: no listener, no sleeping, no clock of its own.
+        """
+        self._committer.start()
+        claimed_before = self.steps_started
+        try:
+            while True:
+                free = self.options.max_concurrency - len(self._busy)
+                if free > 0:
+                    await self._pass(free)
+                if not self._claims:
+                    break
+                await asyncio.wait(set(self._claims), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await self._committer.stop()
+        return self.steps_started - claimed_before
 
     def kick(self, payload: str) -> None:
         """Wake the pass loop if `payload` names one of this worker's tables (or everyone)."""
@@ -173,6 +194,7 @@ class Worker:
                 task = asyncio.create_task(self._run(claim, row))
                 self._claims[task] = claim
                 self._busy.add(task)
+                self.steps_started += 1
             if len(claimed) < free:
                 upcoming = await next_due(conn, infos)
         return _BUSY if len(claimed) == free else upcoming

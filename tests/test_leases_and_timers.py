@@ -106,3 +106,19 @@ def _plan_nodes(node: dict[str, object]):  # type: ignore[no-untyped-def]
     yield node
     for child in node.get("Plans", []):  # type: ignore[attr-defined]
         yield from _plan_nodes(child)
+
+
+async def test_drain_runs_what_is_due_now_and_nothing_later(db: Database) -> None:
+    from engine import connect_workflows
+    from engine.testing import drain
+
+    Session = await db.create(behaviour.Base.metadata)
+    async with connect_workflows(Session, workflows=[Timer]):
+        rows = [Timer() for _ in range(3)]
+        for row in rows:
+            assert await row.start(Timer.arm)
+    assert await drain(Session, [Timer]) == 3
+    assert await drain(Session, [Timer]) == 0, "fire is a day away"
+    await move_clock(Session, timedelta(days=1))
+    assert await drain(Session, [Timer]) == 3
+    assert all([(await fetch(Session, Timer, r.id)).fired == 1 for r in rows])
