@@ -9,6 +9,7 @@ from engine.connection import connect_workflows
 from engine.cron import Cron
 from engine.directives import every, wait_for, wake_in
 from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
+from engine.fanout import child, fan_out
 from engine.handles import Handle
 from engine.history import AttemptLog
 from engine.steps import Call, Step, step
@@ -27,8 +28,10 @@ __all__ = [
     "StepError",
     "Worker",
     "Workflow",
+    "child",
     "connect_workflows",
     "every",
+    "fan_out",
     "run_workflows",
     "step",
     "wait_for",

@@ -76,6 +76,7 @@ def takes(write: Write) -> bool:
     outcome = write.outcome
     return (
         not outcome.changes
+        and not write.needs_transaction
         and write.record is not None
         and outcome.pending != "wait"
         and outcome.recent_event_keys is None

@@ -141,6 +141,13 @@ class Write:
     outcome: Outcome
     record: AttemptRecord | None = None  # the attempt to log, when a log is mapped
     announce: bool = False  # NOTIFY: this write leaves work ready for any worker
+    fan_out: Any = None  # a FanOut whose children start in this same commit
+    finishes_child_of: dict[str, Any] | None = None  # the parent this run was the child of
+
+    @property
+    def needs_transaction(self) -> bool:
+        """Whether this write touches other rows too (children, a parent) in its commit."""
+        return self.fan_out is not None or self.finishes_child_of is not None
 
 
 async def fenced_writes(

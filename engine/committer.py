@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.bulk_commits import bulk_fenced_writes, takes
 from engine.commits import Write, fenced_writes
+from engine.fanout import child_finished, count_children, start_children
 
 log = logging.getLogger("duly.worker")
 
@@ -37,9 +38,14 @@ class Committer:
     """Batches fenced writes from concurrent steps into as few statements as possible."""
 
     def __init__(
-        self, engine: AsyncEngine, attempt_log: type[Any] | None, lease: timedelta
+        self,
+        engine: AsyncEngine,
+        attempt_log: type[Any] | None,
+        lease: timedelta,
+        transactions: AsyncEngine | None = None,
     ) -> None:
         self._engine = engine  # autocommit: one statement is one transaction
+        self._transactions = transactions or engine  # for writes that touch other rows too
         self._attempt_log = attempt_log
         self._lease = lease.total_seconds()
         self._pending: list[Pending] = []
@@ -79,7 +85,13 @@ class Committer:
     async def _flush(self, batch: list[Pending]) -> None:
         # One statement per table, and per path: engine-only outcomes take the fast one.
         by_table: dict[tuple[str, bool], list[Pending]] = {}
-        for pending in batch:
+        for pending in [p for p in batch if p[0].needs_transaction]:
+            # Children to start or a parent to tell: a transaction of its own.
+            try:
+                await self._write_group([pending])
+            except SQLAlchemyError as exc:
+                _settle(pending[1], exc)
+        for pending in [p for p in batch if not p[0].needs_transaction]:
             path = (pending[0].claim.info.table.fullname, takes(pending[0]))
             by_table.setdefault(path, []).append(pending)
         for group in by_table.values():
@@ -99,6 +111,21 @@ class Committer:
                 for _, future in group:
                     _settle(future, exc)
 
+    async def _write_with_others(self, write: Write) -> Row[Any] | None:
+        """A step's outcome with the children it starts or the parent it finishes."""
+        claim = write.claim
+        async with self._transactions.begin() as conn:
+            (row,) = await fenced_writes(conn, [write], attempt_log=self._attempt_log)
+            if row is None:
+                await conn.rollback()  # fenced: start no child, tell no parent
+                return None
+            if write.fan_out is not None:
+                started = await start_children(conn, write.fan_out, claim.info, claim.key)
+                await count_children(conn, claim.info, claim.key, started)
+            if write.finishes_child_of is not None:
+                await child_finished(conn, write.finishes_child_of, claim.info)
+        return row
+
     async def _write_group(self, group: list[Pending]) -> None:
         deadline = time.monotonic() + self._lease
         delay = FIRST_RECONNECT_DELAY
@@ -106,6 +133,9 @@ class Committer:
         bulk = all(takes(write) for write in writes)
         while True:
             try:
+                if len(writes) == 1 and writes[0].needs_transaction:
+                    rows = [await self._write_with_others(writes[0])]
+                    break
                 async with self._engine.connect() as conn:
                     if bulk:
                         rows = await bulk_fenced_writes(conn, writes, attempt_log=self._attempt_log)

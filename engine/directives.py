@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from engine.errors import NotADirectiveError
+from engine.fanout import FanOut
 from engine.steps import Call, Step, as_call, as_call_unchecked, check_owner
 
 
@@ -75,7 +76,7 @@ class WaitFor:
     on_timeout: Call[Any] | None = None
 
 
-Directive: TypeAlias = RunNow | WakeIn | Every | WaitFor
+Directive: TypeAlias = RunNow | WakeIn | Every | WaitFor | FanOut
 
 
 def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
@@ -122,6 +123,9 @@ def read_directive(value: object, workflow: type[Any], step_name: str) -> Direct
         return None
     if isinstance(value, Step | Call):
         value = RunNow(as_call(value))
+    if isinstance(value, FanOut):
+        check_owner(value.then, workflow)
+        return value
     if isinstance(value, WaitFor):
         check_owner(as_call_unchecked(value.step), workflow)
         if value.on_timeout is not None:
@@ -133,5 +137,5 @@ def read_directive(value: object, workflow: type[Any], step_name: str) -> Direct
     raise NotADirectiveError(
         f"Step {workflow.__name__}.{step_name} returned {value!r} ({type(value).__name__}), "
         "which is not a directive: return a step, a call of one, wake_in(...), every(...), "
-        "wait_for(...) or None."
+        "wait_for(...), fan_out(...) or None."
     )

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.commits import AttemptRecord, Claim, Outcome, Write
 from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.directives import Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
+from engine.fanout import FanOut
 from engine.history import run_key
 from engine.rows import refresh_row, user_changes
 from engine.steps import RetryPolicy, decode_arguments
@@ -85,6 +85,10 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         outcome = Outcome(call.step.name, call.encoded, wake_after=directive.delay)
     elif isinstance(directive, WaitFor):
         outcome = _waiting(directive, claim)
+    elif isinstance(directive, FanOut):
+        # Nothing scheduled until the last child finishes; the commit counts them.
+        then = directive.then
+        outcome = Outcome(then.step.name, then.encoded)
     elif isinstance(directive, Every):
         call = directive.call
         try:
@@ -106,8 +110,16 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     outcome = replace(outcome, changes=user_changes(info, row), recent_event_keys=_taken_keys(row))
     record = AttemptRecord(run_key(row), name, failures + 1, "ok", None, took)
     announce = isinstance(directive, RunNow) and not keep
+    write = Write(
+        claim,
+        outcome,
+        record,
+        announce,
+        fan_out=directive if isinstance(directive, FanOut) else None,
+        finishes_child_of=_parent_if_final(row, outcome),
+    )
     try:
-        written = await _write(ctx, claim, outcome, record, announce=announce)
+        written = await ctx.committer.write(write)
     except TRANSIENT_ERRORS:
         log.warning(
             "%s %s: no database to commit to; the row comes due again when its lease ends",
@@ -185,15 +197,11 @@ async def _record_failure(
         exc_info=exc if verdict == "failed" else None,
     )
     try:
-        await _write(ctx, claim, outcome, record, announce=False)
+        await ctx.committer.write(
+            Write(claim, outcome, record, finishes_child_of=_parent_if_final(row, outcome))
+        )
     except SQLAlchemyError:
         log.exception("%s %s: could not record the failed attempt", _label(claim), name)
-
-
-async def _write(
-    ctx: StepContext, claim: Claim, outcome: Outcome, record: AttemptRecord, *, announce: bool
-) -> Row[Any] | None:
-    return await ctx.committer.write(Write(claim, outcome, record, announce))
 
 
 def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
@@ -220,6 +228,13 @@ def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
     )
 
 
+def _parent_if_final(row: Any, outcome: Outcome) -> dict[str, Any] | None:
+    """The parent to tell, when this outcome ends a child run (done or given up)."""
+    finished = outcome.next_step is None and outcome.waiting_for is None
+    parent: dict[str, Any] | None = row.parent
+    return parent if finished and parent else None
+
+
 def _taken_keys(row: Any) -> list[str] | None:
     """The run's recent event keys with this attempt's own, if it ran a keyed event."""
     key = (row.next_args or {}).get("event_key")
@@ -244,9 +259,11 @@ def _label(claim: Claim) -> str:
     return f"{claim.info.name}[{key}]"
 
 
-def _describe(directive: RunNow | WakeIn | Every | WaitFor | None) -> str:
+def _describe(directive: RunNow | WakeIn | Every | WaitFor | FanOut | None) -> str:
     if directive is None:
         return ", run finished"
+    if isinstance(directive, FanOut):
+        return f", {len(directive.children)} children, then {directive.then!r}"
     if isinstance(directive, WaitFor):
         return f", waiting for {directive.step.qualname}"
     if isinstance(directive, Every):

@@ -9,6 +9,8 @@ and whatever is left ready is announced in the same transaction.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +35,7 @@ from sqlalchemy.sql import Executable
 from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
+from engine.fanout import child_finished
 from engine.notify import CHANNEL
 from engine.steps import Call, Step, as_call, check_owner
 from engine.workflow import WorkflowInfo, workflow_info
@@ -136,10 +139,15 @@ class Handle(Generic[W]):
                 pending_event=None,
                 wf_version=table.c.wf_version + 1,
             )
-            .returning(table.c.wf_version)
+            .returning(table.c.parent)
         )
-        async with current_connection().autocommit.connect() as conn:
-            return len((await conn.execute(statement)).all())
+        async with current_connection().engine.begin() as conn:
+            ended = (await conn.execute(statement)).all()
+            # A cancelled child counts as finished to the run that fanned it out.
+            parents = Counter(json.dumps(row.parent, sort_keys=True) for row in ended if row.parent)
+            for reference, count in parents.items():
+                await child_finished(conn, json.loads(reference), self._info, count)
+        return len(ended)
 
     async def get(self) -> W | None:
         """The one matching run, or None; more than one is an error."""

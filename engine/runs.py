@@ -28,6 +28,25 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
     info = workflow_info(type(row))
     call = as_call(target)
     check_owner(call, info.cls)
+    statement, params = start_statement(info, row, call)
+    connection = current_connection()
+    async with connection.autocommit.connect() as conn:
+        inserted = (await conn.execute(statement, params)).first()
+    if inserted is None:
+        return False
+    refresh_row(info, row, inserted._mapping)
+    make_transient_to_detached(row)
+    connection.kick(info.name)
+    return True
+
+
+def start_statement(
+    info: WorkflowInfo, row: Any, call: Call[Any], parent: dict[str, Any] | None = None
+) -> tuple[Executable, dict[str, Any]]:
+    """The statement that starts `row` with `call`, and its parameters.
+
+    `parent` is the reference of the run that fanned this one out, if any.
+    """
     state = inspect(row)
     if not state.transient:
         raise DulyError(
@@ -40,17 +59,8 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
         if prop.key in state.dict and prop.key not in ENGINE_COLUMNS
     }
     params = {f"v_{name}": value for name, value in given.items()}
-    params.update(next_step=call.step.name, next_args=call.encoded)
-    connection = current_connection()
-    async with connection.autocommit.connect() as conn:
-        statement = _start_statement(info, tuple(sorted(given)))
-        inserted = (await conn.execute(statement, params)).first()
-    if inserted is None:
-        return False
-    refresh_row(info, row, inserted._mapping)
-    make_transient_to_detached(row)
-    connection.kick(info.name)
-    return True
+    params.update(next_step=call.step.name, next_args=call.encoded, parent=parent)
+    return _start_statement(info, tuple(sorted(given))), params
 
 
 @lru_cache(maxsize=1024)
@@ -67,6 +77,7 @@ def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
         .values(
             next_step=bindparam("next_step", type_=table.c.next_step.type),
             next_args=bindparam("next_args", type_=table.c.next_args.type),
+            parent=bindparam("parent", type_=table.c.parent.type),
             wake_at=db_now(),
             attempts=0,
             wf_version=0,

@@ -69,7 +69,9 @@ class Worker:
         self.tables = {info.name: info for info in connection.workflows}
         self._engine = connection.engine
         self._autocommit = connection.autocommit
-        self._committer = Committer(self._autocommit, connection.attempt_log, options.lease)
+        self._committer = Committer(
+            self._autocommit, connection.attempt_log, options.lease, connection.engine
+        )
         self._context = StepContext(
             committer=self._committer,
             lease=options.lease,

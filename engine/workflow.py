@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sqlalchemy import JSON, ColumnElement, DateTime, Index, Integer, String, Table, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
@@ -24,6 +24,8 @@ from engine.steps import Call, Step
 if TYPE_CHECKING:
     from engine.handles import Handle
     from engine.history import AttemptLog
+
+W = TypeVar("W")
 
 STEP_NAME_LENGTH = 200
 JSON_TYPE = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
@@ -113,6 +115,15 @@ class WorkflowMethods:
         from engine.handles import Handle
 
         return Handle(cls, where)
+
+    def children(self, model: type[W]) -> Handle[W]:
+        """The runs of `model` this run fanned out, to read (or run, or cancel)."""
+        from engine.fanout import children_of
+        from engine.handles import Handle
+
+        info = workflow_info(type(self))
+        key = tuple(info.mapper.primary_key_from_instance(self))
+        return Handle(model, [children_of(info, key, model)])
 
     async def start(self, target: Step[Self, []] | Call[Self]) -> bool:
         """Insert this row and run `target` on it; False when a unique key already had a run."""

@@ -1,9 +1,10 @@
 """The example workflows `duly dev` serves when DULY_APP is not set.
 
-`Onboarding`, `Expense` and `Digest` are the seed's examples as written, but
-for the imports (and `Expense.escalate`, which the seed names but does not
-show); `send_email`, `has_activated`, `notify_manager` and `email_digest` are
-stubs that log, so a local run shows every step as it happens.
+`Onboarding`, `Expense`, `Digest` and `Research` are the seed's examples as
+written, but for the imports (and `Expense.escalate` and the columns of
+`Lookup`, which the seed names but does not show); the services they call
+(`send_email`, `has_activated`, `notify_manager`, `email_digest`,
+`lookup_provider`) are stubs that log, so a local run shows every step.
 """
 
 from __future__ import annotations
@@ -12,10 +13,20 @@ import logging
 from datetime import timedelta
 from typing import Literal
 
-from sqlalchemy import String
+from sqlalchemy import JSON, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Cron, Workflow, every, step, wait_for, wake_in
+from engine import (
+    AttemptLog,
+    Cron,
+    Workflow,
+    child,
+    every,
+    fan_out,
+    step,
+    wait_for,
+    wake_in,
+)
 
 log = logging.getLogger("duly.examples")
 
@@ -43,6 +54,17 @@ async def email_digest() -> None:
     """Stand-in for the digest job: logs and counts."""
     digests_sent.append("digest")
     log.info("email_digest()")
+
+
+unreachable_companies: set[str] = set()  # lookup_provider() fails for these
+
+
+async def lookup_provider(company: str) -> str:
+    """Stand-in for a company data provider; fails for `unreachable_companies`."""
+    if company in unreachable_companies:
+        raise ConnectionError(f"provider unreachable for {company}")
+    log.info("lookup_provider(%r)", company)
+    return f"{company}: 42 employees"
 
 
 async def has_activated(user_id: str) -> bool:
@@ -119,6 +141,43 @@ class Digest(Base, Workflow):
     async def send(self):
         await email_digest()
         return every(Digest.send, Cron("0 9 * * MON-FRI", "America/Los_Angeles"))
+
+
+class Research(Base, Workflow):
+    __tablename__ = "research"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String)
+    companies: Mapped[list[str]] = mapped_column(JSON, default=list)
+    found: Mapped[int | None] = mapped_column(default=None)
+
+    @step
+    async def research_all(self):
+        return fan_out(
+            (
+                child(Lookup(key=f"{self.name}:{c}", company=c), Lookup.research)
+                for c in self.companies
+            ),
+            then=Research.report,
+        )
+
+    @step
+    async def report(self):
+        lookups = await self.children(Lookup).all()
+        self.found = sum(lookup.summary is not None for lookup in lookups)
+
+
+class Lookup(Base, Workflow):
+    __tablename__ = "lookup"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String, unique=True)
+    company: Mapped[str] = mapped_column(String)
+    summary: Mapped[str | None] = mapped_column(String, default=None)
+
+    @step(retries=2, backoff=timedelta(seconds=30))
+    async def research(self):
+        self.summary = await lookup_provider(self.company)
 
 
 class WorkflowAttempt(Base, AttemptLog):
