@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.commits import AttemptRecord, Claim, Outcome, Write
 from engine.committer import TRANSIENT_ERRORS, Committer
-from engine.directives import Every, RunNow, WaitFor, WakeIn, read_directive
+from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
 from engine.fanout import FanOut
 from engine.history import run_key
@@ -60,61 +60,35 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     step = info.steps.get(name)
     failures = row.attempts
     started = time.perf_counter()
+
+    async def fail(exc: BaseException) -> None:
+        policy = step.retry if step is not None else RetryPolicy()
+        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+
     try:
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
         result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
+        took = _ms_since(started)
+        keep = isinstance(directive, RunNow) and ctx.may_continue()
+        outcome = _outcome_for(directive, claim, ctx.lease if keep else None)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # the body, what it returned, or its schedule: a failed attempt
         took = _ms_since(started)
         ctx.release_slot()
-        policy = step.retry if step is not None else RetryPolicy()
-        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        await fail(exc)
         return None
-    took = _ms_since(started)
-    keep = isinstance(directive, RunNow) and ctx.may_continue()
     if not keep:
         ctx.release_slot()
-    if directive is None:
-        outcome = Outcome(next_step=None, next_args=None, pending="discard")
-    elif isinstance(directive, WakeIn):
-        call = directive.call
-        outcome = Outcome(call.step.name, call.encoded, wake_after=directive.delay)
-    elif isinstance(directive, WaitFor):
-        outcome = _waiting(directive, claim)
-    elif isinstance(directive, FanOut):
-        # Nothing scheduled until the last child finishes; the commit counts them.
-        then = directive.then
-        outcome = Outcome(then.step.name, then.encoded)
-    elif isinstance(directive, Every):
-        call = directive.call
-        try:
-            wake_at = _next_occurrence(directive, claim)
-        except Exception as exc:  # the schedule itself failed: a failed attempt
-            policy = step.retry if step is not None else RetryPolicy()
-            await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
-            return None
-        # Going back round a schedule drops a held event.
-        outcome = Outcome(call.step.name, call.encoded, wake_at=wake_at, pending="discard")
-    else:
-        call = directive.call
-        outcome = Outcome(
-            call.step.name,
-            call.encoded,
-            wake_after=timedelta(0),
-            hold=ctx.lease if keep else None,
-        )
     outcome = replace(outcome, changes=user_changes(info, row), recent_event_keys=_taken_keys(row))
-    record = AttemptRecord(run_key(row), name, failures + 1, "ok", None, took)
-    announce = isinstance(directive, RunNow) and not keep
     write = Write(
         claim,
         outcome,
-        record,
-        announce,
+        AttemptRecord(run_key(row), name, failures + 1, "ok", None, took),
+        announce=isinstance(directive, RunNow) and not keep,
         fan_out=directive if isinstance(directive, FanOut) else None,
         finishes_child_of=_parent_if_final(row, outcome),
     )
@@ -129,8 +103,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         return None
     except SQLAlchemyError as exc:
         # The body succeeded but the database refused its commit: a failed attempt.
-        policy = step.retry if step is not None else RetryPolicy()
-        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        await fail(exc)
         return None
     if written is None:
         log.info("%s %s: fenced, its row moved while the step ran", _label(claim), name)
@@ -202,6 +175,30 @@ async def _record_failure(
         )
     except SQLAlchemyError:
         log.exception("%s %s: could not record the failed attempt", _label(claim), name)
+
+
+def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | None) -> Outcome:
+    """The engine columns a step's directive leaves on its row (before the row's own changes).
+
+    `hold` is the lease kept when this worker runs the next step itself.
+    """
+    if directive is None:
+        return Outcome(next_step=None, next_args=None, pending="discard")
+    if isinstance(directive, WakeIn):
+        call = directive.call
+        return Outcome(call.step.name, call.encoded, wake_after=directive.delay)
+    if isinstance(directive, WaitFor):
+        return _waiting(directive, claim)
+    if isinstance(directive, FanOut):
+        # Nothing scheduled until the last child finishes; the commit counts them.
+        return Outcome(directive.then.step.name, directive.then.encoded)
+    if isinstance(directive, Every):
+        # Going back round a schedule drops a held event.
+        wake_at = _next_occurrence(directive, claim)
+        call = directive.call
+        return Outcome(call.step.name, call.encoded, wake_at=wake_at, pending="discard")
+    call = directive.call
+    return Outcome(call.step.name, call.encoded, wake_after=timedelta(0), hold=hold)
 
 
 def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
