@@ -1,1 +1,1 @@
-"""duly's benchmark: throughput, start-to-run latency and timer lateness on a real PostgreSQL."""
+"""duly's benchmark: throughput, latency, lateness, deliveries and fan-out on real PostgreSQL."""

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import (
 
 from bench.models import Base
 from engine import Workflow
+from engine.notify import CHANNEL  # the channel start() announces on, for bulk inserts
 from infra.embedded import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,13 +87,15 @@ class BenchDatabase:
 
 
 async def insert_due_runs(
-    db: BenchDatabase, model: type[Workflow], first_step: str, n: int
+    db: BenchDatabase, model: type[Workflow], first_step: str, n: int, announce: bool = False
 ) -> None:
     """Insert `n` runs of `model`, all due now at `first_step`, in one statement.
 
     A bulk insert rather than n start() calls: the figure is the worker's, and
     every row must be waiting before it starts. ANALYZE then gives the planner
     the statistics autovacuum would have gathered on a table in service.
+    `announce` NOTIFYs a worker that is already running, in the same commit,
+    as start() does.
     """
     table = model.__table__  # type: ignore[attr-defined]
     assert isinstance(table, Table)
@@ -101,6 +104,8 @@ async def insert_due_runs(
     )
     async with db.engine.begin() as conn:
         await conn.execute(insert(table).from_select(["next_step", "next_args", "wake_at"], rows))
+        if announce:
+            await conn.execute(select(func.pg_notify(CHANNEL, table.name)))
     await db.scalar(sql.SQL("ANALYZE {}").format(sql.Identifier(table.name)))
 
 
@@ -114,6 +119,17 @@ async def wait_until_done(db: BenchDatabase, table: str, worker: WorkerProcess) 
     query = sql.SQL("SELECT count(*) FROM {} WHERE next_step IS NOT NULL").format(
         sql.Identifier(table)
     )
+    return await wait_until_none(db, query, worker, f"runs of {table} unfinished")
+
+
+async def wait_until_none(
+    db: BenchDatabase, query: sql.SQL | sql.Composed, worker: WorkerProcess, what: str
+) -> float:
+    """Run `query` (a count) every POLL_EVERY until it says 0; return time.time() then.
+
+    The same failures as wait_until_done; `what` names what is counted ("runs of
+    t unfinished") in their messages.
+    """
     last_pending: int | None = None
     last_change = time.monotonic()
     async with await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as conn:
@@ -124,15 +140,14 @@ async def wait_until_done(db: BenchDatabase, table: str, worker: WorkerProcess) 
                 return time.time()
             if worker.exit_code is not None:
                 raise RuntimeError(
-                    f"The worker process exited (status {worker.exit_code}) with {pending} runs "
-                    f"of {table} unfinished; its stderr is above."
+                    f"The worker process exited (status {worker.exit_code}) with {pending} "
+                    f"{what}; its stderr is above."
                 )
             if pending != last_pending:
                 last_pending, last_change = pending, time.monotonic()
             elif time.monotonic() - last_change > STALL_TIMEOUT:
                 raise RuntimeError(
-                    f"{pending} runs of {table} were still unfinished after "
-                    f"{STALL_TIMEOUT:.0f} s without progress."
+                    f"{pending} {what} after {STALL_TIMEOUT:.0f} s without progress."
                 )
             await asyncio.sleep(POLL_EVERY)
 

@@ -17,16 +17,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bench.harness import (
+    POLL_EVERY,
     BenchDatabase,
     WorkerProcess,
     check_no_failures,
     insert_due_runs,
     wait_until_done,
+    wait_until_none,
 )
-from bench.models import Latency, Timer
+from bench.models import FanChild, FanParent, Latency, Timer, Waiter
 from engine import Workflow, connect_workflows
 from infra.embedded import PG_CTL, EmbeddedPostgres
 
@@ -38,6 +42,8 @@ WARMUP_RUNS = 20  # runs started, and left out, before the latency and timer run
 TIMER_MIN_MS = 50  # shortest wake_in delay, milliseconds
 TIMER_MAX_MS = 500  # longest wake_in delay, milliseconds
 TIMER_SEED = 20261130  # the delays are shuffled the same way on every run
+PARK_CHUNK = 64  # runs inserted at a time for the worker to park; see measure_deliveries
+DELIVER_TASKS = 8  # concurrent delivering tasks in the bench process, on a pool of as many
 COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
 UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
 PGBENCH_SCRIPT = "\\set row :client_id + 1\nUPDATE bench_counter SET v = v + 1 WHERE id = :row;\n"
@@ -225,6 +231,195 @@ async def measure_lateness(
         async with db.engine.connect() as conn:
             rows = (await conn.execute(query.order_by(Timer.id))).all()
     return elapsed_ms(rows, "bench_timer")
+
+
+async def measure_deliveries(
+    server: EmbeddedPostgres, runs: int, pool_size: int | None
+) -> dict[str, Any]:
+    """Deliver one event to each of `runs` parked runs, DELIVER_TASKS at a time.
+
+    The runs are bulk-inserted due at `park`, PARK_CHUNK at a time, and the
+    worker parks each chunk (every run returns wait_for) before the next goes
+    in, and all of them before the clock starts; it keeps running while the
+    bench delivers. In one insert, the worker's backlog of parked-but-uncommitted
+    runs grows into commit statements that take longer and longer to build, and
+    it stalls (bench/README.md). Times both the deliver() calls and the events
+    applied.
+    """
+    async with BenchDatabase(server, "bench_waiter") as db:
+        async with WorkerProcess(db, ["Waiter"], pool_size) as worker:
+            for first in range(0, runs, PARK_CHUNK):
+                chunk = min(PARK_CHUNK, runs - first)
+                await insert_due_runs(db, Waiter, "park", chunk, announce=True)
+                parked_at = await wait_until_done(db, "bench_waiter", worker)
+            parked = await db.scalar(
+                "SELECT count(*) FROM bench_waiter "
+                "WHERE waiting_for = 'answer' AND next_step IS NULL AND pending_event IS NULL"
+            )
+            if parked != runs:
+                raise RuntimeError(f"Only {parked} of {runs} runs were parked on their wait.")
+            found = await deliver_to_each(db, runs)
+            applied_at = await wait_until_none(
+                db,
+                sql.SQL("SELECT count(*) FROM bench_waiter WHERE answer_value IS NULL"),
+                worker,
+                "runs of bench_waiter without their event applied",
+            )
+        await check_no_failures(db, "bench_waiter")
+        wrong = await db.scalar(
+            "SELECT count(*) FROM bench_waiter WHERE answer_value IS DISTINCT FROM id "
+            "OR next_step IS NOT NULL OR waiting_for IS NOT NULL OR pending_event IS NOT NULL"
+        )
+    if found["refused"]:
+        raise RuntimeError(
+            f"{found['refused']} of {runs} deliveries to waiting runs were refused (returned 0)."
+        )
+    if wrong:
+        raise RuntimeError(f"{wrong} runs of bench_waiter did not end with their own event.")
+    applied_seconds = applied_at - found["started_at"]
+    return {
+        "runs": runs,
+        "delivery_tasks": DELIVER_TASKS,
+        "deliver_seconds": found["seconds"],
+        "accepted": found["accepted"],
+        "accepted_per_s": found["accepted"] / found["seconds"],
+        "applied_seconds": applied_seconds,
+        "applied_per_s": runs / applied_seconds,
+        # The bench process's CPU time while it delivered: near deliver_seconds means the
+        # deliveries were bound by the Python client, not the database.
+        "bench_cpu_seconds": found["cpu_seconds"],
+        # From the worker entering run_workflows until every run was parked, chunk by chunk.
+        "park_seconds": parked_at - worker.ready_at,
+        "passes": worker.passes,  # parking and applying both
+        "worker_cpu_seconds": worker.cpu_seconds,
+        "worker_connections_opened": worker.connections,
+    }
+
+
+async def deliver_to_each(db: BenchDatabase, runs: int) -> dict[str, Any]:
+    """One deliver() to each run in id order, from DELIVER_TASKS tasks sharing the list.
+
+    A pool of DELIVER_TASKS connections under connect_workflows, as an
+    application that serves webhooks would hold; its connections are opened
+    before the clock starts.
+    """
+    engine = create_async_engine(db.url, pool_size=DELIVER_TASKS, max_overflow=0)
+    ids = iter(range(1, runs + 1))  # insert_due_runs numbers a fresh table's runs from 1
+    accepted = refused = 0
+
+    async def deliverer() -> None:
+        nonlocal accepted, refused
+        for run_id in ids:
+            taken = await Waiter.by(Waiter.id == run_id).deliver(Waiter.answer(run_id))
+            if taken == 1:
+                accepted += 1
+            else:
+                refused += 1
+
+    try:
+        async with connect_workflows(async_sessionmaker(engine), workflows=[Waiter]):
+            opened = [await engine.connect() for _ in range(DELIVER_TASKS)]
+            for conn in opened:
+                await conn.close()  # back to the pool, open
+            cpu = time.process_time()
+            started_at = time.time()
+            await asyncio.gather(*(deliverer() for _ in range(DELIVER_TASKS)))
+            seconds = time.time() - started_at
+            cpu = time.process_time() - cpu
+    finally:
+        await engine.dispose()
+    return {
+        "started_at": started_at,
+        "seconds": seconds,
+        "accepted": accepted,
+        "refused": refused,
+        "cpu_seconds": cpu,
+    }
+
+
+async def measure_fanout(
+    server: EmbeddedPostgres, children: int, pool_size: int | None
+) -> dict[str, Any]:
+    """Seconds from start() of a parent that fans out `children` no-op runs to its `then`.
+
+    A fan-out of WARMUP_RUNS children goes first and is left out, as the
+    latency runs' warm-up is. The bench polls for the measured parent's
+    children to appear, which shows how much of the time its own commit took.
+    """
+    async with (
+        BenchDatabase(server, "bench_fanout") as db,
+        WorkerProcess(db, ["FanParent", "FanChild"], pool_size) as worker,
+        connect_workflows(db.sessionmaker(), workflows=[FanParent, FanChild]),
+    ):
+        await fan_out_once(db, worker, WARMUP_RUNS)
+        parent_id, seen = await fan_out_once(db, worker, children)
+        await worker.stop()  # for its counts
+        for table in ("bench_fan_parent", "bench_fan_child"):
+            await check_no_failures(db, table)
+        query = select(
+            FanParent.started_at, FanParent.split_at, FanParent.done_at, FanParent.children_left
+        ).where(FanParent.id == parent_id)
+        async with db.engine.connect() as conn:
+            started_at, split_at, done_at, left = (await conn.execute(query)).one()
+        started = await db.scalar(
+            f"SELECT count(*) FROM bench_fan_child WHERE {CHILD_OF}", f"[{parent_id}]"
+        )
+    if started != children or left != 0:
+        raise RuntimeError(
+            f"The parent started {started} of {children} children and counts {left} left."
+        )
+    if split_at is None or done_at is None:
+        raise RuntimeError("The fan-out's parent finished without recording its times.")
+    return {
+        "children": children,
+        "seconds": done_at - started_at,
+        # The parent's fan-out step began: its start-to-run latency.
+        "split_began_after_s": split_at - started_at,
+        # Its commit, with every child in it, was visible (to within the bench's poll).
+        "children_visible_after_s": None if seen is None else seen - started_at,
+        "children_per_s": children / (done_at - started_at),
+        "passes": worker.passes,  # the warm-up's included
+        "worker_cpu_seconds": worker.cpu_seconds,
+        "worker_connections_opened": worker.connections,
+    }
+
+
+CHILD_OF = "(parent::jsonb -> 'key') = %s::jsonb"  # a child of the parent whose key is given
+FANOUT_PENDING = sql.SQL(
+    "SELECT (SELECT count(*) FROM bench_fan_parent WHERE next_step IS NOT NULL)"
+    " + (SELECT count(*) FROM bench_fan_child WHERE next_step IS NOT NULL)"
+)
+
+
+async def fan_out_once(
+    db: BenchDatabase, worker: WorkerProcess, children: int
+) -> tuple[int, float | None]:
+    """Start one parent and wait until it and its children are done.
+
+    Returns its id, and time.time() when its first child was seen (None if
+    all was done before the bench's poll saw any).
+    """
+    # started_at is read as the row is built, i.e. just before its start().
+    parent = FanParent(child_count=children, started_at=time.time())
+    await parent.start(FanParent.split)
+    watcher = asyncio.create_task(first_child_seen(db, parent.id))
+    try:
+        await wait_until_none(db, FANOUT_PENDING, worker, "runs of the fan-out unfinished")
+    finally:
+        watcher.cancel()
+    (seen,) = await asyncio.gather(watcher, return_exceptions=True)
+    return parent.id, seen if isinstance(seen, float) else None
+
+
+async def first_child_seen(db: BenchDatabase, parent_id: int) -> float:
+    """time.time() when the first child of `parent_id` is visible, polled every POLL_EVERY."""
+    query = f"SELECT EXISTS (SELECT 1 FROM bench_fan_child WHERE {CHILD_OF})"
+    async with await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as conn:
+        while True:
+            row = await (await conn.execute(query, (f"[{parent_id}]",))).fetchone()
+            if row and row[0]:
+                return time.time()
+            await asyncio.sleep(POLL_EVERY)
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:

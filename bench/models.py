@@ -12,7 +12,7 @@ from datetime import timedelta
 from sqlalchemy import Float, Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import Step, Workflow, step, wake_in
+from engine import Step, Workflow, child, fan_out, step, wait_for, wake_in
 
 
 class Base(DeclarativeBase):
@@ -87,4 +87,58 @@ class Timer(Base, Workflow):
         self.fired_at = time.time()
 
 
-WORKFLOWS: dict[str, type[Workflow]] = {cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer)}
+class Waiter(Base, Workflow):
+    """Parks on an event; the event's step stores the value it carried."""
+
+    __tablename__ = "bench_waiter"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    answer_value: Mapped[int | None] = mapped_column(Integer, default=None)
+
+    @step
+    async def park(self) -> object:  # a wait_for(...) directive
+        return wait_for(Waiter.answer)
+
+    @step
+    async def answer(self, value: int) -> None:
+        self.answer_value = value
+
+
+class FanParent(Base, Workflow):
+    """Fans out `child_count` no-op runs, then records when its `then` step began."""
+
+    __tablename__ = "bench_fan_parent"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    child_count: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)  # time.time() just before start()
+    split_at: Mapped[float | None] = mapped_column(Float, default=None)
+    done_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+    @step
+    async def split(self) -> object:  # a fan_out(...) directive
+        self.split_at = time.time()  # the step's body began; its commit starts the children
+        return fan_out(
+            (child(FanChild(), FanChild.run) for _ in range(self.child_count)), then=FanParent.done
+        )
+
+    @step
+    async def done(self) -> None:
+        self.done_at = time.time()
+
+
+class FanChild(Base, Workflow):
+    """One child of a fan-out: a step that does nothing."""
+
+    __tablename__ = "bench_fan_child"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def run(self) -> None:
+        return None
+
+
+WORKFLOWS: dict[str, type[Workflow]] = {
+    cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild)
+}

@@ -85,9 +85,11 @@ async def machine_info(server: EmbeddedPostgres, worker_concurrency: int) -> dic
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """Rates as whole numbers with separators, milliseconds to a tenth."""
+    """Rates as whole numbers with separators, milliseconds to a tenth, seconds to a hundredth."""
     if value is None:
         return "failed"
+    if unit == "s":
+        return f"{value:,.2f}"
     return f"{value:,.1f}" if unit == "ms" else f"{value:,.0f}"
 
 

@@ -5,7 +5,8 @@
 It starts its own embedded PostgreSQL (fsync on: every figure pays for real
 commits) and measures, each in a fresh database: plain UPDATE commits/s (the
 ceiling for one commit per step), no-op steps/s, three-step chains/s,
-start-to-run latency and wake_in lateness. bench/README.md says how each is taken. The table goes to
+start-to-run latency, wake_in lateness, deliveries/s to waiting runs and the
+time a fan-out of many children takes. bench/README.md says how each is taken. The table goes to
 stdout, then the same figures as JSON. A measurement that fails is reported
 as failed, the others still run, and the exit status is 1.
 """
@@ -34,7 +35,7 @@ from bench.report import Report, format_table, machine_info  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
 REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
-MEASUREMENTS = ("reference", "noop", "chain", "latency", "timer")
+MEASUREMENTS = ("reference", "noop", "chain", "latency", "timer", "deliver", "fanout")
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
 PEER_UPDATES = {1: "pgbench, PG 15: 4,850/s", 8: "pgbench, PG 15: 10,400/s"}
@@ -42,6 +43,7 @@ PEER_JOBS = "pgqueuer 1,100-1,250 jobs/s; procrastinate ~300"
 PEER_CHAINS = "pgqueuer ~370-420 (its jobs/s / 3)"
 PEER_LATENCY = "pgqueuer, procrastinate: 1-3 ms"
 PEER_LATENESS = "pgqueuer ~140 ms; procrastinate ~3.3 s"
+NO_PEER = "—"  # the peers have no wait-for-event or fan-out to compare with
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,28 @@ class Sizes:
     chain_runs: int
     latency_runs: int
     timer_runs: int
+    deliver_runs: int
+    fanout_children: int
 
 
-FULL = Sizes(update_seconds=3.0, noop_runs=5000, chain_runs=2000, latency_runs=300, timer_runs=300)
-QUICK = Sizes(update_seconds=0.6, noop_runs=1000, chain_runs=400, latency_runs=60, timer_runs=60)
+FULL = Sizes(
+    update_seconds=3.0,
+    noop_runs=5000,
+    chain_runs=2000,
+    latency_runs=300,
+    timer_runs=300,
+    deliver_runs=2000,
+    fanout_children=1000,
+)
+QUICK = Sizes(
+    update_seconds=0.6,
+    noop_runs=1000,
+    chain_runs=400,
+    latency_runs=60,
+    timer_runs=60,
+    deliver_runs=400,
+    fanout_children=200,
+)
 
 
 async def run_all(
@@ -69,7 +89,8 @@ async def run_all(
     """Every chosen measurement in turn, each on a fresh database."""
     report = Report(await machine_info(server, WORKER_CONCURRENCY), asdict(sizes))
     report.details["worker_pool_size"] = pool_size or "SQLAlchemy default (5 + 10 overflow)"
-    report.details["warmup_runs"] = measures.WARMUP_RUNS  # before the latency and timer runs
+    # Before the latency and timer runs; the warm-up fan-out has as many children.
+    report.details["warmup_runs"] = measures.WARMUP_RUNS
     ceiling = ""
 
     async def attempt(name: str, description: str, measure: Awaitable[None]) -> None:
@@ -134,6 +155,36 @@ async def run_all(
             peer = PEER_LATENESS if p == "p50" else ""
             report.add(f"wake_in_lateness_{p}_ms", f"wake_in lateness {p}", found[p], "ms", peer)
 
+    async def deliver() -> None:
+        found = await measures.measure_deliveries(server, sizes.deliver_runs, pool_size)
+        report.details["deliver"] = found
+        tasks = found["delivery_tasks"]
+        report.add(
+            "deliveries_accepted_per_s",
+            f"Deliveries accepted/s ({tasks} tasks)",
+            found["accepted_per_s"],
+            "deliveries/s",
+            NO_PEER,
+        )
+        report.add(
+            "deliveries_applied_per_s",
+            "Deliveries: events applied/s",
+            found["applied_per_s"],
+            "events/s",
+            NO_PEER,
+        )
+
+    async def fanout() -> None:
+        found = await measures.measure_fanout(server, sizes.fanout_children, pool_size)
+        report.details["fanout"] = found
+        report.add(
+            "fanout_seconds",
+            f"Fan-out of {sizes.fanout_children:,} children: start to then",
+            found["seconds"],
+            "s",
+            NO_PEER,
+        )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -147,6 +198,12 @@ async def run_all(
             f"{measures.TIMER_START_EVERY * 1000:.0f} ms apart",
             timer,
         ),
+        "deliver": (
+            f"{sizes.deliver_runs} parked runs, one deliver() each from "
+            f"{measures.DELIVER_TASKS} tasks",
+            deliver,
+        ),
+        "fanout": (f"one parent fanning out {sizes.fanout_children} no-op children", fanout),
     }
     for name in MEASUREMENTS:
         if name in only:

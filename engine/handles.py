@@ -104,7 +104,11 @@ class Handle(Generic[W]):
         """
         call = as_call(target)  # the payload is checked against the step it addresses
         check_owner(call, self._info.cls)
-        event = {**call.encoded, "event_key": key} if key is not None else call.encoded
+        # "event" marks next_args as a delivered event: until a worker takes it, it counts
+        # as the run's one held event.
+        event = {**call.encoded, "event": True}
+        if key is not None:
+            event["event_key"] = key
         params = {
             "duly_step": call.step.name,
             "duly_event": event,
@@ -196,6 +200,11 @@ def _delivery_statement(
         takes.append(and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None)))
     # IS TRUE: a NULL (no wait, no deadline) must read as "no", not as unknown.
     accepts = and_(key_free, or_(*takes)).is_(true())
+    # An event accepted but not yet taken by a worker still counts as the one held.
+    untaken_event = and_(
+        t.c.claimed_until.is_(None),
+        t.c.next_args["event"].as_string().is_not_distinct_from("true"),
+    )
     # On its way to a wait (a step scheduled or running, no wait armed): hold one event.
     holds = and_(
         key_free,
@@ -203,6 +212,7 @@ def _delivery_statement(
         t.c.waiting_for.is_(None),
         t.c.next_step.isnot(None),
         t.c.pending_event.is_(None),
+        not_(untaken_event),
     )
     event = cast(bindparam("duly_event", type_=JSONB), JSONB)
     moved = (
