@@ -12,8 +12,10 @@ until the earliest lease in it would end, which the fence makes harmless.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +32,7 @@ log = logging.getLogger("duly.worker")
 TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the connection, not the data
 FIRST_RECONNECT_DELAY = 0.05  # seconds
 MAX_RECONNECT_DELAY = 2.0  # seconds
+MAX_WRITES_PER_STATEMENT = 16  # a statement of more costs more to build than it saves
 
 Pending = tuple[Write, "asyncio.Future[Row[Any] | None]"]
 
@@ -83,61 +86,65 @@ class Committer:
             await self._flush(self._take())
 
     async def _flush(self, batch: list[Pending]) -> None:
-        # One statement per table, and per path: engine-only outcomes take the fast one.
-        by_table: dict[tuple[str, bool], list[Pending]] = {}
-        for pending in [p for p in batch if p[0].needs_transaction]:
-            # Children to start or a parent to tell: a transaction of its own.
-            try:
-                await self._write_group([pending])
-            except SQLAlchemyError as exc:
-                _settle(pending[1], exc)
-        for pending in [p for p in batch if not p[0].needs_transaction]:
-            path = (pending[0].claim.info.table.fullname, takes(pending[0]))
-            by_table.setdefault(path, []).append(pending)
-        for group in by_table.values():
-            try:
-                await self._write_group(group)
-            except SQLAlchemyError as exc:
-                if len(group) == 1:
-                    _settle(group[0][1], exc)
-                    continue
-                # One write spoiled the statement: find out which, each on its own.
-                for single in group:
-                    try:
-                        await self._write_group([single])
-                    except SQLAlchemyError as single_exc:
-                        _settle(single[1], single_exc)
-            except Exception as exc:  # a bug, not the database: the steps must hear of it
-                for _, future in group:
-                    _settle(future, exc)
+        # One statement per table and path, at most MAX_WRITES_PER_STATEMENT writes each:
+        # the cost of building a statement grows faster than its length.
+        groups: dict[tuple[str, str, int], list[Pending]] = {}
+        for pending in batch:
+            write = pending[0]
+            path = _path(write)
+            alone = id(write) if path == "fan-out" else 0  # a fan-out commits on its own
+            groups.setdefault((write.claim.info.table.fullname, path, alone), []).append(pending)
+        for (_, path, _), group in groups.items():
+            for start in range(0, len(group), MAX_WRITES_PER_STATEMENT):
+                await self._settle_group(path, group[start : start + MAX_WRITES_PER_STATEMENT])
 
-    async def _write_with_others(self, write: Write) -> Row[Any] | None:
-        """A step's outcome with the children it starts or the parent it finishes."""
-        claim = write.claim
+    async def _settle_group(self, path: str, group: list[Pending]) -> None:
+        try:
+            await self._write_group(path, group)
+        except SQLAlchemyError as exc:
+            if len(group) == 1:
+                _settle(group[0][1], exc)
+                return
+            # One write spoiled the statement: find out which, each on its own.
+            for single in group:
+                try:
+                    await self._write_group(path, [single])
+                except SQLAlchemyError as single_exc:
+                    _settle(single[1], single_exc)
+        except Exception as exc:  # a bug, not the database: the steps must hear of it
+            for _, future in group:
+                _settle(future, exc)
+
+    async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
+        """Outcomes with the children they start or the parents they finish, in one commit."""
         async with self._transactions.begin() as conn:
-            (row,) = await fenced_writes(conn, [write], attempt_log=self._attempt_log)
-            if row is None:
-                await conn.rollback()  # fenced: start no child, tell no parent
-                return None
-            if write.fan_out is not None:
-                started = await start_children(conn, write.fan_out, claim.info, claim.key)
-                await count_children(conn, claim.info, claim.key, started)
-            if write.finishes_child_of is not None:
-                await child_finished(conn, write.finishes_child_of, claim.info)
-        return row
+            rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
+            finished: Counter[str] = Counter()
+            for write, row in zip(writes, rows, strict=True):
+                if row is None:
+                    continue  # fenced: starts no child, tells no parent
+                claim = write.claim
+                if write.fan_out is not None:
+                    started = await start_children(conn, write.fan_out, claim.info, claim.key)
+                    await count_children(conn, claim.info, claim.key, started)
+                if write.finishes_child_of is not None:
+                    finished[json.dumps(write.finishes_child_of, sort_keys=True)] += 1
+            # Children of one parent that finished together count down in one UPDATE.
+            for reference, count in finished.items():
+                await child_finished(conn, json.loads(reference), writes[0].claim.info, count)
+        return rows
 
-    async def _write_group(self, group: list[Pending]) -> None:
+    async def _write_group(self, path: str, group: list[Pending]) -> None:
         deadline = time.monotonic() + self._lease
         delay = FIRST_RECONNECT_DELAY
         writes = [write for write, _ in group]
-        bulk = all(takes(write) for write in writes)
         while True:
             try:
-                if len(writes) == 1 and writes[0].needs_transaction:
-                    rows = [await self._write_with_others(writes[0])]
+                if path in ("fan-out", "finishing"):
+                    rows = await self._write_in_transaction(writes)
                     break
                 async with self._engine.connect() as conn:
-                    if bulk:
+                    if path == "bulk":
                         rows = await bulk_fenced_writes(conn, writes, attempt_log=self._attempt_log)
                     else:
                         rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
@@ -152,6 +159,15 @@ class Committer:
         for (_, future), row in zip(group, rows, strict=True):
             if not future.done():
                 future.set_result(row)
+
+
+def _path(write: Write) -> str:
+    """How a write is committed: its own transaction, with parents, fast path, or CTEs."""
+    if write.fan_out is not None:
+        return "fan-out"
+    if write.finishes_child_of is not None:
+        return "finishing"
+    return "bulk" if takes(write) else "typed"
 
 
 def _settle(future: asyncio.Future[Row[Any] | None], exc: BaseException) -> None:

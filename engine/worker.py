@@ -135,7 +135,7 @@ class Worker:
         claimed_before = self.steps_started
         try:
             while True:
-                free = self.options.max_concurrency - len(self._busy)
+                free = self._free_slots()
                 if free > 0:
                     await self._pass(free)
                 if not self._claims:
@@ -156,7 +156,7 @@ class Worker:
         error_delay = FIRST_ERROR_DELAY
         while not self._stopping:
             self._wakeup.clear()
-            free = self.options.max_concurrency - len(self._busy)
+            free = self._free_slots()
             try:
                 upcoming = await self._pass(free) if free > 0 else None
             except (SQLAlchemyError, OSError) as exc:
@@ -200,6 +200,15 @@ class Worker:
             if len(claimed) < free:
                 upcoming = await next_due(conn, infos)
         return _BUSY if len(claimed) == free else upcoming
+
+    def _free_slots(self) -> int:
+        """Slots for new claims: bodies running count, and so, past a bound, do commits.
+
+        A step gives its slot back when its body returns, before its commit; the
+        bound keeps claims from running ahead of commits without limit.
+        """
+        concurrency = self.options.max_concurrency
+        return min(concurrency - len(self._busy), 2 * concurrency - len(self._claims))
 
     def _release_slot(self) -> None:
         task = asyncio.current_task()
