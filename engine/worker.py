@@ -208,7 +208,7 @@ class Worker:
         bound keeps claims from running ahead of commits without limit.
         """
         concurrency = self.options.max_concurrency
-        return min(concurrency - len(self._busy), 2 * concurrency - len(self._claims))
+        return min(concurrency - len(self._busy), 4 * concurrency - len(self._claims))
 
     def _release_slot(self) -> None:
         task = asyncio.current_task()
