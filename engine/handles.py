@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
@@ -27,6 +28,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -109,15 +111,23 @@ class Handle(Generic[W]):
         event = {**call.encoded, "event": True}
         if key is not None:
             event["event_key"] = key
-        params = {
+        params: dict[str, Any] = {
             "duly_step": call.step.name,
             "duly_event": event,
             "duly_held": {"step": call.step.name, **event},
             "duly_key": key,
         }
-        statement = _delivery_statement(self._info, self._where, restart, key is not None)
+        info = self._info
+        # Find the runs first, then deliver by key with a statement built once per shape:
+        # building the delivery around each caller's WHERE cost more than running it.
+        matching = select(*info.mapper.primary_key).where(*self._where)
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
+            keys = [tuple(row) for row in (await conn.execute(matching)).all()]
+            if not keys:
+                return 0
+            statement = _delivery_statement(info, restart, key is not None)
+            params["duly_keys"] = keys if len(info.mapper.primary_key) > 1 else [k[0] for k in keys]
             accepted = int((await conn.execute(statement, params)).scalar_one())
         if accepted:
             connection.kick(self._info.name)
@@ -174,10 +184,15 @@ class Handle(Generic[W]):
             return list((await session.scalars(query)).all())
 
 
-def _delivery_statement(
-    info: WorkflowInfo, where: tuple[ColumnElement[bool], ...], restart: bool, keyed: bool
-) -> Executable:
-    """One UPDATE that sorts every matching run into accepts, holds, or refuses."""
+def _among(info: WorkflowInfo, keys: Any) -> ColumnElement[bool]:
+    """The rows whose primary key is in `keys` (an expanding parameter)."""
+    columns = list(info.mapper.primary_key)
+    return columns[0].in_(keys) if len(columns) == 1 else tuple_(*columns).in_(keys)
+
+
+@lru_cache(maxsize=256)
+def _delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
+    """One UPDATE that sorts the runs with the given keys into accepts, holds, or refuses."""
     t = info.table
     now = db_now()
     step_name = bindparam("duly_step", type_=Text)
@@ -217,7 +232,7 @@ def _delivery_statement(
     event = cast(bindparam("duly_event", type_=JSONB), JSONB)
     moved = (
         update(t)
-        .where(*where)
+        .where(_among(info, bindparam("duly_keys", expanding=True)))
         .where(or_(accepts, holds))
         .values(
             next_step=case((accepts, step_name), else_=t.c.next_step),
