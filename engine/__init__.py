@@ -8,12 +8,18 @@ from __future__ import annotations
 from engine.connection import connect_workflows
 from engine.cron import Cron
 from engine.directives import every, wait_for, wake_in
-from engine.errors import DulyError, NotADirectiveError, NotConnectedError, StepError
+from engine.errors import (
+    DulyError,
+    NotADirectiveError,
+    NotConnectedError,
+    NotRunningError,
+    StepError,
+)
 from engine.fanout import child, fan_out
 from engine.handles import Handle
 from engine.history import AttemptLog
 from engine.steps import Call, Step, step
-from engine.worker import Worker, run_workflows
+from engine.worker import Worker, run_workflows, wake
 from engine.workflow import Workflow
 
 __all__ = [
@@ -24,6 +30,7 @@ __all__ = [
     "Handle",
     "NotADirectiveError",
     "NotConnectedError",
+    "NotRunningError",
     "Step",
     "StepError",
     "Worker",
@@ -35,5 +42,6 @@ __all__ = [
     "run_workflows",
     "step",
     "wait_for",
+    "wake",
     "wake_in",
 ]

@@ -2,6 +2,7 @@
 
     DulyError
     ├── NotConnectedError     no connect_workflows()/run_workflows() is active
+    ├── NotRunningError       wake() with no run_workflows() worker in the process
     ├── StepError             a step or its arguments cannot be used as given
     │                         (also a TypeError: it is a mistake in the call)
     └── NotADirectiveError    a step returned something that is not a directive
@@ -23,6 +24,10 @@ class DulyError(Exception):
 class NotConnectedError(DulyError):
     """No workflow connection is active: enter connect_workflows(Session) or
     run_workflows(Session) first."""
+
+
+class NotRunningError(DulyError):
+    """No worker is running in this process: wake() needs an active run_workflows(Session)."""
 
 
 class StepError(DulyError, TypeError):

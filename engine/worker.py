@@ -19,15 +19,18 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import commits
 from engine.claims import NextDue, claim_due, next_due
 from engine.commits import Claim
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
+from engine.errors import NotRunningError
 from engine.execution import StepContext, execute
+from engine.idle import IdleContract, OnIdle
 from engine.listener import Listener
 from engine.notify import EVERYONE
 from engine.rows import build_row, primary_key
@@ -37,6 +40,8 @@ log = logging.getLogger("duly.worker")
 FIRST_ERROR_DELAY = 0.1  # seconds before a pass is retried after a database error
 MAX_ERROR_DELAY = 5.0  # seconds
 WALL_CLOCK_CHECK = 5.0  # seconds between re-reading the wall clock during a long sleep
+IDLE_INTERVAL = timedelta(seconds=30)  # the longest sleep of a listening worker
+SUSPENDING_IDLE_INTERVAL = timedelta(hours=1)  # ... and of one under suspends_when_idle
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class WorkerOptions:
     max_idle_interval: timedelta = timedelta(seconds=30)
     shutdown_timeout: timedelta = timedelta(seconds=10)
     listen: bool = True
+    on_idle: OnIdle | None = None
+    listen_url: URL | None = None  # LISTEN here instead of on the session's engine
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -90,6 +97,7 @@ class Worker:
         self.listener: Listener | None = None
         self.passes = 0
         self.steps_started = 0
+        self.idle = IdleContract(options.on_idle)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -97,7 +105,9 @@ class Worker:
         """Start the pass loop, the lease keeper and (if listening) the listener."""
         if self.options.listen and self.tables:
             self.listener = Listener(
-                self._engine.url, self.kick, self.options.max_idle_interval.total_seconds()
+                self.options.listen_url or self._engine.url,
+                self.kick,
+                self.options.max_idle_interval.total_seconds(),
             )
             self._background.append(asyncio.create_task(self.listener.run()))
         self._background.append(asyncio.create_task(self._keep_leases()))
@@ -144,6 +154,10 @@ class Worker:
         finally:
             await self._committer.stop()
         return self.steps_started - claimed_before
+
+    async def wake(self, timeout: float) -> bool:
+        """Look now; True once caught up and reported (see `engine.wake`)."""
+        return await self.idle.wait_caught_up(self.passes, timeout, lambda: self.kick(EVERYONE))
 
     def kick(self, payload: str) -> None:
         """Wake the pass loop if `payload` names one of this worker's tables (or everyone)."""
@@ -199,6 +213,13 @@ class Worker:
                 self.steps_started += 1
             if len(claimed) < free:
                 upcoming = await next_due(conn, infos)
+        if len(claimed) < free:
+            await self.idle.after_pass(
+                self.passes,
+                len(claimed),
+                upcoming.at if upcoming is not None else None,
+                running=bool(self._claims),
+            )
         return _BUSY if len(claimed) == free else upcoming
 
     def _free_slots(self) -> int:
@@ -315,25 +336,59 @@ async def run_workflows(
     max_concurrency: int = 8,
     lease: timedelta = timedelta(minutes=5),
     poll_interval: timedelta = timedelta(seconds=1),
-    max_idle_interval: timedelta = timedelta(seconds=30),
+    max_idle_interval: timedelta | None = None,
     shutdown_timeout: timedelta = timedelta(seconds=10),
+    on_idle: OnIdle | None = None,
+    suspends_when_idle: bool = False,
+    listen_engine: AsyncEngine | None = None,
     workflows: Iterable[type[Any]] | None = None,
 ) -> AsyncIterator[Worker]:
-    """Run a worker for the workflows in Session's database while the block runs."""
+    """Run a worker for the workflows in Session's database while the block runs.
+
+    `max_idle_interval` defaults to 30 seconds, or an hour with
+    `suspends_when_idle` (which also means: no LISTEN connection).
+    """
+    if suspends_when_idle and listen_engine is not None:
+        raise ValueError(
+            "Pass suspends_when_idle or listen_engine, not both: a worker on a database that "
+            "suspends itself must not hold a LISTEN connection, which listen_engine asks for."
+        )
+    if max_idle_interval is None:
+        max_idle_interval = SUSPENDING_IDLE_INTERVAL if suspends_when_idle else IDLE_INTERVAL
     options = WorkerOptions(
         max_concurrency=max_concurrency,
         lease=lease,
         poll_interval=poll_interval,
         max_idle_interval=max_idle_interval,
         shutdown_timeout=shutdown_timeout,
+        listen=not suspends_when_idle,
+        on_idle=on_idle,
+        listen_url=listen_engine.url if listen_engine is not None else None,
     )
     connection = await open_connection(Session, workflows)
     worker = Worker(connection, options)
     async with activate(connection):
         connection.kicks.append(worker.kick)
+        _running.append(worker)
         await worker.start()
         try:
             yield worker
         finally:
+            _running.remove(worker)
             connection.kicks.remove(worker.kick)
             await worker.stop()
+
+
+_running: list[Worker] = []
+
+
+async def wake(timeout: timedelta | float) -> bool:
+    """Ask this process's worker to look; True once it is caught up and has told on_idle.
+
+    False when `timeout` passes first, or at once when eight callers are
+    already waiting (the worker is asked to look all the same).
+    """
+    if not _running:
+        raise NotRunningError()
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    return await _running[-1].wake(seconds)

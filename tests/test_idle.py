@@ -1,0 +1,130 @@
+"""The idle contract: on_idle told once per change, wake(timeout), and their options."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from engine import NotRunningError, run_workflows, wake
+from engine.clock import db_now
+from engine.testing import move_clock
+from tests.apps import behaviour
+from tests.apps.behaviour import Held, Timer
+from tests.conftest import Database
+from tests.helpers import wait_until
+
+
+@pytest.fixture(autouse=True)
+def fresh_controls() -> None:
+    behaviour.release = asyncio.Event()
+    behaviour.holding.clear()
+
+
+async def earliest_due(Session) -> datetime | None:  # type: ignore[no-untyped-def]
+    async with Session() as session:
+        return await session.scalar(
+            select(func.min(Timer.wake_at)).where(Timer.next_step.isnot(None))
+        )
+
+
+async def test_on_idle_is_told_once_per_change_not_once_per_pass(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    told: list[datetime | None] = []
+    async with run_workflows(Session, workflows=[Timer], on_idle=told.append) as worker:
+        assert await wake(5)
+        assert told == [None], "nothing is scheduled"
+        assert await Timer().start(Timer.arm)
+        assert await wake(5)
+        reports, passes = len(told), worker.passes
+        for _ in range(100):
+            worker.kick("*")
+            await asyncio.sleep(0.002)
+        await wait_until(lambda: _true(worker.passes >= passes + 50))
+        assert await wake(5)
+        assert worker.passes >= passes + 50
+    assert len(told) == reports, "fifty passes and more, the same instant: not told again"
+    assert told[-1] == await earliest_due(Session)
+
+
+async def _true(value: object) -> object:
+    return value
+
+
+async def test_the_reported_instant_is_the_databases_earliest_due_time(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    told: list[datetime | None] = []
+    await move_clock(Session, timedelta(days=10))
+    async with run_workflows(Session, workflows=[Timer], on_idle=told.append):
+        for _ in range(3):
+            assert await Timer().start(Timer.arm)
+        assert await wake(5)
+        expected = await earliest_due(Session)
+        async with Session() as session:
+            now = await session.scalar(select(db_now()))
+    assert told[-1] == expected
+    assert expected is not None and now is not None
+    assert timedelta(hours=23) < expected - now <= timedelta(days=1), "on the moved clock"
+
+
+async def test_wake_returns_true_only_when_caught_up_and_false_on_timeout(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    async with run_workflows(Session, workflows=[Held], on_idle=lambda at: None):
+        row = Held()
+        assert await row.start(Held.work)
+        await wait_until(lambda: _true(behaviour.holding))
+        assert not await wake(0.3), "a step is still running"
+        behaviour.release.set()
+        assert await wake(5)
+
+
+async def test_a_ninth_concurrent_caller_returns_false_at_once(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    async with run_workflows(Session, workflows=[Held]):
+        assert await Held().start(Held.work)
+        await wait_until(lambda: _true(behaviour.holding))
+        waiting = [asyncio.create_task(wake(10)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        assert not await wake(10)
+        assert asyncio.get_running_loop().time() - started < 0.1
+        behaviour.release.set()
+        assert all(await asyncio.gather(*waiting))
+
+
+async def test_wake_without_a_worker_is_a_clear_error() -> None:
+    with pytest.raises(NotRunningError, match="run_workflows"):
+        await wake(1)
+
+
+async def test_suspends_when_idle_and_listen_engine_together_are_refused(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    with pytest.raises(ValueError, match="not both"):
+        async with run_workflows(
+            Session, workflows=[Timer], suspends_when_idle=True, listen_engine=db.engine()
+        ):
+            pass
+
+
+async def test_suspends_when_idle_listens_for_nothing_and_waits_an_hour(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    async with run_workflows(Session, workflows=[Timer], suspends_when_idle=True) as worker:
+        assert worker.listener is None
+        assert worker.options.max_idle_interval == timedelta(hours=1)
+        row = Timer()
+        assert await row.start(Timer.arm)  # a start in this process still kicks it
+        assert await wake(5)
+
+
+async def test_listen_engine_holds_the_listen_connection(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    direct = db.engine()
+    async with run_workflows(Session, workflows=[Timer], listen_engine=direct) as worker:
+        assert worker.listener is not None
+        await asyncio.wait_for(worker.listener.connected.wait(), 5)
+        applications = db.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'duly-listener'"
+        )
+        assert applications[0][0] >= 1
