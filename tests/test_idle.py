@@ -128,3 +128,68 @@ async def test_listen_engine_holds_the_listen_connection(db: Database) -> None:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'duly-listener'"
         )
         assert applications[0][0] >= 1
+
+
+async def test_a_platform_that_sleeps_until_on_idle_drives_onboarding_to_completion(
+    db: Database,
+) -> None:
+    """Stands in for a serverless platform: start a worker, wake it, stop it, sleep until
+    the instant on_idle last reported (on the moved clock), and again."""
+    from functions import examples
+    from functions.examples import Onboarding
+
+    Session = await db.create(examples.Base.metadata)
+    examples.sent_emails.clear()
+    told: list[datetime | None] = []
+    reported: datetime | None = None
+    rounds = 0
+    while rounds < 10:
+        rounds += 1
+        async with run_workflows(
+            Session, workflows=[Onboarding], suspends_when_idle=True, on_idle=told.append
+        ):
+            if rounds == 1:
+                assert await Onboarding(user_id="p1", email="p1@example.com").start(
+                    Onboarding.welcome
+                )
+            assert await wake(10)
+        reported = told[-1]
+        if reported is None:
+            break  # nothing left to wait for: the platform deletes its schedule
+        async with Session() as session:
+            now = await session.scalar(select(db_now()))
+            earliest = await session.scalar(
+                select(func.min(Onboarding.wake_at)).where(Onboarding.next_step.isnot(None))
+            )
+        assert now is not None and earliest is not None
+        assert earliest >= reported, "no work is due before the instant last reported"
+        await move_clock(Session, max(reported - now, timedelta(0)))
+    assert reported is None, f"still waiting after {rounds} rounds"
+    assert [t for _, t in examples.sent_emails] == ["welcome", "nudge_1", "nudge_2"]
+
+
+async def test_timers_fire_on_time_when_the_listener_is_killed(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    async with run_workflows(
+        Session, workflows=[behaviour.Alarm], max_idle_interval=timedelta(seconds=30)
+    ) as worker:
+        assert worker.listener is not None
+        await asyncio.wait_for(worker.listener.connected.wait(), 5)
+        killed = db.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'duly-listener' AND datname = current_database()"
+        )
+        assert killed == [(True,)]
+        row = behaviour.Alarm()
+        armed_at = asyncio.get_running_loop().time()
+        assert await row.start(behaviour.Alarm.arm(300))
+
+        async def rang() -> bool:
+            async with Session() as session:
+                stored = await session.get(behaviour.Alarm, row.id, populate_existing=True)
+                return stored is not None and stored.rang_at is not None
+
+        await wait_until(rang, timeout=3)
+        assert asyncio.get_running_loop().time() - armed_at < 0.8, "on time, listener or not"
+        await asyncio.wait_for(worker.listener.connected.wait(), 5)
+        assert worker.listener.reconnects >= 1
