@@ -239,14 +239,14 @@ class Worker:
 
     def _sleep_for(self, free: int, upcoming: NextDue | object | None) -> float:
         idle = self.options.max_idle_interval.total_seconds()
-        due_again, self._due_again = self._due_again, False
-        if free <= 0 or not isinstance(upcoming, NextDue):
-            return idle  # every slot busy (a finishing step wakes us), or nothing scheduled
-        if upcoming.seconds > 0:
-            return min(upcoming.seconds, idle)
-        # Due now but not taken: it came due after the claim, or another worker's claim
-        # held it. Look again at once the first time, then no sooner than poll_interval.
-        if due_again:
+        if free <= 0:
+            return idle  # every slot busy: a finishing step wakes us
+        if not isinstance(upcoming, NextDue) or upcoming.seconds > 0:
+            self._due_again = False
+            return idle if not isinstance(upcoming, NextDue) else min(upcoming.seconds, idle)
+        # Due now but not taken: it came due after the claim, or another transaction
+        # holds it. Look again at once the first time, then every poll_interval.
+        if self._due_again:
             return self.options.poll_interval.total_seconds()
         self._due_again = True
         return 0.0

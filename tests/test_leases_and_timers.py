@@ -122,3 +122,40 @@ async def test_drain_runs_what_is_due_now_and_nothing_later(db: Database) -> Non
     await move_clock(Session, timedelta(days=1))
     assert await drain(Session, [Timer]) == 3
     assert all([(await fetch(Session, Timer, r.id)).fired == 1 for r in rows])
+
+
+async def test_poll_interval_spaces_out_looks_at_work_due_but_held_elsewhere(
+    db: Database,
+) -> None:
+    import asyncio
+
+    import psycopg
+
+    Session = await db.create(behaviour.Base.metadata)
+    db.sql(
+        "INSERT INTO timer (id, fired, next_step, next_args, wake_at, attempts, wf_version) "
+        "VALUES (1, 0, 'fire', '{}', now() - interval '1 second', 0, 0)"
+    )
+    async with await psycopg.AsyncConnection.connect(db.conninfo) as locker:
+        # Due, but another transaction holds the row: every claim passes it over.
+        await locker.execute("SELECT 1 FROM timer WHERE id = 1 FOR UPDATE")
+        async with run_workflows(
+            Session,
+            workflows=[Timer],
+            poll_interval=timedelta(milliseconds=300),
+            max_idle_interval=timedelta(seconds=30),
+        ) as worker:
+            await asyncio.sleep(0.2)
+            passes = worker.passes
+            await asyncio.sleep(1.5)
+            looks = worker.passes - passes
+            await locker.commit()
+            released = asyncio.get_running_loop().time()
+
+            async def fired() -> bool:
+                return (await fetch(Session, Timer, 1)).fired == 1
+
+            await wait_until(fired, timeout=3)
+            taken_after = asyncio.get_running_loop().time() - released
+    assert 3 <= looks <= 8, f"about one look per poll_interval, not a busy loop: {looks}"
+    assert taken_after < 0.6, "taken at the next look, with no notification"
