@@ -14,15 +14,18 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bench.harness import (
     POLL_EVERY,
+    READY_TIMEOUT,
+    WORKER_CONCURRENCY,
     BenchDatabase,
     WorkerProcess,
     check_no_failures,
@@ -30,8 +33,8 @@ from bench.harness import (
     wait_until_done,
     wait_until_none,
 )
-from bench.models import FanChild, FanParent, Latency, Timer, Waiter
-from engine import Workflow, connect_workflows
+from bench.models import FanChild, FanParent, Latency, NoOp, Timer, Waiter
+from engine import Workflow, connect_workflows, run_workflows, wake
 from infra.embedded import PG_CTL, EmbeddedPostgres
 
 START_EVERY = 0.010  # seconds between two start() calls in the latency run: 100 steps/s
@@ -44,6 +47,7 @@ TIMER_MAX_MS = 500  # longest wake_in delay, milliseconds
 TIMER_SEED = 20261130  # the delays are shuffled the same way on every run
 PARK_CHUNK = 64  # runs inserted at a time for the worker to park; see measure_deliveries
 DELIVER_TASKS = 8  # concurrent delivering tasks in the bench process, on a pool of as many
+WAKE_TIMEOUT = timedelta(seconds=10)  # each wake() of the idle measurement must return in time
 COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
 UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
 PGBENCH_SCRIPT = "\\set row :client_id + 1\nUPDATE bench_counter SET v = v + 1 WHERE id = :row;\n"
@@ -439,3 +443,103 @@ def percentiles(values: Sequence[float]) -> dict[str, float]:
         "p50_first_third": statistics.median(values[:third]),
         "p50_last_third": statistics.median(values[-third:]),
     }
+
+
+async def measure_idle(
+    server: EmbeddedPostgres, window: float, wakes: int, pool_size: int | None
+) -> dict[str, Any]:
+    """What an idle worker costs the database, listening and suspending; what a wake() takes.
+
+    Two in-process workers in turn, serving the empty bench_noop with their
+    default max_idle_interval; the second, under suspends_when_idle, also
+    answers `wakes` wake() calls that find nothing due.
+    """
+    async with BenchDatabase(server, "bench_idle") as db:
+        listening = await idle_worker(db, window, 0, False, pool_size)
+        suspending = await idle_worker(db, window, wakes, True, pool_size)
+    return {"listening": listening, "suspends_when_idle": suspending}
+
+
+async def idle_worker(
+    db: BenchDatabase, window: float, wakes: int, suspends: bool, pool_size: int | None
+) -> dict[str, Any]:
+    """Count the statements an idle worker sends over `window` seconds; time `wakes` wake()s.
+
+    Every statement of the worker's SQLAlchemy engine passes its
+    before_cursor_execute event, which counts it. The window opens right
+    after a pass, so it holds no idle pass unless something wakes the worker
+    early; one pass's statements are counted apart (`statements_per_pass`).
+    The LISTEN connection is psycopg's own, outside the engine: it sends
+    LISTEN once, and pg_stat_activity says whether it did anything since.
+    """
+    pool = {} if pool_size is None else {"pool_size": pool_size}
+    engine = create_async_engine(db.url, **pool)
+    counts = {"statements": 0, "connections": 0}
+
+    def count(what: str) -> Callable[..., None]:
+        def counter(*_: object) -> None:
+            counts[what] += 1
+
+        return counter
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count("statements"))
+    event.listen(engine.sync_engine, "connect", count("connections"))
+    try:
+        async with run_workflows(
+            async_sessionmaker(engine, expire_on_commit=False),
+            max_concurrency=WORKER_CONCURRENCY,
+            suspends_when_idle=suspends,
+            workflows=[NoOp],
+        ) as worker:
+            if worker.listener is not None:
+                await asyncio.wait_for(worker.listener.connected.wait(), READY_TIMEOUT)
+            # The start-up passes, and the one the listener asks for once connected.
+            await expect_wake()
+            await asyncio.sleep(0.5)
+            before, passes = counts["statements"], worker.passes
+            await expect_wake()
+            per_pass = (counts["statements"] - before) / (worker.passes - passes)
+            before, passes, connections = counts["statements"], worker.passes, counts["connections"]
+            opened_at = time.time()
+            await asyncio.sleep(window)
+            statements = counts["statements"] - before
+            window_passes = worker.passes - passes
+            window_connections = counts["connections"] - connections
+            listener_active = await db.scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND application_name = 'duly-listener' AND state_change >= to_timestamp(%s)",
+                db.name,
+                opened_at,
+            )
+            wake_ms = [await timed_wake() for _ in range(wakes)]
+            idle_interval = worker.options.max_idle_interval.total_seconds()
+    finally:
+        await engine.dispose()
+    found: dict[str, Any] = {
+        "max_idle_interval_s": idle_interval,
+        "window_s": window,
+        "statements": statements,
+        "queries_per_min": statements * 60 / window,
+        "passes": window_passes,
+        "connections_opened": window_connections,
+        "statements_per_pass": per_pass,
+        # What the idle passes alone cost, one every max_idle_interval.
+        "idle_pass_queries_per_min": per_pass * 60 / idle_interval,
+        "listener_backends_active_in_window": None if suspends else listener_active,
+    }
+    if wake_ms:
+        found["wake_ms"] = percentiles(wake_ms)
+    return found
+
+
+async def expect_wake() -> None:
+    """One wake(), which must find the worker caught up within WAKE_TIMEOUT."""
+    if not await wake(WAKE_TIMEOUT):
+        raise RuntimeError(f"wake() returned False within {WAKE_TIMEOUT.total_seconds():.0f} s.")
+
+
+async def timed_wake() -> float:
+    """Milliseconds one wake() took; it must return True."""
+    began = time.perf_counter()
+    await expect_wake()
+    return (time.perf_counter() - began) * 1000

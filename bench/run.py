@@ -1,14 +1,16 @@
 """duly's benchmark: what one worker process does per second, and how soon and how late it runs.
 
-    python bench/run.py [--quick] [--json PATH] [--only noop,latency] [--pool-size N]
+    python bench/run.py [--quick] [--json PATH] [--only noop,latency,idle] [--pool-size N]
 
 It starts its own embedded PostgreSQL (fsync on: every figure pays for real
 commits) and measures, each in a fresh database: plain UPDATE commits/s (the
 ceiling for one commit per step), no-op steps/s, three-step chains/s,
 start-to-run latency, wake_in lateness, deliveries/s to waiting runs and the
-time a fan-out of many children takes. bench/README.md says how each is taken. The table goes to
-stdout, then the same figures as JSON. A measurement that fails is reported
-as failed, the others still run, and the exit status is 1.
+time a fan-out of many children takes, the queries an idle worker sends and
+what a wake() that finds nothing due takes. bench/README.md says how each is
+taken. The table goes to stdout, then the same figures as JSON. A measurement
+that fails is reported as failed, the others still run, and the exit status
+is 1.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from bench.report import Report, format_table, machine_info  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
 REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
-MEASUREMENTS = ("reference", "noop", "chain", "latency", "timer", "deliver", "fanout")
+MEASUREMENTS = ("reference", "noop", "chain", "latency", "timer", "deliver", "fanout", "idle")
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
 PEER_UPDATES = {1: "pgbench, PG 15: 4,850/s", 8: "pgbench, PG 15: 10,400/s"}
@@ -43,7 +45,7 @@ PEER_JOBS = "pgqueuer 1,100-1,250 jobs/s; procrastinate ~300"
 PEER_CHAINS = "pgqueuer ~370-420 (its jobs/s / 3)"
 PEER_LATENCY = "pgqueuer, procrastinate: 1-3 ms"
 PEER_LATENESS = "pgqueuer ~140 ms; procrastinate ~3.3 s"
-NO_PEER = "—"  # the peers have no wait-for-event or fan-out to compare with
+NO_PEER = "—"  # the peers have no wait-for-event, fan-out or wake() to compare with
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class Sizes:
     timer_runs: int
     deliver_runs: int
     fanout_children: int
+    idle_window_seconds: float
+    idle_wakes: int
 
 
 FULL = Sizes(
@@ -67,6 +71,8 @@ FULL = Sizes(
     timer_runs=300,
     deliver_runs=2000,
     fanout_children=1000,
+    idle_window_seconds=12.0,
+    idle_wakes=50,
 )
 QUICK = Sizes(
     update_seconds=0.6,
@@ -76,6 +82,8 @@ QUICK = Sizes(
     timer_runs=60,
     deliver_runs=400,
     fanout_children=200,
+    idle_window_seconds=3.0,
+    idle_wakes=10,
 )
 
 
@@ -185,6 +193,26 @@ async def run_all(
             NO_PEER,
         )
 
+    async def idle() -> None:
+        found = await measures.measure_idle(
+            server, sizes.idle_window_seconds, sizes.idle_wakes, pool_size
+        )
+        report.details["idle"] = found
+        for mode in ("listening", "suspends_when_idle"):
+            raw = f"{found[mode]['statements']} in {found[mode]['window_s']:g} s"
+            report.add(
+                f"idle_queries_per_min_{mode}",
+                f"Idle worker: queries/min ({mode}; {raw})",
+                found[mode]["queries_per_min"],
+                "queries/min",
+                NO_PEER,
+            )
+        wake_ms = found["suspends_when_idle"]["wake_ms"]
+        for p in ("p50", "p95"):
+            report.add(
+                f"wake_nothing_due_{p}_ms", f"wake(), nothing due: {p}", wake_ms[p], "ms", NO_PEER
+            )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -204,6 +232,11 @@ async def run_all(
             deliver,
         ),
         "fanout": (f"one parent fanning out {sizes.fanout_children} no-op children", fanout),
+        "idle": (
+            f"idle workers for {sizes.idle_window_seconds:g} s each, then "
+            f"{sizes.idle_wakes} wake() calls",
+            idle,
+        ),
     }
     for name in MEASUREMENTS:
         if name in only:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -98,6 +98,10 @@ class Worker:
         self.passes = 0
         self.steps_started = 0
         self.idle = IdleContract(options.on_idle)
+        # The wall clock, read in short steps while sleeping: the loop's own clock stops
+        # while a machine is suspended, the wall clock does not.
+        self.wall_clock: Callable[[], float] = time.time
+        self.wall_clock_check = WALL_CLOCK_CHECK
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -253,13 +257,13 @@ class Worker:
 
     async def _sleep(self, seconds: float) -> None:
         """Wait `seconds` by the wall clock, or until kicked; a suspended machine wakes on time."""
-        deadline = time.time() + seconds
+        deadline = self.wall_clock() + seconds
         while not self._wakeup.is_set():
-            remaining = deadline - time.time()
+            remaining = deadline - self.wall_clock()
             if remaining <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), min(remaining, WALL_CLOCK_CHECK))
+                await asyncio.wait_for(self._wakeup.wait(), min(remaining, self.wall_clock_check))
 
     def _rotated(self) -> list[Any]:
         infos = list(self.tables.values())

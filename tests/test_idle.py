@@ -220,3 +220,31 @@ async def test_a_listener_that_cannot_connect_backs_off_to_the_idle_interval() -
     await asyncio.gather(task, return_exceptions=True)
     # 0.1, 0.2, 0.4, then every 0.4 s (the bound): about six tries in two seconds.
     assert 3 <= listener.reconnects <= 8, listener.reconnects
+
+
+async def test_a_worker_rederives_its_wait_from_the_wall_clock_after_a_suspend(
+    db: Database,
+) -> None:
+    import time
+
+    Session = await db.create(behaviour.Base.metadata)
+    away = [0.0]  # seconds the machine "was suspended": the wall clock moved, the loop's not
+    async with run_workflows(
+        Session, workflows=[behaviour.Alarm], max_idle_interval=timedelta(minutes=5)
+    ) as worker:
+        worker.wall_clock = lambda: time.time() + away[0]
+        worker.wall_clock_check = 0.05
+        row = behaviour.Alarm()
+        assert await row.start(behaviour.Alarm.arm(60_000))  # rings in a minute
+        assert await wake(5)  # asleep now, for a minute by its own reckoning
+        # A minute passes while the machine is suspended: on the wall clock, and on the
+        # database's (moved without a notification, as a real minute would pass).
+        away[0] = 61.0
+        db.sql("INSERT INTO duly_clock (id, shift) VALUES (1, interval '61 seconds')")
+
+        async def rang() -> bool:
+            async with Session() as session:
+                stored = await session.get(behaviour.Alarm, row.id, populate_existing=True)
+                return stored is not None and stored.rang_at is not None
+
+        await wait_until(rang, timeout=2)
