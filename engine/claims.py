@@ -14,10 +14,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Integer, Interval, Row, bindparam, cast, func, select, union_all, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Interval,
+    Row,
+    bindparam,
+    cast,
+    func,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
@@ -25,23 +36,40 @@ from engine.clock import db_now
 from engine.workflow import WorkflowInfo
 
 
+def served_steps(info: WorkflowInfo, lanes: frozenset[str]) -> tuple[str, ...] | None:
+    """The steps of `info` a worker serving `lanes` may take; None when it takes them all."""
+    served = tuple(sorted(name for name, step in info.steps.items() if step.lane in lanes))
+    return None if len(served) == len(info.steps) else served
+
+
+def _scheduled(info: WorkflowInfo, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
+    """Rows with a step scheduled, of the steps this worker serves (all when None)."""
+    column = info.table.c.next_step
+    # Routing costs nothing more: the row already names the step it runs next.
+    return column.isnot(None) if steps is None else column.in_(steps)
+
+
 async def claim_due(
-    conn: AsyncConnection, info: WorkflowInfo, limit: int, lease: timedelta
+    conn: AsyncConnection,
+    info: WorkflowInfo,
+    limit: int,
+    lease: timedelta,
+    steps: tuple[str, ...] | None = None,
 ) -> Sequence[Row[Any]]:
-    """Lease up to `limit` due rows of one workflow table, in one statement."""
-    statement = _claim_statement(info)
+    """Lease up to `limit` due rows of one workflow table (of `steps`, if given)."""
+    statement = _claim_statement(info, steps)
     return (await conn.execute(statement, {"limit": limit, "lease": lease})).all()
 
 
-@cache
-def _claim_statement(info: WorkflowInfo) -> Executable:
+@lru_cache(maxsize=256)
+def _claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Executable:
     """The claim for one table, built once: building costs more than running it."""
     table = info.table
     pk = list(info.mapper.primary_key)
     due = (
         select(*pk, table.c.wake_at)
         # Due: something is scheduled and its time (or its last lease) has come,
-        .where(table.c.next_step.isnot(None), table.c.wake_at <= db_now())
+        .where(table.c.next_step.isnot(None), _scheduled(info, steps), table.c.wake_at <= db_now())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
         .limit(bindparam("limit", type_=Integer))
@@ -79,7 +107,11 @@ class NextDue:
     seconds: float  # from this transaction's database time; <= 0 means due now
 
 
-async def next_due(conn: AsyncConnection, infos: Sequence[WorkflowInfo]) -> NextDue | None:
+async def next_due(
+    conn: AsyncConnection,
+    infos: Sequence[WorkflowInfo],
+    steps: Sequence[tuple[str, ...] | None] | None = None,
+) -> NextDue | None:
     """When the earliest scheduled row of `infos` comes due (leases included), or None.
 
     Runs in the caller's transaction, so after a claim in the same transaction
@@ -88,19 +120,22 @@ async def next_due(conn: AsyncConnection, infos: Sequence[WorkflowInfo]) -> Next
     """
     if not infos:
         return None
-    row = (await conn.execute(_next_due_statement(tuple(infos)))).one()
+    served = tuple(steps) if steps is not None else tuple(None for _ in infos)
+    row = (await conn.execute(_next_due_statement(tuple(infos), served))).one()
     return None if row[0] is None else NextDue(row[0], float(row[1]))
 
 
 @lru_cache(maxsize=256)
-def _next_due_statement(infos: tuple[WorkflowInfo, ...]) -> Executable:
+def _next_due_statement(
+    infos: tuple[WorkflowInfo, ...], steps: tuple[tuple[str, ...] | None, ...]
+) -> Executable:
     earliest = union_all(
         *(
-            # Each table's earliest scheduled row: one probe of its partial due index.
+            # Each table's earliest scheduled row it serves: a probe of its partial due index.
             select(func.min(info.table.c.wake_at).label("at")).where(
-                info.table.c.next_step.isnot(None)
+                info.table.c.next_step.isnot(None), _scheduled(info, served)
             )
-            for info in infos
+            for info, served in zip(infos, steps, strict=True)
         )
     ).subquery()
     at = func.min(earliest.c.at)

@@ -41,7 +41,7 @@ class StepContext:
 
     committer: Committer
     lease: timedelta
-    may_continue: Callable[[], bool]
+    may_continue: Callable[[str], bool]  # may this worker run a step of this lane next?
     release_slot: Callable[[], None]  # the body is done: the worker may claim in its place
     release_preempted: Callable[[Claim], Awaitable[object]]  # a fenced step's lease, given up
 
@@ -72,7 +72,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
-        keep = isinstance(directive, RunNow) and ctx.may_continue()
+        keep = isinstance(directive, RunNow) and ctx.may_continue(directive.call.step.lane)
         outcome = _outcome_for(directive, claim, ctx.lease if keep else None)
     except asyncio.CancelledError:
         raise

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import commits
-from engine.claims import NextDue, claim_due, next_due
+from engine.claims import NextDue, claim_due, next_due, served_steps
 from engine.commits import Claim
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
@@ -34,6 +34,7 @@ from engine.idle import IdleContract, OnIdle
 from engine.listener import Listener
 from engine.notify import EVERYONE
 from engine.rows import build_row, primary_key
+from engine.steps import DEFAULT_LANE
 
 log = logging.getLogger("duly.worker")
 
@@ -56,6 +57,7 @@ class WorkerOptions:
     listen: bool = True
     on_idle: OnIdle | None = None
     listen_url: URL | None = None  # LISTEN here instead of on the session's engine
+    lanes: frozenset[str] = frozenset({DEFAULT_LANE})  # the lanes whose steps it takes
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -65,6 +67,8 @@ class WorkerOptions:
                 raise ValueError(f"{name} must be a positive timedelta.")
         if self.shutdown_timeout < timedelta(0):
             raise ValueError("shutdown_timeout must not be negative.")
+        if not self.lanes or not all(isinstance(lane, str) and lane for lane in self.lanes):
+            raise ValueError(f"lanes must name at least one lane, not {sorted(self.lanes)!r}.")
 
 
 class Worker:
@@ -73,7 +77,14 @@ class Worker:
     def __init__(self, connection: WorkflowConnection, options: WorkerOptions) -> None:
         self.connection = connection
         self.options = options
-        self.tables = {info.name: info for info in connection.workflows}
+        # The steps this worker takes, per table (None: all of them); a table it can run
+        # nothing of is not served at all.
+        self._served = {
+            info.name: served_steps(info, options.lanes) for info in connection.workflows
+        }
+        self.tables = {
+            info.name: info for info in connection.workflows if self._served[info.name] != ()
+        }
         self._engine = connection.engine
         self._autocommit = connection.autocommit
         self._committer = Committer(
@@ -82,7 +93,7 @@ class Worker:
         self._context = StepContext(
             committer=self._committer,
             lease=options.lease,
-            may_continue=lambda: not self._stopping,
+            may_continue=lambda lane: not self._stopping and lane in options.lanes,
             release_slot=self._release_slot,
             release_preempted=self._release_preempted,
         )
@@ -198,7 +209,9 @@ class Worker:
                 want = free - len(claimed)
                 if want <= 0:
                     break
-                rows = await claim_due(conn, info, want, self.options.lease)
+                rows = await claim_due(
+                    conn, info, want, self.options.lease, self._served[info.name]
+                )
                 claimed.extend((info, row) for row in rows)
             # Start the steps first: asking when more is due can wait, they cannot.
             for info, values in claimed:
@@ -216,7 +229,7 @@ class Worker:
                 self._busy.add(task)
                 self.steps_started += 1
             if len(claimed) < free:
-                upcoming = await next_due(conn, infos)
+                upcoming = await next_due(conn, infos, [self._served[i.name] for i in infos])
         if len(claimed) < free:
             await self.idle.after_pass(
                 self.passes,
@@ -345,6 +358,7 @@ async def run_workflows(
     on_idle: OnIdle | None = None,
     suspends_when_idle: bool = False,
     listen_engine: AsyncEngine | None = None,
+    lanes: Iterable[str] = (DEFAULT_LANE,),
     workflows: Iterable[type[Any]] | None = None,
 ) -> AsyncIterator[Worker]:
     """Run a worker for the workflows in Session's database while the block runs.
@@ -368,6 +382,7 @@ async def run_workflows(
         listen=not suspends_when_idle,
         on_idle=on_idle,
         listen_url=listen_engine.url if listen_engine is not None else None,
+        lanes=frozenset([lanes] if isinstance(lanes, str) else lanes),
     )
     connection = await open_connection(Session, workflows)
     worker = Worker(connection, options)

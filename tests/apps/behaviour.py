@@ -190,3 +190,26 @@ class Ticker(Base, Workflow):
         ticks.append(self.name)
         self.count += 1
         return every(Ticker.tick, schedule_of[self.name])
+
+
+ran_in_lane: list[str] = []  # (step) each Upload step appends where it ran
+
+
+class Upload(Base, Workflow):
+    """The seed's lanes example: heavy work on media workers, the rest anywhere."""
+
+    __tablename__ = "upload"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    done: Mapped[str] = mapped_column(String, default="")
+
+    @step(lane="media")
+    async def transcode(self) -> object:
+        ran_in_lane.append("transcode")
+        self.done += "t"
+        return Upload.notify
+
+    @step
+    async def notify(self) -> None:
+        ran_in_lane.append("notify")
+        self.done += "n"
