@@ -205,7 +205,21 @@ class Worker:
         claimed: list[tuple[Any, Any]] = []
         upcoming: NextDue | None = None
         async with self._autocommit.connect() as conn:
+            # Each table gets its share of the pass first, so a backlog in one cannot hold
+            # the whole worker; what a table leaves of its share goes round in turn.
+            share = max(1, free // len(infos)) if infos else 0
+            hungry = []
             for info in infos:
+                want = min(share, free - len(claimed))
+                if want <= 0:
+                    break
+                rows = await claim_due(
+                    conn, info, want, self.options.lease, self._served[info.name]
+                )
+                claimed.extend((info, row) for row in rows)
+                if len(rows) == want:
+                    hungry.append(info)
+            for info in hungry:
                 want = free - len(claimed)
                 if want <= 0:
                     break
