@@ -46,7 +46,7 @@ from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.commits import LOG_COLUMNS, Write
-from engine.notify import CHANNEL
+from engine.notify import announcement
 from engine.workflow import WorkflowInfo
 
 # Per-row values, in the order of the unnest() columns; the key columns come first.
@@ -145,9 +145,7 @@ def _bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Execut
         .returning(*table.c, *(v.c[name] for name in names if not name.startswith("v_key")))
         .cte("moved")
     )
-    notified = case(
-        (moved.c.v_announce, cast(func.pg_notify(CHANNEL, table.name), Text)), else_=None
-    )
+    notified = case((moved.c.v_announce, announcement(table.name)), else_=None)
     query = select(moved, notified.label("duly_notified"))
     if attempt_log is not None:
         logged = (

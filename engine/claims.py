@@ -112,11 +112,11 @@ async def next_due(
     infos: Sequence[WorkflowInfo],
     steps: Sequence[tuple[str, ...] | None] | None = None,
 ) -> NextDue | None:
-    """When the earliest scheduled row of `infos` comes due (leases included), or None.
+    """When the earliest scheduled row of `infos` (of `steps`, per table) comes due, or None.
 
-    Runs in the caller's transaction, so after a claim in the same transaction
-    a row due now that was not taken was locked by another worker's claim or
-    lay beyond what the pass asked for.
+    Leases count: a claimed row's wake_at is its lease's end. Asked after a
+    claim, a row due now that was not taken came due since, or another
+    transaction held it.
     """
     if not infos:
         return None

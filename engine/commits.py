@@ -52,7 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
-from engine.notify import CHANNEL
+from engine.notify import announcement
 from engine.rows import key_clause
 from engine.workflow import WorkflowInfo
 
@@ -289,9 +289,7 @@ def _outcome_statement(
         ready_now: ColumnElement[bool] = literal(announce)
         if pending == "wait":
             ready_now = or_(ready_now, moved.c.waiting_for.is_(None))
-        notified = case(
-            (ready_now, func.pg_notify(CHANNEL, table.name).cast(Text)), else_=null().cast(Text)
-        )
+        notified = case((ready_now, announcement(table.name)), else_=null().cast(Text))
         branch = select(
             literal(index).label("duly_write"), *moved.c, notified.label("duly_notified")
         )
@@ -335,7 +333,7 @@ async def hand_back(conn: AsyncConnection, claim: Claim) -> bool:
         .returning(table.c.wf_version)
         .cte("moved")
     )
-    announced = select(func.pg_notify(CHANNEL, table.name).cast(Text)).select_from(moved)
+    announced = select(announcement(table.name)).select_from(moved)
     return (await conn.execute(announced)).first() is not None
 
 
@@ -377,5 +375,5 @@ async def release_preempted(conn: AsyncConnection, claim: Claim) -> bool:
         .returning(table.c.wf_version)
         .cte("moved")
     )
-    announced = select(func.pg_notify(CHANNEL, table.name).cast(Text)).select_from(moved)
+    announced = select(announcement(table.name)).select_from(moved)
     return (await conn.execute(announced)).first() is not None

@@ -12,10 +12,8 @@ until the earliest lease in it would end, which the fence makes harmless.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.bulk_commits import bulk_fenced_writes, takes
 from engine.commits import Write, fenced_writes
-from engine.fanout import child_finished, count_children, start_children
+from engine.fanout import children_finished, count_children, start_children
 
 log = logging.getLogger("duly.worker")
 
@@ -119,7 +117,7 @@ class Committer:
         """Outcomes with the children they start or the parents they finish, in one commit."""
         async with self._transactions.begin() as conn:
             rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
-            finished: Counter[str] = Counter()
+            finished = []
             for write, row in zip(writes, rows, strict=True):
                 if row is None:
                     continue  # fenced: starts no child, tells no parent
@@ -128,10 +126,9 @@ class Committer:
                     started = await start_children(conn, write.fan_out, claim.info, claim.key)
                     await count_children(conn, claim.info, claim.key, started)
                 if write.finishes_child_of is not None:
-                    finished[json.dumps(write.finishes_child_of, sort_keys=True)] += 1
+                    finished.append(write.finishes_child_of)
             # Children of one parent that finished together count down in one UPDATE.
-            for reference, count in finished.items():
-                await child_finished(conn, json.loads(reference), writes[0].claim.info, count)
+            await children_finished(conn, finished, writes[0].claim.info)
         return rows
 
     async def _write_group(self, path: str, group: list[Pending]) -> None:

@@ -11,6 +11,7 @@ going, and the commit that finishes the last of them (success, giving up, or
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -108,16 +109,22 @@ async def count_children(
         await conn.execute(notify(parent.name))
 
 
-async def child_finished(
-    conn: AsyncConnection, reference: dict[str, Any], near: WorkflowInfo, finished: int = 1
+async def children_finished(
+    conn: AsyncConnection, references: Iterable[dict[str, Any]], near: WorkflowInfo
 ) -> None:
-    """Count `finished` children of `reference` as done; the last makes `then` due."""
-    parent = parent_info(reference, near)
-    params = {f"k{i}": value for i, value in enumerate(reference["key"])}
-    params["finished"] = finished
-    row = (await conn.execute(_finished_statement(parent), params)).first()
-    if row is not None and row.children_left == 0:
-        await conn.execute(notify(parent.name))
+    """Count down the parents of children that just finished, one UPDATE per parent.
+
+    The last child of a parent makes its `then` due, and announces it.
+    """
+    counts = Counter(json.dumps(reference, sort_keys=True) for reference in references)
+    for text, finished in counts.items():
+        reference = json.loads(text)
+        parent = parent_info(reference, near)
+        params = {f"k{i}": value for i, value in enumerate(reference["key"])}
+        params["finished"] = finished
+        row = (await conn.execute(_finished_statement(parent), params)).first()
+        if row is not None and row.children_left == 0:
+            await conn.execute(notify(parent.name))
 
 
 def _key_clause(info: WorkflowInfo) -> Any:

@@ -9,8 +9,6 @@ and whatever is left ready is announced in the same transaction.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
@@ -37,8 +35,8 @@ from sqlalchemy.sql import Executable
 from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
-from engine.fanout import child_finished
-from engine.notify import CHANNEL
+from engine.fanout import children_finished
+from engine.notify import announcement
 from engine.steps import Call, Step, as_call, check_owner
 from engine.workflow import WorkflowInfo, workflow_info
 
@@ -86,7 +84,7 @@ class Handle(Generic[W]):
         ready = select(func.count().filter(~held)).select_from(moved).scalar_subquery()
         statement = select(
             select(func.count()).select_from(moved).scalar_subquery(),
-            case((ready > 0, func.pg_notify(CHANNEL, table.name).cast(Text)), else_=None),
+            case((ready > 0, announcement(table.name)), else_=None),
         )
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
@@ -158,9 +156,7 @@ class Handle(Generic[W]):
         async with current_connection().engine.begin() as conn:
             ended = (await conn.execute(statement)).all()
             # A cancelled child counts as finished to the run that fanned it out.
-            parents = Counter(json.dumps(row.parent, sort_keys=True) for row in ended if row.parent)
-            for reference, count in parents.items():
-                await child_finished(conn, json.loads(reference), self._info, count)
+            await children_finished(conn, [row.parent for row in ended if row.parent], self._info)
         return len(ended)
 
     async def get(self) -> W | None:
@@ -258,5 +254,5 @@ def _delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execu
         .cte("moved")
     )
     ready = select(func.count()).select_from(moved).where(moved.c.ready).scalar_subquery()
-    announced = case((ready > 0, func.pg_notify(CHANNEL, t.name).cast(Text)), else_=None)
+    announced = case((ready > 0, announcement(t.name)), else_=None)
     return select(select(func.count()).select_from(moved).scalar_subquery(), announced)

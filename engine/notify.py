@@ -7,12 +7,17 @@ rolls back announces nothing, because NOTIFY is part of it.
 
 from __future__ import annotations
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, Text, func, select
 
 CHANNEL = "duly"
 EVERYONE = "*"
 
 
-def notify(payload: str) -> Select[tuple[object]]:
+def announcement(payload: str) -> ColumnElement[str]:
+    """pg_notify as a select-list value: it returns void, so it is cast to text (NULL)."""
+    return func.pg_notify(CHANNEL, payload).cast(Text)
+
+
+def notify(payload: str) -> Select[tuple[str]]:
     """A statement that announces `payload` on the duly channel when its transaction commits."""
-    return select(func.pg_notify(CHANNEL, payload))
+    return select(announcement(payload))

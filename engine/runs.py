@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, inspect, select
+from sqlalchemy import bindparam, inspect, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.sql import Executable
@@ -17,7 +17,7 @@ from sqlalchemy.sql import Executable
 from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
-from engine.notify import CHANNEL
+from engine.notify import announcement
 from engine.rows import refresh_row
 from engine.steps import Call, Step, as_call, check_owner
 from engine.workflow import ENGINE_COLUMNS, WorkflowInfo, workflow_info
@@ -87,5 +87,5 @@ def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
         .returning(*table.c)
         .cte("started")
     )
-    announced = cast(func.pg_notify(CHANNEL, table.name), Text).label("duly_notified")
+    announced = announcement(table.name).label("duly_notified")
     return select(started, announced)

@@ -21,7 +21,12 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+)
 
 from engine import commits
 from engine.claims import NextDue, claim_due, next_due, served_steps
@@ -208,25 +213,13 @@ class Worker:
             # Each table gets its share of the pass first, so a backlog in one cannot hold
             # the whole worker; what a table leaves of its share goes round in turn.
             share = max(1, free // len(infos)) if infos else 0
-            hungry = []
-            for info in infos:
-                want = min(share, free - len(claimed))
-                if want <= 0:
-                    break
-                rows = await claim_due(
-                    conn, info, want, self.options.lease, self._served[info.name]
-                )
-                claimed.extend((info, row) for row in rows)
-                if len(rows) == want:
-                    hungry.append(info)
-            for info in hungry:
-                want = free - len(claimed)
-                if want <= 0:
-                    break
-                rows = await claim_due(
-                    conn, info, want, self.options.lease, self._served[info.name]
-                )
-                claimed.extend((info, row) for row in rows)
+            filled = [
+                info
+                for info in infos
+                if await self._claim_into(conn, claimed, info, min(share, free - len(claimed)))
+            ]
+            for info in filled:
+                await self._claim_into(conn, claimed, info, free - len(claimed))
             # Start the steps first: asking when more is due can wait, they cannot.
             for info, values in claimed:
                 row = build_row(info, values._mapping)
@@ -252,6 +245,16 @@ class Worker:
                 running=bool(self._claims),
             )
         return _BUSY if len(claimed) == free else upcoming
+
+    async def _claim_into(
+        self, conn: AsyncConnection, claimed: list[tuple[Any, Any]], info: Any, want: int
+    ) -> bool:
+        """Claim up to `want` rows of one table onto `claimed`; True if it took all it asked."""
+        if want <= 0:
+            return False
+        rows = await claim_due(conn, info, want, self.options.lease, self._served[info.name])
+        claimed.extend((info, row) for row in rows)
+        return len(rows) == want
 
     def _free_slots(self) -> int:
         """Slots for new claims: bodies running count, and so, past a bound, do commits.
