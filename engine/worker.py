@@ -166,11 +166,15 @@ class Worker:
         try:
             while True:
                 free = self._free_slots()
+                started = self.steps_started
                 if free > 0:
                     await self._pass(free)
-                if not self._claims:
+                if self._claims:
+                    await asyncio.wait(set(self._claims), return_when=asyncio.FIRST_COMPLETED)
+                elif self.steps_started == started:
                     break
-                await asyncio.wait(set(self._claims), return_when=asyncio.FIRST_COMPLETED)
+                # A step claimed by this pass may have finished (and made its next step
+                # due) while the pass went on to ask what is due next: look again.
         finally:
             await self._committer.stop()
         return self.steps_started - claimed_before

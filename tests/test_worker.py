@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from engine import connect_workflows, run_workflows
+from engine import worker as worker_module
 from engine.clock import db_now
-from engine.testing import move_clock
+from engine.testing import drain, move_clock
 from tests.apps import behaviour
-from tests.apps.behaviour import Attempt, Flaky, Held, Pausing, Timer
+from tests.apps.behaviour import Alarm, Attempt, Flaky, Held, Pausing, Timer
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until
 
@@ -342,3 +344,22 @@ async def test_connect_workflows_runs_nothing(db: Database) -> None:
         assert await row.start(Timer.arm)
         await asyncio.sleep(0.3)
         assert (await fetch(Session, Timer, row.id)).next_step == "arm"
+
+
+async def test_drain_runs_what_a_step_made_due_while_its_pass_was_still_going(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step may finish and commit before the pass that claimed it is over; drain looks again."""
+    Session = await db.create(behaviour.Base.metadata)
+    real_next_due = worker_module.next_due
+
+    async def slow_next_due(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)  # long enough for `arm` to run and commit meanwhile
+        return await real_next_due(*args, **kwargs)
+
+    monkeypatch.setattr(worker_module, "next_due", slow_next_due)
+    async with connect_workflows(Session, workflows=[Alarm]):
+        row = Alarm()
+        assert await row.start(Alarm.arm(0))
+    assert await drain(Session, [Alarm]) == 2
+    assert (await fetch(Session, Alarm, row.id)).rang_at is not None
