@@ -9,6 +9,7 @@ from engine.connection import connect_workflows
 from engine.cron import Cron
 from engine.directives import every, wait_for, wake_in
 from engine.errors import (
+    ConfigurationError,
     DulyError,
     NotADirectiveError,
     NotConnectedError,
@@ -18,6 +19,7 @@ from engine.errors import (
 from engine.fanout import child, fan_out
 from engine.handles import Handle
 from engine.history import AttemptLog
+from engine.limits import Limit, RateBucket
 from engine.steps import Call, Step, step
 from engine.worker import Worker, run_workflows, wake
 from engine.workflow import Workflow
@@ -25,12 +27,15 @@ from engine.workflow import Workflow
 __all__ = [
     "AttemptLog",
     "Call",
+    "ConfigurationError",
     "Cron",
     "DulyError",
     "Handle",
+    "Limit",
     "NotADirectiveError",
     "NotConnectedError",
     "NotRunningError",
+    "RateBucket",
     "Step",
     "StepError",
     "Worker",

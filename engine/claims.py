@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Update
 
 from engine.clock import db_now
 from engine.workflow import WorkflowInfo
@@ -42,7 +43,7 @@ def served_steps(info: WorkflowInfo, lanes: frozenset[str]) -> tuple[str, ...] |
     return None if len(served) == len(info.steps) else served
 
 
-def _scheduled(info: WorkflowInfo, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
+def scheduled(info: WorkflowInfo, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
     """Rows with a step scheduled, of the steps this worker serves (all when None)."""
     column = info.table.c.next_step
     # Routing costs nothing more: the row already names the step it runs next.
@@ -69,7 +70,7 @@ def _claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Execu
     due = (
         select(*pk, table.c.wake_at)
         # Due: something is scheduled and its time (or its last lease) has come,
-        .where(table.c.next_step.isnot(None), _scheduled(info, steps), table.c.wake_at <= db_now())
+        .where(table.c.next_step.isnot(None), scheduled(info, steps), table.c.wake_at <= db_now())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
         .limit(bindparam("limit", type_=Integer))
@@ -82,10 +83,16 @@ def _claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Execu
         .with_for_update(skip_locked=True)
         .cte("due")
     )
+    return lease_update(info, due)
+
+
+def lease_update(info: WorkflowInfo, due: Any) -> Update:
+    """Lease the rows of `due` (a CTE of primary keys and wake_at): what every claim ends with."""
+    table = info.table
     lease_end = db_now() + cast(bindparam("lease", type_=Interval), Interval)
     return (
         update(table)
-        .where(*(column == due.c[column.name] for column in pk))
+        .where(*(column == due.c[column.name] for column in info.mapper.primary_key))
         .values(
             # The fence moves on: a step still running from an older claim commits nothing.
             wf_version=table.c.wf_version + 1,
@@ -133,7 +140,7 @@ def _next_due_statement(
         *(
             # Each table's earliest scheduled row it serves: a probe of its partial due index.
             select(func.min(info.table.c.wake_at).label("at")).where(
-                info.table.c.next_step.isnot(None), _scheduled(info, served)
+                info.table.c.next_step.isnot(None), scheduled(info, served)
             )
             for info, served in zip(infos, steps, strict=True)
         )

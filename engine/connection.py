@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine.errors import NotConnectedError
 from engine.history import attempt_log_classes
+from engine.limits import rate_bucket_classes
 from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
 
 log = logging.getLogger("duly.connection")
@@ -33,6 +34,7 @@ class WorkflowConnection:
     engine: AsyncEngine
     workflows: list[WorkflowInfo]
     attempt_log: type[Any] | None
+    rate_bucket: type[Any] | None = None
     kicks: list[Callable[[str], None]] = field(default_factory=list)
     # The same engine and pool, each statement its own transaction.
     autocommit: AsyncEngine = field(init=False)
@@ -83,12 +85,10 @@ async def open_connection(
         candidates = registered_workflows()
         existing = await _existing_tables(engine, {i.table.fullname for i in candidates})
         infos = _one_per_table(i for i in candidates if i.table.fullname in existing)
-    # Prefer the attempt log mapped on the same base as the workflows, else any that exists.
     metadatas = [info.table.metadata for info in infos]
-    logs = sorted(attempt_log_classes(), key=lambda c: any(c.metadata is m for m in metadatas))
-    log_tables = await _existing_tables(engine, {c.__table__.fullname for c in logs})
-    attempt_log = next((c for c in reversed(logs) if c.__table__.fullname in log_tables), None)
-    return WorkflowConnection(sessionmaker, engine, infos, attempt_log)
+    attempt_log = await _mapped_in_database(engine, attempt_log_classes(), metadatas)
+    rate_bucket = await _mapped_in_database(engine, rate_bucket_classes(), metadatas)
+    return WorkflowConnection(sessionmaker, engine, infos, attempt_log, rate_bucket)
 
 
 @contextlib.asynccontextmanager
@@ -111,6 +111,15 @@ async def connect_workflows(
     connection = await open_connection(Session, workflows)
     async with activate(connection):
         yield connection
+
+
+async def _mapped_in_database(
+    engine: AsyncEngine, classes: list[type[Any]], metadatas: list[Any]
+) -> type[Any] | None:
+    """The class of `classes` whose table exists, preferring one on the workflows' own base."""
+    ranked = sorted(classes, key=lambda c: any(c.metadata is m for m in metadatas))
+    present = await _existing_tables(engine, {c.__table__.fullname for c in ranked})
+    return next((c for c in reversed(ranked) if c.__table__.fullname in present), None)
 
 
 async def _existing_tables(engine: AsyncEngine, names: set[str]) -> set[str]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Integer, String, Text, text
+from sqlalchemy import BigInteger, DateTime, Double, Float, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, MappedAsDataclass, mapped_column
 
 from engine.history import AttemptLogColumns
+from engine.limits import RateBucketColumns
 from engine.workflow import JSON_TYPE, STEP_NAME_LENGTH, WorkflowMethods
 
-__all__ = ["AttemptLog", "Workflow"]
+__all__ = ["AttemptLog", "RateBucket", "Workflow"]
 
 
 class Workflow(MappedAsDataclass, WorkflowMethods):
@@ -61,3 +62,12 @@ class AttemptLog(MappedAsDataclass, AttemptLogColumns):
     error: Mapped[str | None] = mapped_column(Text, init=False)
     took_ms: Mapped[float] = mapped_column(Float, init=False)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), init=False)
+
+
+class RateBucket(MappedAsDataclass, RateBucketColumns):
+    """The token buckets of rate limits for dataclass bases; the engine writes every row."""
+
+    workflow: Mapped[str] = mapped_column(String(63), primary_key=True, init=False)
+    group_key: Mapped[str] = mapped_column(Text, primary_key=True, init=False)
+    tokens: Mapped[float] = mapped_column(Double, init=False)
+    refilled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), init=False)

@@ -3,6 +3,8 @@
     DulyError
     ├── NotConnectedError     no connect_workflows()/run_workflows() is active
     ├── NotRunningError       wake() with no run_workflows() worker in the process
+    ├── ConfigurationError    a workflow, limit or worker is declared so that it
+    │                         cannot run (also a ValueError)
     ├── StepError             a step or its arguments cannot be used as given
     │                         (also a TypeError: it is a mistake in the call)
     └── NotADirectiveError    a step returned something that is not a directive
@@ -28,6 +30,10 @@ class NotConnectedError(DulyError):
 
 class NotRunningError(DulyError):
     """No worker is running in this process: wake() needs an active run_workflows(Session)."""
+
+
+class ConfigurationError(DulyError, ValueError):
+    """A workflow, limit or worker is declared in a way duly cannot run."""
 
 
 class StepError(DulyError, TypeError):

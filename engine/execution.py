@@ -72,7 +72,13 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
-        keep = isinstance(directive, RunNow) and ctx.may_continue(directive.call.step.lane)
+        keep = (
+            isinstance(directive, RunNow)
+            and ctx.may_continue(directive.call.step.lane)
+            # Every start of a rate-limited workflow spends a token, so its next step
+            # goes back through the claim rather than running on here.
+            and (info.limit is None or info.limit.rate is None)
+        )
         outcome = _outcome_for(directive, claim, ctx.lease if keep else None)
     except asyncio.CancelledError:
         raise

@@ -36,6 +36,7 @@ from engine.connection import WorkflowConnection, activate, open_connection
 from engine.errors import NotRunningError
 from engine.execution import StepContext, execute
 from engine.idle import IdleContract, OnIdle
+from engine.limited_claims import claim_limited, needs_bucket
 from engine.listener import Listener
 from engine.notify import EVERYONE
 from engine.rows import build_row, primary_key
@@ -90,6 +91,8 @@ class Worker:
         self.tables = {
             info.name: info for info in connection.workflows if self._served[info.name] != ()
         }
+        needs_bucket(list(self.tables.values()), connection.rate_bucket)
+        self._buckets = connection.rate_bucket.__table__ if connection.rate_bucket else None
         self._engine = connection.engine
         self._autocommit = connection.autocommit
         self._committer = Committer(
@@ -256,7 +259,14 @@ class Worker:
         """Claim up to `want` rows of one table onto `claimed`; True if it took all it asked."""
         if want <= 0:
             return False
-        rows = await claim_due(conn, info, want, self.options.lease, self._served[info.name])
+        steps = self._served[info.name]
+        if info.limit is None:
+            rows = await claim_due(conn, info, want, self.options.lease, steps)
+        else:
+            async with self._engine.connect() as claiming:
+                rows = await claim_limited(
+                    conn, claiming, info, want, self.options.lease, steps, self._buckets
+                )
         claimed.extend((info, row) for row in rows)
         return len(rows) == want
 

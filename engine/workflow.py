@@ -19,6 +19,7 @@ from sqlalchemy.orm import Mapped, Mapper, mapped_column
 from sqlalchemy.orm import class_mapper as _class_mapper
 
 from engine.clock import declare_clock_table
+from engine.limits import Limit, check_limit, index_limited
 from engine.steps import Call, Step
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class WorkflowInfo:
     table: Table
     mapper: Mapper[Any]
     steps: dict[str, Step[Any, Any]]
+    limit: Limit | None = None  # from the class's __workflow_limit__
 
     @property
     def name(self) -> str:
@@ -94,14 +96,19 @@ def _register(cls: type[Any]) -> None:
             table.c.wake_at,
             postgresql_where=table.c.next_step.isnot(None),
         )
+    limit = getattr(cls, "__workflow_limit__", None)
+    if limit is not None:
+        limit = check_limit(limit, table, cls.__name__)
+        index_limited(table, limit)
     declare_clock_table(table.metadata)
-    _registry[cls] = WorkflowInfo(cls=cls, table=table, mapper=mapper, steps=steps)
+    _registry[cls] = WorkflowInfo(cls=cls, table=table, mapper=mapper, steps=steps, limit=limit)
 
 
 class WorkflowMethods:
     """What every workflow row can do; the columns come from `Workflow`."""
 
     __workflow_abstract__: ClassVar[bool] = True
+    __workflow_limit__: ClassVar[Limit | None] = None
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -14,9 +14,14 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import run_workflows
-from tests.apps import chain
+from tests.apps import chain, limited
 
-WORKFLOWS = {"chain3": chain.Chain, "slow": chain.Slow, "timed": chain.Timed}
+WORKFLOWS = {
+    "chain3": chain.Chain,
+    "slow": chain.Slow,
+    "timed": chain.Timed,
+    "lookup": limited.Lookup,
+}
 
 
 async def serve(args: argparse.Namespace) -> None:

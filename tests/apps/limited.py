@@ -1,0 +1,77 @@
+"""Limited workflows for the limit tests, in one process and in worker processes.
+
+`Lookup` allows three running per customer and records on its row when its
+step started and ended (wall clock, one machine), so a test can count how
+many of one customer overlapped. `Charge` may start 60 steps a minute per
+provider, counted in `WorkflowRate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from sqlalchemy import String
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
+
+import engine.dataclass
+from engine import AttemptLog, Limit, RateBucket, Workflow, step
+
+AT_MOST = 3
+RATE = 60  # starts per PERIOD, per provider
+PERIOD = timedelta(minutes=1)
+
+
+class Base(DeclarativeBase):
+    """The limit tests' own base."""
+
+
+class Lookup(Base, Workflow):
+    __tablename__ = "lookup"
+    __workflow_limit__ = Limit(by="customer", at_most=AT_MOST)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    customer: Mapped[str] = mapped_column(String(40))
+    started: Mapped[float | None] = mapped_column(default=None)
+    ended: Mapped[float | None] = mapped_column(default=None)
+
+    @step
+    async def work(self, seconds: float) -> None:
+        self.started = time.time()
+        await asyncio.sleep(seconds)
+        self.ended = time.time()
+
+
+class Charge(Base, Workflow):
+    __tablename__ = "charge"
+    __workflow_limit__ = Limit(by="provider", rate=RATE, per=PERIOD)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    provider: Mapped[str] = mapped_column(String(40))
+    charged: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def charge(self) -> None:
+        self.charged += 1
+
+    @step
+    async def charge_twice(self) -> object:
+        self.charged += 1
+        return Charge.charge
+
+
+class WorkflowRate(Base, RateBucket):
+    __tablename__ = "workflow_rate"
+
+
+class LimitAttempt(Base, AttemptLog):
+    __tablename__ = "limit_attempt"
+
+
+class DataBase(MappedAsDataclass, DeclarativeBase):
+    """A dataclass base, for the RateBucket twin."""
+
+
+class DataRate(DataBase, engine.dataclass.RateBucket):
+    __tablename__ = "data_rate"

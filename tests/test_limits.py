@@ -1,0 +1,247 @@
+"""Limits in one process: at_most per group, the rate's token bucket, and bad declarations.
+
+Three worker processes sharing one limit are in tests/processes/test_limits_processes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import String, func, inspect, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from engine import ConfigurationError, Limit, Workflow, connect_workflows, run_workflows, step
+from engine.testing import drain, move_clock
+from tests.apps import limited
+from tests.apps.limited import AT_MOST, RATE, Charge, LimitAttempt, Lookup, WorkflowRate
+from tests.conftest import Database
+from tests.helpers import wait_until
+
+# -- declarations -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"by": "customer"}, "needs at_most, rate, or both"),
+        ({"by": "", "at_most": 3}, "must name a column"),
+        ({"by": "customer", "at_most": 0}, "at_most must be a whole number >= 1"),
+        ({"by": "customer", "at_most": 2.5}, "at_most must be a whole number >= 1"),
+        ({"by": "customer", "rate": 60}, "needs per="),
+        ({"by": "customer", "rate": 60, "per": timedelta(0)}, "needs per="),
+        ({"by": "customer", "rate": 0.5, "per": timedelta(minutes=1)}, "at least 1 per period"),
+        ({"by": "customer", "rate": "60", "per": timedelta(minutes=1)}, "must be a number"),
+        ({"by": "customer", "at_most": 3, "per": timedelta(minutes=1)}, "per= means nothing"),
+    ],
+)
+def test_a_limit_that_cannot_work_is_refused_where_it_is_written(
+    arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Limit(**arguments)
+
+
+def test_a_limit_must_name_a_not_null_column_of_its_table() -> None:
+    class Base(DeclarativeBase):
+        pass
+
+    with pytest.raises(ConfigurationError, match="'tenant', which is not a column of nowhere"):
+
+        class Nowhere(Base, Workflow):
+            __tablename__ = "nowhere"
+            __workflow_limit__ = Limit(by="tenant", at_most=1)
+            id: Mapped[int] = mapped_column(primary_key=True)
+
+    with pytest.raises(ConfigurationError, match="'tenant', which must be NOT NULL"):
+
+        class Loose(Base, Workflow):
+            __tablename__ = "loose"
+            __workflow_limit__ = Limit(by="tenant", at_most=1)
+            id: Mapped[int] = mapped_column(primary_key=True)
+            tenant: Mapped[str | None] = mapped_column(String)
+
+            @step
+            async def go(self) -> None:
+                pass
+
+
+def test_a_limited_table_gets_the_indexes_its_passes_use() -> None:
+    indexes = {index.name: index for index in Lookup.__table__.indexes}
+    waiting = indexes["ix_lookup_due_by_customer"]
+    running = indexes["ix_lookup_running_by_customer"]
+    assert [c.name for c in waiting.columns] == ["customer", "wake_at"]
+    assert [c.name for c in running.columns] == ["customer"]
+    assert str(running.dialect_options["postgresql"]["where"]) == "lookup.claimed_until IS NOT NULL"
+
+
+def test_both_spellings_of_rate_bucket_declare_the_same_columns() -> None:
+    def columns(model: type) -> dict[str, tuple[str, bool, bool]]:
+        return {
+            c.name: (str(c.type), bool(c.nullable), c.primary_key)
+            for c in inspect(model).local_table.c
+        }
+
+    assert columns(limited.DataRate) == columns(WorkflowRate)
+    assert limited.DataRate.__init__.__code__.co_argcount == 1  # nothing to pass: engine rows
+
+
+async def test_a_rate_limit_without_a_bucket_table_is_refused_before_claiming(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    db.sql("DROP TABLE workflow_rate")
+    with pytest.raises(ConfigurationError, match="Charge has a rate limit, but no RateBucket"):
+        await drain(Session, [Charge])
+    # A process that only starts runs needs no bucket.
+    async with connect_workflows(Session, workflows=[Charge]):
+        assert await Charge(provider="p").start(Charge.charge)
+
+
+# -- at_most ------------------------------------------------------------------------
+
+
+async def _leased_per_customer(Session: Any) -> dict[str, int]:
+    async with Session() as session:
+        rows = await session.execute(
+            select(Lookup.customer, func.count())
+            .where(Lookup.claimed_until.isnot(None))
+            .group_by(Lookup.customer)
+        )
+        return {customer: count for customer, count in rows.all()}
+
+
+async def test_a_group_at_its_limit_is_skipped_and_the_pass_goes_to_the_others(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Lookup]):
+        for _ in range(20):  # the big customer's rows are the longest waiting
+            assert await Lookup(customer="big").start(Lookup.work(0.6))
+        for customer in ("small-1", "small-2"):
+            assert await Lookup(customer=customer).start(Lookup.work(0.6))
+    async with run_workflows(Session, workflows=[Lookup], max_concurrency=8):
+        await asyncio.sleep(0.3)
+        assert await _leased_per_customer(Session) == {"big": AT_MOST, "small-1": 1, "small-2": 1}
+
+        async def done() -> bool:
+            async with Session() as session:
+                left = await session.scalar(
+                    select(func.count()).select_from(Lookup).where(Lookup.next_step.isnot(None))
+                )
+                return left == 0
+
+        await wait_until(done, timeout=15)
+
+
+async def test_the_longest_waiting_group_is_claimed_first(db: Database) -> None:
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Lookup]):
+        for customer in ("c", "a", "b"):  # started in this order: c waits longest
+            assert await Lookup(customer=customer).start(Lookup.work(0))
+    async with run_workflows(Session, workflows=[Lookup], max_concurrency=1):
+        await wait_until(lambda: _no_run_left(Session))
+    async with Session() as session:
+        order = (await session.scalars(select(Lookup.customer).order_by(Lookup.started))).all()
+    assert order == ["c", "a", "b"]
+
+
+async def _no_run_left(Session: Any) -> bool:
+    async with Session() as session:
+        left = await session.scalar(
+            select(func.count()).select_from(Lookup).where(Lookup.next_step.isnot(None))
+        )
+        return left == 0
+
+
+# -- rate ---------------------------------------------------------------------------
+
+
+async def _start_charges(Session: Any, count: int, target: Any = Charge.charge) -> None:
+    async with connect_workflows(Session, workflows=[Charge]):
+        for _ in range(count):
+            assert await Charge(provider="acme").start(target)
+
+
+async def test_a_rate_starts_one_periods_burst_then_no_more_than_it_refills(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    runs = 300
+    await _start_charges(Session, runs)
+    tick = timedelta(seconds=5)
+    started = [await drain(Session, [Charge])]
+    # A quiet provider may start a period's worth at once, and then must wait.
+    assert RATE <= started[0] <= RATE + 1
+    assert await drain(Session, [Charge]) == 0
+    moved = timedelta(0)
+    while sum(started) < runs and moved < timedelta(minutes=6):
+        await move_clock(Session, tick)
+        moved += tick
+        started.append(await drain(Session, [Charge]))
+    assert sum(started) == runs
+    # 60 a minute after the burst: 240 more take four minutes of moved clock, give or take
+    # the real time the test itself took (refills count it too).
+    assert timedelta(minutes=4) - 2 * tick <= moved <= timedelta(minutes=4)
+    # Every window of one period, judged by when the attempts were recorded (database
+    # time, moved clock included), holds at most the burst plus one period's refill.
+    async with Session() as session:
+        times = (
+            await session.scalars(
+                select(LimitAttempt.finished_at).order_by(LimitAttempt.finished_at)
+            )
+        ).all()
+    assert len(times) == runs
+    busiest = max(
+        sum(1 for later in times[i:] if later - first < limited.PERIOD)
+        for i, first in enumerate(times)
+    )
+    assert busiest <= 2 * RATE + 2
+    after_burst = times[RATE:]
+    steady = max(
+        sum(1 for later in after_burst[i:] if later - first < limited.PERIOD)
+        for i, first in enumerate(after_burst)
+    )
+    assert steady <= RATE + 2, "after the burst, no minute starts more than the rate"
+
+
+async def test_every_start_spends_a_token_even_a_step_that_follows_at_once(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    await _start_charges(Session, 40, Charge.charge_twice)
+    # 40 runs of two steps each: the burst covers 60 starts, not 40 runs.
+    assert await drain(Session, [Charge]) == RATE
+    async with Session() as session:
+        charged = await session.scalar(select(func.sum(Charge.charged)))
+    assert charged == RATE
+
+
+async def test_truncating_the_bucket_table_only_starts_every_limit_full_again(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    await _start_charges(Session, 150)
+    assert await drain(Session, [Charge]) == RATE
+    assert await drain(Session, [Charge]) == 0
+    db.sql("TRUNCATE workflow_rate")
+    assert await drain(Session, [Charge]) == RATE
+
+
+async def test_each_group_has_a_bucket_of_its_own(db: Database) -> None:
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Charge]):
+        for provider in ("acme", "globex"):
+            for _ in range(RATE + 10):
+                assert await Charge(provider=provider).start(Charge.charge)
+    assert await drain(Session, [Charge]) == 2 * RATE
+    async with Session() as session:
+        buckets = (await session.scalars(select(WorkflowRate.group_key))).all()
+        assert sorted(buckets) == ["acme", "globex"]
+        # A bucket the clock cannot refill past one period's worth.
+        await session.execute(update(WorkflowRate).values(tokens=0))
+        await session.commit()
+    await move_clock(Session, timedelta(hours=5))
+    assert await drain(Session, [Charge]) == 2 * 10
