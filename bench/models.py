@@ -12,7 +12,7 @@ from datetime import timedelta
 from sqlalchemy import Float, Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import Step, Workflow, child, fan_out, step, wait_for, wake_in
+from engine import Limit, Step, Workflow, child, fan_out, step, wait_for, wake_in
 
 
 class Base(DeclarativeBase):
@@ -142,3 +142,30 @@ class FanChild(Base, Workflow):
 WORKFLOWS: dict[str, type[Workflow]] = {
     cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild)
 }
+
+
+class Backlog(Base, Workflow):
+    """Rows waiting in a group column, claimed without a limit: the claim cost's baseline."""
+
+    __tablename__ = "bench_backlog"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant: Mapped[int] = mapped_column(Integer)
+
+    @step
+    async def run(self) -> None:
+        return None
+
+
+class LimitedBacklog(Base, Workflow):
+    """The same rows, at most three of a tenant running at once."""
+
+    __tablename__ = "bench_limited_backlog"
+    __workflow_limit__ = Limit(by="tenant", at_most=3)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant: Mapped[int] = mapped_column(Integer)
+
+    @step
+    async def run(self) -> None:
+        return None

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -31,13 +32,24 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench import measures  # noqa: E402
+from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
 from bench.harness import WORKER_CONCURRENCY  # noqa: E402
 from bench.models import Chain, NoOp  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
 REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
-MEASUREMENTS = ("reference", "noop", "chain", "latency", "timer", "deliver", "fanout", "idle")
+MEASUREMENTS = (
+    "reference",
+    "noop",
+    "chain",
+    "latency",
+    "timer",
+    "deliver",
+    "fanout",
+    "idle",
+    "claims",
+)
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
 PEER_UPDATES = {1: "pgbench, PG 15: 4,850/s", 8: "pgbench, PG 15: 10,400/s"}
@@ -61,6 +73,9 @@ class Sizes:
     fanout_children: int
     idle_window_seconds: float
     idle_wakes: int
+    claim_backlogs: tuple[int, ...]  # waiting rows behind each claim-cost case
+    claim_groups: tuple[int, ...]  # tenants they are spread over
+    claims: int  # timed claims per case
 
 
 FULL = Sizes(
@@ -73,6 +88,9 @@ FULL = Sizes(
     fanout_children=1000,
     idle_window_seconds=12.0,
     idle_wakes=50,
+    claim_backlogs=(10_000, 1_000_000),
+    claim_groups=(100, 10_000),
+    claims=200,
 )
 QUICK = Sizes(
     update_seconds=0.6,
@@ -84,6 +102,9 @@ QUICK = Sizes(
     fanout_children=200,
     idle_window_seconds=3.0,
     idle_wakes=10,
+    claim_backlogs=(10_000, 100_000),
+    claim_groups=(100,),
+    claims=50,
 )
 
 
@@ -213,6 +234,30 @@ async def run_all(
                 f"wake_nothing_due_{p}_ms", f"wake(), nothing due: {p}", wake_ms[p], "ms", NO_PEER
             )
 
+    async def claims() -> None:
+        found: dict[str, Any] = {}
+        for rows in sizes.claim_backlogs:
+            for groups in sizes.claim_groups:
+                if groups > rows // 10:
+                    continue  # under ten rows a tenant: not a backlog behind a limit
+                for limited in (False, True):
+                    if not limited and groups != sizes.claim_groups[0]:
+                        continue  # without a limit the tenants change nothing
+                    case = await measure_claim_cost(server, limited, rows, groups, sizes.claims)
+                    cut = measures.percentiles(case.pop("ms"))
+                    case["ms"] = cut
+                    kind = f"at_most=3 by tenant, {groups:,} tenants" if limited else "no limit"
+                    key = f"claim_{rows}_{'limited_' + str(groups) if limited else 'plain'}"
+                    found[key] = case
+                    report.add(
+                        f"{key}_p50_ms",
+                        f"Claim of {CLAIM_SIZE}, {rows:,} waiting ({kind}): p50",
+                        cut["p50"],
+                        "ms",
+                        NO_PEER,
+                    )
+        report.details["claims"] = found
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -236,6 +281,11 @@ async def run_all(
             f"idle workers for {sizes.idle_window_seconds:g} s each, then "
             f"{sizes.idle_wakes} wake() calls",
             idle,
+        ),
+        "claims": (
+            f"{sizes.claims} claims of {CLAIM_SIZE} from backlogs of "
+            f"{', '.join(f'{n:,}' for n in sizes.claim_backlogs)} rows, with a limit and without",
+            claims,
         ),
     }
     for name in MEASUREMENTS:

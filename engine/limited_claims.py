@@ -1,17 +1,21 @@
 """Claiming a limited workflow: a group at a time, longest-waiting group first.
 
-One statement finds the groups that can start something now (due work of the
-served steps, fewer running than `at_most`, a whole token in the bucket),
-oldest due row first. Each is then claimed in a short transaction of its
-own: an advisory lock on (table, group) first, then, in the next statement
-and so with a snapshot taken after the lock, the count of the group's running
-rows and its bucket, the claim itself and the bucket's new level. Workers
-claiming the same group queue on the lock for one transaction; different
-groups never wait for each other.
+A limited claim is one short transaction of two statements:
 
-Finding the groups walks the `(group, wake_at)` index one probe per group
-(a skip scan), so a pass costs the number of groups with scheduled work, not
-the number of rows.
+1. Choose: the groups that can start something now (due work of the served
+   steps, fewer running than `at_most`, a whole token in the bucket), oldest
+   due row first, as many as the claim wants; and take each one's advisory
+   lock on (table, group) with `pg_try_advisory_xact_lock`. A group whose
+   lock another worker holds is being claimed right now: it is passed over,
+   so different groups never wait for each other, and neither does one group.
+2. Claim: with a snapshot taken after the locks, so the count of each group's
+   running rows is exact across workers, lease each locked group's oldest due
+   rows, as many as its limit and bucket allow, in the order the groups were
+   chosen, and leave each bucket what this claim spent of it.
+
+Choosing walks the `(group, wake_at)` index one probe per group (a skip
+scan), so a pass costs the number of groups with scheduled work, not the
+number of rows.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     ColumnElement,
     Double,
     Integer,
@@ -29,10 +34,12 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    case,
     cast,
     func,
     literal,
     select,
+    tuple_,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -56,8 +63,7 @@ def needs_bucket(infos: Sequence[WorkflowInfo], bucket: type[Any] | None) -> Non
 
 
 async def claim_limited(
-    lookup: AsyncConnection,
-    claiming: AsyncConnection,
+    conn: AsyncConnection,
     info: WorkflowInfo,
     want: int,
     lease: timedelta,
@@ -66,23 +72,19 @@ async def claim_limited(
 ) -> list[Row[Any]]:
     """Lease up to `want` due rows of a limited table, each group within its limit.
 
-    `lookup` runs each statement in its own transaction; `claiming` must not,
-    since a group's lock lasts for its claim's transaction.
+    `conn` must not be in autocommit mode: the group locks last for the
+    claim's own transaction, which this opens and commits.
     """
-    found = await lookup.execute(_groups_statement(info, steps, bucket), {"want": want})
-    claimed: list[Row[Any]] = []
-    claim = _group_claim_statement(info, steps, bucket)
-    lock = _lock_statement(info)
-    for group in found.scalars().all():
-        if len(claimed) >= want:
-            break
-        async with claiming.begin():
-            await claiming.execute(lock, {"group": group})
-            rows = await claiming.execute(
-                claim, {"group": group, "want": want - len(claimed), "lease": lease}
-            )
-            claimed.extend(rows.all())
-    return claimed
+    async with conn.begin():
+        chosen = await conn.execute(_choose_statement(info, steps, bucket), {"want": want})
+        groups = chosen.scalars().all()
+        if not groups:
+            return []
+        claimed = await conn.execute(
+            _claim_statement(info, steps, bucket),
+            {"groups": list(groups), "want": want, "lease": lease},
+        )
+        return list(claimed.all())
 
 
 def _limit(info: WorkflowInfo) -> Limit:
@@ -110,126 +112,190 @@ def _running(info: WorkflowInfo, group: Any, now: Any) -> Any:
 def _tokens(info: WorkflowInfo, bucket: Table, group: Any, now: Any) -> Any:
     """The group's bucket refilled to `now`: full when it has no row (or was truncated)."""
     limit = _limit(info)
+    full = literal(float(limit.rate or 0), Double)
     elapsed = func.greatest(cast(func.extract("epoch", now - bucket.c.refilled_at), Double), 0)
     refilled = bucket.c.tokens + elapsed * literal(limit.refill_per_second, Double)
     stored = (
-        select(func.least(refilled, literal(float(limit.rate or 0), Double)))
+        select(func.least(refilled, full))
         .where(bucket.c.workflow == info.name, bucket.c.group_key == cast(group, Text))
         .scalar_subquery()
     )
-    return func.coalesce(stored, literal(float(limit.rate or 0), Double))
+    return func.coalesce(stored, full)
+
+
+def _rated(info: WorkflowInfo, bucket: Table | None) -> Table | None:
+    """The bucket table when this workflow has a rate, else None."""
+    return bucket if _limit(info).rate is not None else None
 
 
 @lru_cache(maxsize=256)
-def _groups_statement(
+def _choose_statement(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
 ) -> Executable:
-    """Up to `want` groups that can start a step now, the longest-waiting first."""
+    """Up to `want` groups that can start a step now, longest-waiting first, each locked."""
     limit = _limit(info)
     table = info.table
     now = db_now()
-    # Every distinct group with something scheduled: a skip scan of (group, wake_at).
+    # Every distinct group with something scheduled, and its earliest wake_at: a skip
+    # scan of (group, wake_at), whose first entry past the last group is both at once.
     column = table.c[limit.by]
-    first = select(column.label("grp")).where(table.c.next_step.isnot(None))
-    groups = first.order_by(column).limit(1).cte("groups", recursive=True)
+    scheduled = table.c.next_step.isnot(None)
+    groups = (
+        select(column.label("grp"), table.c.wake_at.label("first_at"))
+        .where(scheduled)
+        .order_by(column, table.c.wake_at)
+        .limit(1)
+        .cte("groups", recursive=True)
+    )
     later = table.alias("later")
     following = (
-        select(later.c[limit.by])
+        select(later.c[limit.by].label("grp"), later.c.wake_at.label("first_at"))
         .where(later.c.next_step.isnot(None), later.c[limit.by] > groups.c.grp)
-        .order_by(later.c[limit.by])
+        .order_by(later.c[limit.by], later.c.wake_at)
         .limit(1)
-        .scalar_subquery()
+        .lateral("following")
     )
-    groups = groups.union_all(select(following).where(groups.c.grp.isnot(None)))
-    group = groups.c.grp
-    # Since when each has waited: its oldest due row of the served steps.
-    waiting = table.alias("waiting")
-    since = (
-        select(func.min(waiting.c.wake_at))
-        .where(
-            waiting.c[limit.by] == group,
-            waiting.c.next_step.isnot(None),
-            _served(waiting.c.next_step, steps),
-            waiting.c.wake_at <= now,
+    groups = groups.union_all(
+        select(following.c.grp, following.c.first_at).select_from(
+            groups.join(following, literal(True))
         )
-        .scalar_subquery()
     )
+    group = groups.c.grp
+    # Since when each has waited: its oldest due row (of the served steps, which for a
+    # worker serving every step is the group's first entry, if that is due).
+    since: Any
+    if steps is None:
+        since = case((groups.c.first_at <= now, groups.c.first_at))
+    else:
+        waiting = table.alias("waiting")
+        since = (
+            select(func.min(waiting.c.wake_at))
+            .where(
+                waiting.c[limit.by] == group,
+                waiting.c.next_step.isnot(None),
+                _served(waiting.c.next_step, steps),
+                waiting.c.wake_at <= now,
+            )
+            .scalar_subquery()
+        )
     columns = [group.label("grp"), since.label("since")]
     if limit.at_most is not None:
         columns.append(_running(info, group, now).label("running"))
-    if bucket is not None and limit.rate is not None:
-        columns.append(_tokens(info, bucket, group, now).label("tokens"))
+    rated = _rated(info, bucket)
+    if rated is not None:
+        columns.append(_tokens(info, rated, group, now).label("tokens"))
     # Materialized, so each probe runs once per group rather than once per mention.
-    candidates = (
-        select(*columns).where(group.isnot(None)).cte("candidates").prefix_with("MATERIALIZED")
-    )
+    candidates = select(*columns).cte("candidates").prefix_with("MATERIALIZED")
     able: list[ColumnElement[bool]] = [candidates.c.since.isnot(None)]
     if limit.at_most is not None:
         able.append(candidates.c.running < limit.at_most)
-    if "tokens" in candidates.c:
+    if rated is not None:
         able.append(candidates.c.tokens >= 1)
-    return (
-        select(candidates.c.grp)
+    chosen = (
+        select(candidates.c.grp, candidates.c.since)
         .where(*able)
         .order_by(candidates.c.since)
         .limit(bindparam("want", type_=Integer))
+        .subquery("chosen")
     )
+    # Locked only once chosen (a LIMIT keeps the condition out of the subquery).
+    locked = func.pg_try_advisory_xact_lock(
+        func.hashtext(literal(table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
+    )
+    # A claim need not wait for its WAL flush (see engine.claims): nor need this one.
+    no_flush_wait = select(func.set_config("synchronous_commit", "off", True)).scalar_subquery()
+    return select(chosen.c.grp).where(no_flush_wait.isnot(None), locked).order_by(chosen.c.since)
 
 
 @lru_cache(maxsize=256)
-def _lock_statement(info: WorkflowInfo) -> Executable:
-    """Queue behind any other claim of this group; no WAL flush wait, as for every claim."""
-    column = info.table.c[_limit(info).by]
-    group = cast(bindparam("group", type_=column.type), Text)
-    return select(
-        func.pg_advisory_xact_lock(
-            func.hashtext(literal(info.table.fullname)), func.hashtext(group)
-        ),
-        func.set_config("synchronous_commit", "off", True),
-    )
-
-
-@lru_cache(maxsize=256)
-def _group_claim_statement(
+def _claim_statement(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
 ) -> Executable:
-    """Lease the group's oldest due rows, as many as its limit and bucket allow now."""
+    """Lease each locked group's oldest due rows, as many as its limit and bucket allow."""
     limit = _limit(info)
     table = info.table
     column = table.c[limit.by]
-    group = bindparam("group", type_=column.type)
+    pk = list(info.mapper.primary_key)
     now = db_now()
-    allowed: list[Any] = [bindparam("want", type_=Integer)]
+    want = bindparam("want", type_=Integer)
+    chosen = (
+        func.unnest(bindparam("groups", type_=ARRAY(column.type)))
+        .table_valued("grp", with_ordinality="ord")
+        .render_derived("chosen")
+    )
+    allowed: list[Any] = []
     if limit.at_most is not None:
-        allowed.append(limit.at_most - _running(info, group, now))
-    tokens = None
-    if bucket is not None and limit.rate is not None:
-        tokens = _tokens(info, bucket, group, now)
-        allowed.append(cast(func.floor(tokens), Integer))
-    due = (
-        select(*info.mapper.primary_key, table.c.wake_at)
+        allowed.append(limit.at_most - _running(info, chosen.c.grp, now))
+    rated = _rated(info, bucket)
+    if rated is not None:
+        allowed.append(cast(func.floor(_tokens(info, rated, chosen.c.grp, now)), Integer))
+    allowance = (
+        select(
+            chosen.c.grp,
+            chosen.c.ord,
+            (func.least(*allowed) if len(allowed) > 1 else allowed[0]).label("allowed"),
+        )
+        .cte("allowance")
+        .prefix_with("MATERIALIZED")
+    )
+    # Each group's oldest due rows (at most `want`: a LIMIT may not vary per group),
+    ranked = table.alias("ranked")
+    oldest = (
+        select(
+            *(ranked.c[c.name] for c in pk),
+            func.row_number().over(order_by=ranked.c.wake_at).label("rank"),
+        )
         .where(
-            column == group,
+            ranked.c[limit.by] == allowance.c.grp,
+            ranked.c.next_step.isnot(None),
+            _served(ranked.c.next_step, steps),
+            ranked.c.wake_at <= now,
+        )
+        .order_by(ranked.c.wake_at)
+        .limit(want)
+        .lateral("oldest")
+    )
+    # as many of them as the group is allowed, the longest-waiting group's first,
+    picked = (
+        select(*(oldest.c[c.name] for c in pk))
+        .select_from(allowance.join(oldest, literal(True)))
+        .where(oldest.c.rank <= allowance.c.allowed)
+        .order_by(allowance.c.ord, oldest.c.rank)
+        .limit(want)
+    )
+    # locked as every claim locks: still due, and not being claimed by anyone else.
+    due = (
+        select(*pk, table.c.wake_at, column.label("duly_group"))
+        .where(
+            tuple_(*pk).in_(picked),
             table.c.next_step.isnot(None),
             _served(table.c.next_step, steps),
             table.c.wake_at <= now,
         )
-        .order_by(table.c.wake_at)
-        .limit(func.greatest(func.least(*allowed), 0) if len(allowed) > 1 else allowed[0])
         .with_for_update(skip_locked=True)
         .cte("due")
     )
     claim = lease_update(info, due)
-    if tokens is None or bucket is None:
+    if rated is None:
         return claim
-    # What this claim spent leaves the bucket, refilled to now, in the same statement.
-    spent = select(func.count()).select_from(due).scalar_subquery()
-    level = insert(bucket).from_select(
+    # What this claim spent leaves each bucket, refilled to now, in the same statement.
+    spent = (
+        select(func.count())
+        .select_from(due)
+        .where(due.c.duly_group == allowance.c.grp)
+        .scalar_subquery()
+    )
+    level = insert(rated).from_select(
         ["workflow", "group_key", "tokens", "refilled_at"],
-        select(literal(info.name), cast(group, Text), tokens - spent, now),
+        select(
+            literal(info.name),
+            cast(allowance.c.grp, Text),
+            _tokens(info, rated, allowance.c.grp, now) - spent,
+            now,
+        ),
     )
     level = level.on_conflict_do_update(
-        index_elements=[bucket.c.workflow, bucket.c.group_key],
+        index_elements=[rated.c.workflow, rated.c.group_key],
         set_={"tokens": level.excluded.tokens, "refilled_at": level.excluded.refilled_at},
     )
     return claim.add_cte(level.cte("spent"))

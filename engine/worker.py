@@ -265,7 +265,7 @@ class Worker:
         else:
             async with self._engine.connect() as claiming:
                 rows = await claim_limited(
-                    conn, claiming, info, want, self.options.lease, steps, self._buckets
+                    claiming, info, want, self.options.lease, steps, self._buckets
                 )
         claimed.extend((info, row) for row in rows)
         return len(rows) == want

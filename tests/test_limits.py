@@ -6,6 +6,7 @@ Three worker processes sharing one limit are in tests/processes/test_limits_proc
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from engine import ConfigurationError, Limit, Workflow, connect_workflows, run_workflows, step
 from engine.testing import drain, move_clock
 from tests.apps import limited
-from tests.apps.limited import AT_MOST, RATE, Charge, LimitAttempt, Lookup, WorkflowRate
+from tests.apps.limited import AT_MOST, RATE, Charge, LimitAttempt, Lookup, Render, WorkflowRate
 from tests.conftest import Database
 from tests.helpers import wait_until
 
@@ -245,3 +246,35 @@ async def test_each_group_has_a_bucket_of_its_own(db: Database) -> None:
         await session.commit()
     await move_clock(Session, timedelta(hours=5))
     assert await drain(Session, [Charge]) == 2 * 10
+
+
+# -- limits and lanes ---------------------------------------------------------------
+
+
+async def test_a_limit_counts_across_lanes_and_each_worker_claims_only_its_own(
+    db: Database,
+) -> None:
+    """The default worker prepares every run; the media worker renders one per customer at once."""
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Render]):
+        for customer in ("a", "a", "a", "b", "b"):
+            assert await Render(customer=customer).start(Render.prepare)
+    assert await drain(Session, [Render]) == 5  # one per customer at a time: both go in turn
+    async with Session() as session:
+        waiting = await session.scalars(select(Render.next_step))
+        assert set(waiting.all()) == {"render"}, "the default worker ran no media step"
+    async with run_workflows(Session, workflows=[Render], lanes=["media"], max_concurrency=8):
+        await wait_until(lambda: _renders_left(Session), timeout=10)
+    async with Session() as session:
+        spans = (await session.execute(select(Render.customer, Render.started, Render.ended))).all()
+    for customer in ("a", "b"):
+        mine = sorted((s, e) for c, s, e in spans if c == customer)
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(mine))
+
+
+async def _renders_left(Session: Any) -> bool:
+    async with Session() as session:
+        left = await session.scalar(
+            select(func.count()).select_from(Render).where(Render.next_step.isnot(None))
+        )
+        return left == 0

@@ -75,3 +75,27 @@ class DataBase(MappedAsDataclass, DeclarativeBase):
 
 class DataRate(DataBase, engine.dataclass.RateBucket):
     __tablename__ = "data_rate"
+
+
+class Render(Base, Workflow):
+    """A limited workflow with a step in the `media` lane: one render per customer at a time."""
+
+    __tablename__ = "render"
+    __workflow_limit__ = Limit(by="customer", at_most=1)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    customer: Mapped[str] = mapped_column(String(40))
+    prepared: Mapped[bool] = mapped_column(default=False)
+    started: Mapped[float | None] = mapped_column(default=None)
+    ended: Mapped[float | None] = mapped_column(default=None)
+
+    @step
+    async def prepare(self) -> object:
+        self.prepared = True
+        return Render.render
+
+    @step(lane="media")
+    async def render(self) -> None:
+        self.started = time.time()
+        await asyncio.sleep(0.05)
+        self.ended = time.time()
