@@ -12,8 +12,7 @@ when this worker next has anything to do, leases included.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +25,6 @@ from sqlalchemy import (
     cast,
     func,
     select,
-    union_all,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -104,46 +102,3 @@ def lease_update(info: WorkflowInfo, due: Any) -> Update:
             *table.c, due.c.wake_at.label("duly_scheduled_at"), db_now().label("duly_claimed_at")
         )
     )
-
-
-@dataclass(frozen=True)
-class NextDue:
-    """The earliest scheduled instant among a worker's tables, and how far off it is."""
-
-    at: datetime
-    seconds: float  # from this transaction's database time; <= 0 means due now
-
-
-async def next_due(
-    conn: AsyncConnection,
-    infos: Sequence[WorkflowInfo],
-    steps: Sequence[tuple[str, ...] | None] | None = None,
-) -> NextDue | None:
-    """When the earliest scheduled row of `infos` (of `steps`, per table) comes due, or None.
-
-    Leases count: a claimed row's wake_at is its lease's end. Asked after a
-    claim, a row due now that was not taken came due since, or another
-    transaction held it.
-    """
-    if not infos:
-        return None
-    served = tuple(steps) if steps is not None else tuple(None for _ in infos)
-    row = (await conn.execute(_next_due_statement(tuple(infos), served))).one()
-    return None if row[0] is None else NextDue(row[0], float(row[1]))
-
-
-@lru_cache(maxsize=256)
-def _next_due_statement(
-    infos: tuple[WorkflowInfo, ...], steps: tuple[tuple[str, ...] | None, ...]
-) -> Executable:
-    earliest = union_all(
-        *(
-            # Each table's earliest scheduled row it serves: a probe of its partial due index.
-            select(func.min(info.table.c.wake_at).label("at")).where(
-                info.table.c.next_step.isnot(None), scheduled(info, served)
-            )
-            for info, served in zip(infos, steps, strict=True)
-        )
-    ).subquery()
-    at = func.min(earliest.c.at)
-    return select(at, func.extract("epoch", at - db_now()))

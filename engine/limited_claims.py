@@ -33,11 +33,13 @@ from sqlalchemy import (
     Row,
     Table,
     Text,
+    and_,
     bindparam,
     case,
     cast,
     func,
     literal,
+    null,
     select,
     tuple_,
 )
@@ -128,26 +130,28 @@ def _rated(info: WorkflowInfo, bucket: Table | None) -> Table | None:
     return bucket if _limit(info).rate is not None else None
 
 
-@lru_cache(maxsize=256)
-def _choose_statement(
+def _groups(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
-) -> Executable:
-    """Up to `want` groups that can start a step now, longest-waiting first, each locked."""
+) -> tuple[Any, ColumnElement[bool]]:
+    """Every group with scheduled work (a CTE), and the condition for one that can start now.
+
+    Its columns: grp; since, its oldest due row of the served steps (NULL when
+    none is due); running, when there is an `at_most`; tokens, when a rate.
+    """
     limit = _limit(info)
     table = info.table
     now = db_now()
     # Every distinct group with something scheduled, and its earliest wake_at: a skip
     # scan of (group, wake_at), whose first entry past the last group is both at once.
     column = table.c[limit.by]
-    scheduled = table.c.next_step.isnot(None)
     groups = (
         select(column.label("grp"), table.c.wake_at.label("first_at"))
-        .where(scheduled)
+        .where(table.c.next_step.isnot(None))
         .order_by(column, table.c.wake_at)
         .limit(1)
-        .cte("groups", recursive=True)
+        .cte(f"groups_{table.name}", recursive=True)
     )
-    later = table.alias("later")
+    later = table.alias(f"later_{table.name}")
     following = (
         select(later.c[limit.by].label("grp"), later.c.wake_at.label("first_at"))
         .where(later.c.next_step.isnot(None), later.c[limit.by] > groups.c.grp)
@@ -185,26 +189,57 @@ def _choose_statement(
     if rated is not None:
         columns.append(_tokens(info, rated, group, now).label("tokens"))
     # Materialized, so each probe runs once per group rather than once per mention.
-    candidates = select(*columns).cte("candidates").prefix_with("MATERIALIZED")
+    candidates = select(*columns).cte(f"candidates_{table.name}").prefix_with("MATERIALIZED")
     able: list[ColumnElement[bool]] = [candidates.c.since.isnot(None)]
     if limit.at_most is not None:
         able.append(candidates.c.running < limit.at_most)
     if rated is not None:
         able.append(candidates.c.tokens >= 1)
+    return candidates, and_(*able)
+
+
+@lru_cache(maxsize=256)
+def _choose_statement(
+    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
+) -> Executable:
+    """Up to `want` groups that can start a step now, longest-waiting first, each locked."""
+    candidates, able = _groups(info, steps, bucket)
     chosen = (
         select(candidates.c.grp, candidates.c.since)
-        .where(*able)
+        .where(able)
         .order_by(candidates.c.since)
         .limit(bindparam("want", type_=Integer))
         .subquery("chosen")
     )
     # Locked only once chosen (a LIMIT keeps the condition out of the subquery).
     locked = func.pg_try_advisory_xact_lock(
-        func.hashtext(literal(table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
+        func.hashtext(literal(info.table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
     )
     # A claim need not wait for its WAL flush (see engine.claims): nor need this one.
     no_flush_wait = select(func.set_config("synchronous_commit", "off", True)).scalar_subquery()
     return select(chosen.c.grp).where(no_flush_wait.isnot(None), locked).order_by(chosen.c.since)
+
+
+def ready_at(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None) -> Any:
+    """When a group of this limited table can next start a step: a scalar subquery.
+
+    A group that can start now counts from its oldest due row; one short of
+    a token, from when its bucket will hold one; one at its `at_most`, not at
+    all, since it waits for a running step, whose lease's end is a wake_at of
+    its own. NULL when no group has due work.
+    """
+    candidates, _ = _groups(info, steps, bucket)
+    limit = _limit(info)
+    whens: list[tuple[ColumnElement[bool], Any]] = []
+    if limit.at_most is not None:
+        whens.append((candidates.c.running >= limit.at_most, null()))
+    rated = _rated(info, bucket)
+    if rated is not None:
+        short = (1 - candidates.c.tokens) / literal(limit.refill_per_second, Double)
+        wait = func.make_interval(0, 0, 0, 0, 0, 0, short)
+        whens.append((candidates.c.tokens < 1, db_now() + wait))
+    ready = case(*whens, else_=candidates.c.since) if whens else candidates.c.since
+    return select(func.min(ready)).where(candidates.c.since.isnot(None)).scalar_subquery()
 
 
 @lru_cache(maxsize=256)

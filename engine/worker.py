@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from engine import commits
-from engine.claims import NextDue, claim_due, next_due, served_steps
+from engine.claims import claim_due, served_steps
 from engine.commits import Claim
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
@@ -38,6 +38,7 @@ from engine.execution import StepContext, execute
 from engine.idle import IdleContract, OnIdle
 from engine.limited_claims import claim_limited, needs_bucket
 from engine.listener import Listener
+from engine.next_due import NextDue, next_due
 from engine.notify import EVERYONE
 from engine.rows import build_row, primary_key
 from engine.steps import DEFAULT_LANE
@@ -243,7 +244,9 @@ class Worker:
                 self._busy.add(task)
                 self.steps_started += 1
             if len(claimed) < free:
-                upcoming = await next_due(conn, infos, [self._served[i.name] for i in infos])
+                upcoming = await next_due(
+                    conn, infos, [self._served[i.name] for i in infos], self._buckets
+                )
         if len(claimed) < free:
             await self.idle.after_pass(
                 self.passes,
@@ -289,9 +292,15 @@ class Worker:
         idle = self.options.max_idle_interval.total_seconds()
         if free <= 0:
             return idle  # every slot busy: a finishing step wakes us
-        if not isinstance(upcoming, NextDue) or upcoming.seconds > 0:
+        if not isinstance(upcoming, NextDue):
             self._due_again = False
-            return idle if not isinstance(upcoming, NextDue) else min(upcoming.seconds, idle)
+            return idle
+        if upcoming.seconds > 0:
+            self._due_again = False
+            # Work a limit holds back may be freed by another worker's step without a
+            # word: look again every poll_interval.
+            wait = min(upcoming.seconds, idle)
+            return min(wait, self.options.poll_interval.total_seconds()) if upcoming.held else wait
         # Due now but not taken: it came due after the claim, or another transaction
         # holds it. Look again at once the first time, then every poll_interval.
         if self._due_again:

@@ -15,6 +15,7 @@ from sqlalchemy import String, func, inspect, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import ConfigurationError, Limit, Workflow, connect_workflows, run_workflows, step
+from engine.clock import db_now
 from engine.testing import drain, move_clock
 from tests.apps import limited
 from tests.apps.limited import AT_MOST, RATE, Charge, LimitAttempt, Lookup, Render, WorkflowRate
@@ -278,3 +279,60 @@ async def _renders_left(Session: Any) -> bool:
             select(func.count()).select_from(Render).where(Render.next_step.isnot(None))
         )
         return left == 0
+
+
+# -- what an idle worker reports when a limit holds due work back ------------------------
+
+
+async def _database_now(Session: Any) -> Any:
+    async with Session() as session:
+        return await session.scalar(select(db_now()))
+
+
+async def test_a_bucket_short_of_a_token_reports_when_it_will_hold_one(db: Database) -> None:
+    """Not the held rows' own (past) due time: a platform woken then would find nothing."""
+    Session = await db.create(limited.Base.metadata)
+    await _start_charges(Session, RATE + 10)
+    assert await drain(Session, [Charge]) == RATE
+    told: list[Any] = []
+    async with run_workflows(
+        Session, workflows=[Charge], suspends_when_idle=True, on_idle=told.append
+    ) as worker:
+        assert await worker.wake(5)
+        now = await _database_now(Session)
+    # One token a second: the next start is at most a second away, and not yet.
+    assert told and now < told[-1] <= now + timedelta(seconds=1.1)
+
+
+async def test_a_listening_worker_starts_rate_held_work_as_tokens_come(db: Database) -> None:
+    Session = await db.create(limited.Base.metadata)
+    await _start_charges(Session, RATE + 10)
+    assert await drain(Session, [Charge]) == RATE
+    async with run_workflows(Session, workflows=[Charge], poll_interval=timedelta(seconds=5)):
+        await asyncio.sleep(2.6)
+    async with Session() as session:
+        charged = await session.scalar(select(func.sum(Charge.charged)))
+    # Woken by the bucket's own instant (the 5 s poll would not have come round yet).
+    assert RATE + 2 <= charged <= RATE + 4
+
+
+async def test_a_group_at_its_limit_reports_the_end_of_the_running_leases(db: Database) -> None:
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Lookup]):
+        for _ in range(AT_MOST + 2):
+            assert await Lookup(customer="big").start(Lookup.work(3))
+    lease = timedelta(minutes=5)
+    async with run_workflows(Session, workflows=[Lookup], lease=lease):
+        await wait_until(lambda: _leased(Session, AT_MOST))
+        told: list[Any] = []
+        async with run_workflows(
+            Session, workflows=[Lookup], suspends_when_idle=True, on_idle=told.append
+        ) as second:
+            # Nothing it may take: caught up, though two runs are due.
+            assert await second.wake(5)
+            now = await _database_now(Session)
+        assert told and told[-1] > now + lease - timedelta(seconds=10)
+
+
+async def _leased(Session: Any, count: int) -> bool:
+    return await _leased_per_customer(Session) == {"big": count}
