@@ -183,13 +183,28 @@ def _groups(
             .scalar_subquery()
         )
     columns = [group.label("grp"), since.label("since")]
+    joined: Any = groups
     if limit.at_most is not None:
-        columns.append(_running(info, group, now).label("running"))
+        # Few rows are leased at any time: count them all at once, not a probe a group.
+        leased = table.alias("leased")
+        running = (
+            select(leased.c[limit.by].label("grp"), func.count().label("running"))
+            .where(leased.c.claimed_until > now)
+            .group_by(leased.c[limit.by])
+            .subquery(f"running_{table.name}")
+        )
+        joined = joined.outerjoin(running, running.c.grp == group)
+        columns.append(func.coalesce(running.c.running, 0).label("running"))
     rated = _rated(info, bucket)
     if rated is not None:
         columns.append(_tokens(info, rated, group, now).label("tokens"))
     # Materialized, so each probe runs once per group rather than once per mention.
-    candidates = select(*columns).cte(f"candidates_{table.name}").prefix_with("MATERIALIZED")
+    candidates = (
+        select(*columns)
+        .select_from(joined)
+        .cte(f"candidates_{table.name}")
+        .prefix_with("MATERIALIZED")
+    )
     able: list[ColumnElement[bool]] = [candidates.c.since.isnot(None)]
     if limit.at_most is not None:
         able.append(candidates.c.running < limit.at_most)

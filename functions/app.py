@@ -105,9 +105,26 @@ async def healthz(request: Request) -> Any:
 
 @router.get("/workflows")
 async def list_workflows(request: Request) -> dict[str, Any]:
-    """The workflow tables this app serves, with their step names."""
+    """The workflow tables this app serves: their steps, the lanes they need, their limit."""
     infos = _connection(request).workflows
-    return {"workflows": [{"name": i.name, "steps": list(i.steps)} for i in infos]}
+    return {"workflows": [_describe(info) for info in infos]}
+
+
+def _describe(info: WorkflowInfo) -> dict[str, Any]:
+    limit = info.limit
+    return {
+        "name": info.name,
+        "steps": list(info.steps),
+        "lanes": sorted({step.lane for step in info.steps.values()}),
+        "limit": None
+        if limit is None
+        else {
+            "by": limit.by,
+            "at_most": limit.at_most,
+            "rate": limit.rate,
+            "per_seconds": limit.per.total_seconds() if limit.per is not None else None,
+        },
+    }
 
 
 @router.get("/runs/{workflow}")

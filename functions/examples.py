@@ -19,6 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from engine import (
     AttemptLog,
     Cron,
+    Limit,
     Workflow,
     child,
     every,
@@ -155,7 +156,10 @@ class Research(Base, Workflow):
     async def research_all(self):
         return fan_out(
             (
-                child(Lookup(key=f"{self.name}:{c}", company=c), Lookup.research)
+                child(
+                    Lookup(key=f"{self.name}:{c}", customer=self.name, company=c),
+                    Lookup.research,
+                )
                 for c in self.companies
             ),
             then=Research.report,
@@ -169,9 +173,12 @@ class Research(Base, Workflow):
 
 class Lookup(Base, Workflow):
     __tablename__ = "lookup"
+    # However many companies one customer asks about, three lookups at a time.
+    __workflow_limit__ = Limit(by="customer", at_most=3)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String, unique=True)
+    customer: Mapped[str] = mapped_column(String)
     company: Mapped[str] = mapped_column(String)
     summary: Mapped[str | None] = mapped_column(String, default=None)
 

@@ -83,14 +83,24 @@ async def test_healthz_answers_ok_then_503_when_the_database_refuses(db: Databas
         assert reply.json()["detail"].startswith("The database is unreachable: ")
 
 
-async def test_workflows_lists_tables_and_steps(db: Database) -> None:
+async def test_workflows_lists_tables_steps_lanes_and_limits(db: Database) -> None:
     Session = await db.create(examples.Base.metadata)
     async with serving(create_app(Session, run_worker=False)) as client:
         reply = await client.get("/workflows")
     assert reply.status_code == 200
-    assert {"name": "onboarding", "steps": ["welcome", "check", "activated"]} in reply.json()[
-        "workflows"
-    ]
+    described = {w["name"]: w for w in reply.json()["workflows"]}
+    assert described["onboarding"] == {
+        "name": "onboarding",
+        "steps": ["welcome", "check", "activated"],
+        "lanes": ["default"],
+        "limit": None,
+    }
+    assert described["lookup"]["limit"] == {
+        "by": "customer",
+        "at_most": 3,
+        "rate": None,
+        "per_seconds": None,
+    }
 
 
 async def test_runs_lists_a_started_run_with_its_engine_columns(db: Database) -> None:

@@ -130,7 +130,7 @@ async def test_a_parent_whose_row_was_taken_over_starts_no_children(db: Database
         )
         committer.start()
         fan = fan_out(
-            [child(Lookup(key="fenced:Acme", company="Acme"), Lookup.research)],
+            [child(Lookup(key="fenced:Acme", customer="fenced", company="Acme"), Lookup.research)],
             then=Research.report,
         )
         written = await committer.write(
