@@ -128,14 +128,7 @@ async def test_a_group_at_its_limit_is_skipped_and_the_pass_goes_to_the_others(
         await asyncio.sleep(0.3)
         assert await _leased_per_customer(Session) == {"big": AT_MOST, "small-1": 1, "small-2": 1}
 
-        async def done() -> bool:
-            async with Session() as session:
-                left = await session.scalar(
-                    select(func.count()).select_from(Lookup).where(Lookup.next_step.isnot(None))
-                )
-                return left == 0
-
-        await wait_until(done, timeout=15)
+        await wait_until(lambda: _all_finished(Session, Lookup), timeout=15)
 
 
 async def test_the_longest_waiting_group_is_claimed_first(db: Database) -> None:
@@ -144,16 +137,17 @@ async def test_the_longest_waiting_group_is_claimed_first(db: Database) -> None:
         for customer in ("c", "a", "b"):  # started in this order: c waits longest
             assert await Lookup(customer=customer).start(Lookup.work(0))
     async with run_workflows(Session, workflows=[Lookup], max_concurrency=1):
-        await wait_until(lambda: _no_run_left(Session))
+        await wait_until(lambda: _all_finished(Session, Lookup))
     async with Session() as session:
         order = (await session.scalars(select(Lookup.customer).order_by(Lookup.started))).all()
     assert order == ["c", "a", "b"]
 
 
-async def _no_run_left(Session: Any) -> bool:
+async def _all_finished(Session: Any, model: Any) -> bool:
+    """No run of `model` has a step scheduled."""
     async with Session() as session:
         left = await session.scalar(
-            select(func.count()).select_from(Lookup).where(Lookup.next_step.isnot(None))
+            select(func.count()).select_from(model).where(model.next_step.isnot(None))
         )
         return left == 0
 
@@ -265,20 +259,12 @@ async def test_a_limit_counts_across_lanes_and_each_worker_claims_only_its_own(
         waiting = await session.scalars(select(Render.next_step))
         assert set(waiting.all()) == {"render"}, "the default worker ran no media step"
     async with run_workflows(Session, workflows=[Render], lanes=["media"], max_concurrency=8):
-        await wait_until(lambda: _renders_left(Session), timeout=10)
+        await wait_until(lambda: _all_finished(Session, Render), timeout=10)
     async with Session() as session:
         spans = (await session.execute(select(Render.customer, Render.started, Render.ended))).all()
     for customer in ("a", "b"):
         mine = sorted((s, e) for c, s, e in spans if c == customer)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(mine))
-
-
-async def _renders_left(Session: Any) -> bool:
-    async with Session() as session:
-        left = await session.scalar(
-            select(func.count()).select_from(Render).where(Render.next_step.isnot(None))
-        )
-        return left == 0
 
 
 # -- what an idle worker reports when a limit holds due work back ------------------------
