@@ -84,18 +84,37 @@ def children_of(info: WorkflowInfo, key: tuple[Any, ...], model: type[Any]) -> A
 async def start_children(
     conn: AsyncConnection, fan: FanOut, parent: WorkflowInfo, key: tuple[Any, ...]
 ) -> int:
-    """Insert the children in the caller's transaction; how many were started."""
-    from engine.runs import start_statement
+    """Insert the children in the caller's transaction; how many were started.
+
+    Children of one table given the same columns go in one multi-row INSERT
+    (SQLAlchemy batches the rows into VALUES lists), and each table that got
+    a child is announced once, at the commit.
+    """
+    from engine.runs import run_values
 
     reference = parent_reference(parent, key)
-    started = 0
+    batches: dict[tuple[WorkflowInfo, tuple[str, ...]], list[dict[str, Any]]] = {}
     for item in fan.children:
-        statement, params = start_statement(
-            workflow_info(type(item.row)), item.row, item.call, parent=reference
-        )
-        if (await conn.execute(statement, params)).first() is not None:
-            started += 1
+        info = workflow_info(type(item.row))
+        given, params = run_values(info, item.row, item.call, parent=reference)
+        batches.setdefault((info, given), []).append(params)
+    started = 0
+    announced: set[str] = set()
+    for (info, given), rows in batches.items():
+        inserted = len((await conn.execute(_children_statement(info, given), rows)).all())
+        started += inserted
+        if inserted and info.name not in announced:
+            announced.add(info.name)
+            await conn.execute(notify(info.name))
     return started
+
+
+@lru_cache(maxsize=256)
+def _children_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
+    from engine.runs import insert_run
+
+    # RETURNING makes the skipped (conflicting) children countable.
+    return insert_run(info, given).returning(*info.mapper.primary_key)
 
 
 async def count_children(

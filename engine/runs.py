@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import bindparam, inspect, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.sql import Executable
 
@@ -41,9 +41,17 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
 
 
 def start_statement(
-    info: WorkflowInfo, row: Any, call: Call[Any], parent: dict[str, Any] | None = None
+    info: WorkflowInfo, row: Any, call: Call[Any]
 ) -> tuple[Executable, dict[str, Any]]:
-    """The statement that starts `row` with `call`, and its parameters.
+    """The statement that starts `row` with `call`, and its parameters."""
+    given, params = run_values(info, row, call)
+    return _start_statement(info, given), params
+
+
+def run_values(
+    info: WorkflowInfo, row: Any, call: Call[Any], parent: dict[str, Any] | None = None
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The columns `row` was given, and the parameters of the insert that starts it.
 
     `parent` is the reference of the run that fanned this one out, if any.
     """
@@ -60,18 +68,13 @@ def start_statement(
     }
     params = {f"v_{name}": value for name, value in given.items()}
     params.update(next_step=call.step.name, next_args=call.encoded, parent=parent)
-    return _start_statement(info, tuple(sorted(given))), params
+    return tuple(sorted(given)), params
 
 
-@lru_cache(maxsize=1024)
-def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
-    """The insert for one table and one set of given columns, built once.
-
-    One statement on an autocommit connection: the row and the NOTIFY commit
-    together, and a conflict (the CTE returns nothing) announces nothing.
-    """
+def insert_run(info: WorkflowInfo, given: tuple[str, ...]) -> Insert:
+    """INSERT of one run with its first step due now; a row hitting any unique key is skipped."""
     table = info.table
-    started = (
+    return (
         insert(table)
         .values({table.c[name]: bindparam(f"v_{name}", type_=table.c[name].type) for name in given})
         .values(
@@ -84,8 +87,16 @@ def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
         )
         # Any unique constraint: a key that already has a run starts none.
         .on_conflict_do_nothing()
-        .returning(*table.c)
-        .cte("started")
     )
-    announced = announcement(table.name).label("duly_notified")
+
+
+@lru_cache(maxsize=1024)
+def _start_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
+    """The insert for one table and one set of given columns, built once.
+
+    One statement on an autocommit connection: the row and the NOTIFY commit
+    together, and a conflict (the CTE returns nothing) announces nothing.
+    """
+    started = insert_run(info, given).returning(*info.table.c).cte("started")
+    announced = announcement(info.table.name).label("duly_notified")
     return select(started, announced)

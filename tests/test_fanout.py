@@ -79,6 +79,18 @@ async def test_a_child_that_hits_a_unique_constraint_is_not_started_and_not_coun
         assert (await fetch(Session, Research, again.id)).found == 1, "only Hooli was its own"
 
 
+async def test_children_with_the_same_key_in_one_fan_out_start_once(db: Database) -> None:
+    """The children go in as one multi-row insert: a key repeated inside it starts one run."""
+    Session = await db.create(examples.Base.metadata)
+    async with connect_workflows(Session, workflows=BOTH):
+        twice = Research(name="twice", companies=["Acme", "Acme", "Globex"])
+        assert await twice.start(Research.research_all)
+        await drain(Session, BOTH)
+        assert await lookups(Session) == 2
+        stored = await fetch(Session, Research, twice.id)
+    assert stored.found == 2 and stored.next_step is None and stored.children_left == 0
+
+
 async def test_a_fan_out_with_no_new_children_runs_then_at_once(db: Database) -> None:
     Session = await db.create(examples.Base.metadata)
     async with connect_workflows(Session, workflows=BOTH):
