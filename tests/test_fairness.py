@@ -8,8 +8,9 @@ from sqlalchemy import func, insert, select, update
 
 from engine import connect_workflows, run_workflows
 from engine.clock import db_now
+from engine.testing import drain
 from tests.apps import behaviour
-from tests.apps.behaviour import Timer, Upload
+from tests.apps.behaviour import Alarm, Attempt, Timer, Upload
 from tests.conftest import Database
 from tests.helpers import wait_until
 
@@ -48,3 +49,20 @@ async def test_a_small_table_is_served_in_the_first_passes_beside_a_large_backlo
         f"{backlog_done} of the backlog ran before the ten small runs were done"
     )
     assert time.monotonic() - started < 10
+
+
+async def test_with_more_tables_than_slots_each_table_takes_its_turn(db: Database) -> None:
+    """One slot, three tables with work: every table runs before any runs twice, and so on."""
+    Session = await db.create(behaviour.Base.metadata)
+    async with connect_workflows(Session, workflows=[Timer, Upload, Alarm]):
+        for _ in range(4):  # each table's rows are started together: a backlog of four
+            assert await Timer().start(Timer.fire)
+        for _ in range(4):
+            assert await Upload().start(Upload.notify)
+        for _ in range(4):
+            assert await Alarm().start(Alarm.ring)
+    assert await drain(Session, [Timer, Upload, Alarm], max_concurrency=1) == 12
+    async with Session() as session:
+        order = (await session.scalars(select(Attempt.workflow).order_by(Attempt.id))).all()
+    rounds = [sorted(order[i : i + 3]) for i in range(0, 12, 3)]
+    assert rounds == [["alarm", "timer", "upload"]] * 4, order
