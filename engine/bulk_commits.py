@@ -72,11 +72,15 @@ ROW_FIELDS: list[tuple[str, Any]] = [
 
 
 def takes(write: Write) -> bool:
-    """Whether the fast path can write this outcome: no user columns, no wait, no event key."""
+    """Whether the fast path alone can commit this write: engine-only, touching no other row."""
+    return engine_only(write) and not write.needs_transaction
+
+
+def engine_only(write: Write) -> bool:
+    """Whether this outcome fits the fast path: no user columns, no wait, no event key."""
     outcome = write.outcome
     return (
         not outcome.changes
-        and not write.needs_transaction
         and write.record is not None
         and outcome.pending != "wait"
         and outcome.recent_event_keys is None

@@ -21,7 +21,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.bulk_commits import bulk_fenced_writes, takes
+from engine.bulk_commits import bulk_fenced_writes, engine_only, takes
 from engine.commits import Write, fenced_writes
 from engine.fanout import children_finished, count_children, start_children
 
@@ -115,8 +115,10 @@ class Committer:
 
     async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
         """Outcomes with the children they start or the parents they finish, in one commit."""
+        # The outcomes themselves take the fast path when they can, as outside a transaction.
+        write_rows = bulk_fenced_writes if all(map(engine_only, writes)) else fenced_writes
         async with self._transactions.begin() as conn:
-            rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
+            rows = await write_rows(conn, writes, attempt_log=self._attempt_log)
             finished = []
             for write, row in zip(writes, rows, strict=True):
                 if row is None:
