@@ -61,6 +61,20 @@ class Charge(Base, Workflow):
         return Charge.charge
 
 
+class Burst(Base, Workflow):
+    """A fast rate, for worker processes sharing one bucket in real time."""
+
+    __tablename__ = "burst"
+    __workflow_limit__ = Limit(by="provider", rate=20, per=timedelta(seconds=1))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    provider: Mapped[str] = mapped_column(String(40))
+
+    @step
+    async def go(self) -> None:
+        return None
+
+
 class WorkflowRate(Base, RateBucket):
     __tablename__ = "workflow_rate"
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 
 from tests.apps import limited
-from tests.apps.limited import AT_MOST, Lookup
+from tests.apps.limited import AT_MOST, Burst, LimitAttempt, Lookup
 from tests.conftest import Database
 from tests.processes.conftest import WorkerProcesses
 
@@ -107,3 +108,30 @@ async def _big_left(Session: Any) -> int:
             .where(Lookup.customer == "big", Lookup.next_step.isnot(None))
         )
         return int(left or 0)
+
+
+async def test_three_workers_share_one_bucket(db: Database, workers: WorkerProcesses) -> None:
+    """20 starts a second across all workers, after a burst of 20: counted in the database."""
+    Session = await db.create(limited.Base.metadata)
+    arguments = json.dumps(Burst.go().encoded)
+    db.sql(
+        "INSERT INTO burst (provider, next_step, next_args, wake_at) "
+        "SELECT 'acme', 'go', %s::jsonb, now() FROM generate_series(1, 400)",
+        arguments,
+    )
+    for _ in range(3):
+        workers.start(db.url, "--workflows", "burst", "--concurrency", "8")
+    await asyncio.sleep(3)
+    for process in list(workers.started):
+        assert workers.stop(process) == 0
+    async with Session() as session:
+        times = sorted((await session.scalars(select(LimitAttempt.finished_at))).all())
+    rate = 20
+    elapsed = (times[-1] - times[0]).total_seconds()
+    # The bucket starts full (20) and gains 20 a second, whichever worker spends it.
+    assert len(times) <= rate + rate * elapsed + 2  # + a commit's lag behind its claim
+    assert len(times) >= rate + rate * (elapsed - 1), "the workers kept up with the rate"
+    second = timedelta(seconds=1)
+    busiest = max(sum(1 for t in times[i:] if t - first < second) for i, first in enumerate(times))
+    print(f"{len(times)} starts in {elapsed:.2f} s; busiest second {busiest}")
+    assert busiest <= 2 * rate + 2

@@ -21,6 +21,7 @@ WORKFLOWS = {
     "slow": chain.Slow,
     "timed": chain.Timed,
     "lookup": limited.Lookup,
+    "burst": limited.Burst,
 }
 
 
