@@ -53,7 +53,7 @@ from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.notify import announcement
-from engine.rows import key_clause
+from engine.rows import key_arguments, key_clause, key_parameters
 from engine.workflow import WorkflowInfo
 
 STATEMENT_CACHE_SIZE = 512  # distinct statement shapes kept built
@@ -195,8 +195,7 @@ def _outcome_params(index: int, info: WorkflowInfo, write: Write) -> dict[str, A
         f"w{index}_waiting_for": outcome.waiting_for,
         f"w{index}_recent_event_keys": outcome.recent_event_keys,
     }
-    for position, value in enumerate(claim.key):
-        params[f"w{index}_key{position}"] = value
+    params.update(key_arguments(claim.key, prefix=f"w{index}_key"))
     for name, value in outcome.changes.items():
         params[f"w{index}_set_{name}"] = value
     record = write.record
@@ -233,10 +232,7 @@ def _outcome_statement(
 
         claimed = param("version", Integer)
         hold = param("hold", Interval)
-        key = tuple(
-            param(f"key{position}", column.type)
-            for position, column in enumerate(info.mapper.primary_key)
-        )
+        key = key_parameters(info, prefix=f"w{index}_key")
         now = db_now()
         waiting = param("waiting_for", table.c.waiting_for.type, typed=False)
         # A wait that finds its event already held takes it at once.

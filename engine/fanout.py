@@ -24,6 +24,7 @@ from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.notify import notify
+from engine.rows import key_arguments, key_clause, key_parameters
 from engine.steps import Call, Step, as_call, check_owner
 from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
 
@@ -122,7 +123,7 @@ async def count_children(
 ) -> None:
     """Set the parent's count of children; with none started, its `then` is due now."""
     statement = _count_statement(parent)
-    params = {f"k{i}": value for i, value in enumerate(key)} | {"started": started}
+    params = key_arguments(key) | {"started": started}
     await conn.execute(statement, params)
     if started == 0:
         await conn.execute(notify(parent.name))
@@ -139,20 +140,11 @@ async def children_finished(
     for text, finished in counts.items():
         reference = json.loads(text)
         parent = parent_info(reference, near)
-        params = {f"k{i}": value for i, value in enumerate(reference["key"])}
+        params = key_arguments(reference["key"])
         params["finished"] = finished
         row = (await conn.execute(_finished_statement(parent), params)).first()
         if row is not None and row.children_left == 0:
             await conn.execute(notify(parent.name))
-
-
-def _key_clause(info: WorkflowInfo) -> Any:
-    return and_(
-        *(
-            column == bindparam(f"k{i}", type_=column.type)
-            for i, column in enumerate(info.mapper.primary_key)
-        )
-    )
 
 
 @lru_cache(maxsize=256)
@@ -161,7 +153,7 @@ def _count_statement(info: WorkflowInfo) -> Executable:
     started = bindparam("started", type_=table.c.children_left.type)
     return (
         update(table)
-        .where(_key_clause(info))
+        .where(key_clause(info, key_parameters(info)))
         .values(
             children_left=started,
             wake_at=case((started == 0, db_now()), else_=None),
@@ -175,7 +167,7 @@ def _finished_statement(info: WorkflowInfo) -> Executable:
     left = table.c.children_left - bindparam("finished", type_=table.c.children_left.type)
     return (
         update(table)
-        .where(_key_clause(info), table.c.children_left > 0)
+        .where(key_clause(info, key_parameters(info)), table.c.children_left > 0)
         .values(
             children_left=left,
             # The last child makes `then` due, if the parent still has it scheduled.

@@ -8,11 +8,11 @@ attribute history and written by the engine's own fenced UPDATE.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, inspect
+from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, inspect
 from sqlalchemy.orm import ColumnProperty, make_transient_to_detached
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
@@ -68,3 +68,16 @@ def key_clause(info: WorkflowInfo, key: tuple[Any, ...]) -> ColumnElement[bool]:
     return and_(
         *(column == value for column, value in zip(info.mapper.primary_key, key, strict=True))
     )
+
+
+def key_parameters(info: WorkflowInfo, prefix: str = "k") -> tuple[BindParameter[Any], ...]:
+    """Bind parameters for a primary key, named `prefix0`, `prefix1`...: a statement built once."""
+    return tuple(
+        bindparam(f"{prefix}{i}", type_=column.type)
+        for i, column in enumerate(info.mapper.primary_key)
+    )
+
+
+def key_arguments(key: Sequence[Any], prefix: str = "k") -> dict[str, Any]:
+    """The values of `key_parameters`, for one row's key."""
+    return {f"{prefix}{i}": value for i, value in enumerate(key)}
