@@ -63,7 +63,7 @@ async def drain(
         return await worker.run_until_idle()
 
 
-async def clock_shift(Session: async_sessionmaker[AsyncSession]) -> timedelta:
+async def read_clock_shift(Session: async_sessionmaker[AsyncSession]) -> timedelta:
     """The database clock's current shift from PostgreSQL's time."""
     async with session_engine(Session).connect() as conn:
         shift = (await conn.execute(select(clock.c.shift))).scalar()

@@ -10,7 +10,7 @@ from sqlalchemy import event, insert
 from engine import run_workflows
 from engine.claims import claim_due
 from engine.clock import db_now
-from engine.testing import clock_shift, move_clock, reset_clock
+from engine.testing import move_clock, read_clock_shift, reset_clock
 from engine.workflow import workflow_info
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Lasting, Timer
@@ -58,9 +58,9 @@ async def test_reset_clock_puts_the_clock_back(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
     assert await move_clock(Session, timedelta(days=3)) == timedelta(days=3)
     assert await move_clock(Session, timedelta(hours=-1)) == timedelta(days=3, hours=-1)
-    assert await clock_shift(Session) == timedelta(days=2, hours=23)
+    assert await read_clock_shift(Session) == timedelta(days=2, hours=23)
     await reset_clock(Session)
-    assert await clock_shift(Session) == timedelta(0)
+    assert await read_clock_shift(Session) == timedelta(0)
 
 
 async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
