@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -13,14 +14,20 @@ T = TypeVar("T")
 
 
 async def wait_until(
-    condition: Callable[[], Awaitable[object]], timeout: float = 5.0, interval: float = 0.005
+    condition: Callable[[], Awaitable[object] | object],
+    timeout: float = 5.0,
+    interval: float = 0.005,
 ) -> None:
-    """Wait until `condition()` is truthy; fail the test after `timeout` seconds."""
+    """Wait until `condition()` (awaited if it is a coroutine) is truthy; fail after `timeout` s."""
     deadline = time.monotonic() + timeout
-    while not await condition():
+    while not await _value(condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached within {timeout} s")
         await asyncio.sleep(interval)
+
+
+async def _value(result: Awaitable[object] | object) -> object:
+    return await result if inspect.isawaitable(result) else result
 
 
 async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: Any) -> T:

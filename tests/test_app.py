@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
@@ -21,6 +21,7 @@ from functions import examples
 from functions.app import create_app
 from functions.examples import Onboarding
 from tests.conftest import Database
+from tests.helpers import wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
 STARTUP = 10.0  # seconds for uvicorn to start serving
@@ -49,13 +50,6 @@ async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         server.should_exit = True
         await task
         sock.close()
-
-
-async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float = SETTLE) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Onboarding:
@@ -146,7 +140,7 @@ async def test_history_lists_the_attempts_the_worker_made(db: Database) -> None:
         async def waiting() -> bool:
             return (await onboarding(Session, "u-history")).status == "waiting"
 
-        await wait_until(waiting)
+        await wait_until(waiting, timeout=SETTLE)
         reply = await client.get(f"/runs/onboarding/{row.id}/history")
     assert reply.status_code == 200
     [attempt] = reply.json()["attempts"]
@@ -211,7 +205,7 @@ async def test_dev_clock_moves_the_clock_and_the_check_step_runs(db: Database) -
         async def waiting() -> bool:
             return (await onboarding(Session, "u-clock")).status == "waiting"
 
-        await wait_until(waiting)
+        await wait_until(waiting, timeout=SETTLE)
         assert (await onboarding(Session, "u-clock")).nudges == 0
         reply = await client.post("/dev/clock", json={"days": 3})
         assert reply.status_code == 200
@@ -220,7 +214,7 @@ async def test_dev_clock_moves_the_clock_and_the_check_step_runs(db: Database) -
         async def nudged() -> bool:
             return (await onboarding(Session, "u-clock")).nudges == 1
 
-        await wait_until(nudged)
+        await wait_until(nudged, timeout=SETTLE)
         history = (await client.get(f"/runs/onboarding/{row.id}/history")).json()
         reply = await client.post("/dev/clock", json={"hours": 1.5, "minutes": 30})
         assert reply.json() == {"shift_seconds": (3 * 24 + 2) * 3600.0}

@@ -22,10 +22,6 @@ def fresh_controls() -> None:
     behaviour.holding.clear()
 
 
-async def _true(value: object) -> object:
-    return value
-
-
 async def test_run_replaces_what_was_scheduled_and_runs_now(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
     async with run_workflows(Session, workflows=[Timer]):
@@ -67,7 +63,7 @@ async def test_run_on_a_running_step_waits_for_it_and_discards_its_changes(
     async with run_workflows(Session, workflows=[Held], lease=lease):
         row = Held()
         assert await row.start(Held.work("first"))
-        await wait_until(lambda: _true(behaviour.holding == ["first"]))
+        await wait_until(lambda: behaviour.holding == ["first"])
         assert await Held.by(Held.id == row.id).run(Held.work("second")) == 1
         await asyncio.sleep(0.3)
         assert behaviour.holding == ["first"], "the new step does not start beside the running one"
@@ -129,7 +125,7 @@ async def test_cancel_of_a_running_step_discards_its_commit(db: Database) -> Non
     async with run_workflows(Session, workflows=[Held]):
         row = Held()
         assert await row.start(Held.work("only"))
-        await wait_until(lambda: _true(behaviour.holding == ["only"]))
+        await wait_until(lambda: behaviour.holding == ["only"])
         assert await Held.by(Held.id == row.id).cancel() == 1
         behaviour.release.set()
         await asyncio.sleep(0.3)

@@ -47,10 +47,6 @@ async def test_on_idle_is_told_once_per_change_not_once_per_pass(db: Database) -
     assert told[-1] == await earliest_due(Session)
 
 
-async def _true(value: object) -> object:
-    return value
-
-
 async def test_the_reported_instant_is_the_databases_earliest_due_time(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
     told: list[datetime | None] = []
@@ -72,7 +68,7 @@ async def test_wake_returns_true_only_when_caught_up_and_false_on_timeout(db: Da
     async with run_workflows(Session, workflows=[Held], on_idle=lambda at: None):
         row = Held()
         assert await row.start(Held.work)
-        await wait_until(lambda: _true(behaviour.holding))
+        await wait_until(lambda: behaviour.holding)
         assert not await wake(0.3), "a step is still running"
         behaviour.release.set()
         assert await wake(5)
@@ -82,7 +78,7 @@ async def test_a_ninth_concurrent_caller_returns_false_at_once(db: Database) -> 
     Session = await db.create(behaviour.Base.metadata)
     async with run_workflows(Session, workflows=[Held]):
         assert await Held().start(Held.work)
-        await wait_until(lambda: _true(behaviour.holding))
+        await wait_until(lambda: behaviour.holding)
         waiting = [asyncio.create_task(wake(10)) for _ in range(8)]
         await asyncio.sleep(0.05)
         started = asyncio.get_running_loop().time()

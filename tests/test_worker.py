@@ -39,18 +39,18 @@ async def test_a_step_whose_lease_was_taken_over_commits_nothing(db: Database) -
     async with run_workflows(Session, workflows=[Held], lease=lease) as first:
         row = Held()
         assert await row.start(Held.work("first"))
-        await wait_until(lambda: _async(behaviour.holding == ["first"]))
+        await wait_until(lambda: behaviour.holding == ["first"])
         # The clock passes the lease: the row is due again while the first step still runs.
         await move_clock(Session, timedelta(minutes=1))
         async with run_workflows(Session, workflows=[Held], lease=lease):
-            await wait_until(lambda: _async(len(behaviour.holding) == 2))
+            await wait_until(lambda: len(behaviour.holding) == 2)
 
             async def second_committed() -> bool:
                 return (await fetch(Session, Held, row.id)).value == "run 2"
 
             await wait_until(second_committed)
             behaviour.release.set()
-            await wait_until(lambda: _async(not first._claims))
+            await wait_until(lambda: not first._claims)
     stored = await fetch(Session, Held, row.id)
     assert stored.value == "run 2", "the taken-over step's change was discarded"
     assert stored.next_step is None
@@ -64,7 +64,7 @@ async def test_a_taken_over_step_that_only_chose_what_comes_next_commits_nothing
     async with run_workflows(Session, workflows=[Pausing], lease=lease) as first:
         row = Pausing()
         assert await row.start(Pausing.pause("first"))
-        await wait_until(lambda: _async(behaviour.holding == ["first"]))
+        await wait_until(lambda: behaviour.holding == ["first"])
         await move_clock(Session, timedelta(minutes=1))
         async with run_workflows(Session, workflows=[Pausing], lease=lease):
 
@@ -74,7 +74,7 @@ async def test_a_taken_over_step_that_only_chose_what_comes_next_commits_nothing
 
             await wait_until(second_committed)
             behaviour.release.set()
-            await wait_until(lambda: _async(not first._claims))
+            await wait_until(lambda: not first._claims)
     stored = await fetch(Session, Pausing, row.id)
     assert stored.next_args == {"args": ["after run 2"], "kwargs": {}}
     assert [(h.step, h.outcome) for h in await _history(Session, row)] == [("pause", "ok")]
@@ -85,10 +85,6 @@ async def _history(Session, row):  # type: ignore[no-untyped-def]
         return await row.history()
 
 
-async def _async(value: object) -> object:
-    return value
-
-
 async def test_shutdown_hands_back_the_lease_of_a_step_it_cancels(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
     long_lease = timedelta(minutes=10)
@@ -97,7 +93,7 @@ async def test_shutdown_hands_back_the_lease_of_a_step_it_cancels(db: Database) 
     ):
         row = Held()
         assert await row.start(Held.work)
-        await wait_until(lambda: _async(len(behaviour.holding) == 1))
+        await wait_until(lambda: len(behaviour.holding) == 1)
     handed_back = await fetch(Session, Held, row.id)
     assert handed_back.claimed_until is None and handed_back.next_step == "work"
     started = time.monotonic()

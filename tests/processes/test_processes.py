@@ -14,18 +14,11 @@ from engine import connect_workflows
 from tests.apps import chain
 from tests.apps.chain import Chain, ChainAttempt, Slow, Timed, marks
 from tests.conftest import Database
+from tests.helpers import wait_until
 from tests.processes.conftest import WorkerProcesses
 
 RUNS = 2000
 WORKER_PROCESSES = 4
-
-
-async def wait_for(condition, timeout: float, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(interval)
 
 
 async def test_a_step_killed_mid_way_runs_again_after_its_lease(
@@ -36,7 +29,7 @@ async def test_a_step_killed_mid_way_runs_again_after_its_lease(
     async with connect_workflows(Session, workflows=[Slow]):
         row = Slow()
         assert await row.start(Slow.work)
-        await wait_for(lambda: _true(marks(workers.marks, f"slow-{row.id}")), timeout=10)
+        await wait_until(lambda: marks(workers.marks, f"slow-{row.id}"), timeout=10, interval=0.05)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(5)
         killed_at = time.monotonic()
@@ -48,7 +41,7 @@ async def test_a_step_killed_mid_way_runs_again_after_its_lease(
                     await session.get(Slow, row.id, populate_existing=True)
                 ).finished_by is not None  # type: ignore[union-attr]
 
-        await wait_for(finished, timeout=15)
+        await wait_until(finished, timeout=15, interval=0.05)
         waited = time.monotonic() - killed_at
         async with Session() as session:
             done = await session.get(Slow, row.id)
@@ -58,10 +51,6 @@ async def test_a_step_killed_mid_way_runs_again_after_its_lease(
         assert len(ran) == 2, "the step runs again, at least once"
         assert waited < 10, "taken again once the lease ran out, not later"
         assert [(h.step, h.outcome) for h in await row.history()] == [("work", "ok")]
-
-
-async def _true(value: object) -> bool:
-    return bool(value)
 
 
 async def test_four_worker_processes_finish_2000_three_step_runs_exactly_once(
@@ -85,7 +74,7 @@ async def test_four_worker_processes_finish_2000_three_step_runs_exactly_once(
                 )
                 return left == 0
 
-        await wait_for(all_done, timeout=120, interval=0.2)
+        await wait_until(all_done, timeout=120, interval=0.2)
     async with Session() as session:
         done = (await session.execute(select(Chain.done, func.count()).group_by(Chain.done))).all()
         assert done == [("abc", RUNS)]
@@ -126,7 +115,7 @@ async def test_a_start_from_another_process_runs_within_50_ms(
                     found = await session.get(Timed, row.id, populate_existing=True)
                     return found is not None and found.ran_at is not None
 
-            await wait_for(ran, timeout=5, interval=0.005)
+            await wait_until(ran, timeout=5, interval=0.005)
             async with Session() as session:
                 found = await session.get(Timed, row.id)
                 assert found is not None and found.ran_at is not None
