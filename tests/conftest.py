@@ -8,6 +8,7 @@ without touching another test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -90,8 +91,9 @@ class Database:
             return cursor.fetchall() if cursor.description else []
 
 
-@pytest.fixture
-async def db(server: Server) -> AsyncIterator[Database]:
+@contextlib.asynccontextmanager
+async def fresh_database(server: Server) -> AsyncIterator[Database]:
+    """A database of its own on the session's server, dropped (WITH FORCE) afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = server.conninfo_for("postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -104,3 +106,9 @@ async def db(server: Server) -> AsyncIterator[Database]:
             await engine.dispose()
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def db(server: Server) -> AsyncIterator[Database]:
+    async with fresh_database(server) as database:
+        yield database

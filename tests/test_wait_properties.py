@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,7 +29,7 @@ from engine.execution import RECENT_EVENT_KEYS
 from engine.testing import drain, move_clock
 from tests.apps import waits
 from tests.apps.waits import AFTER_ANSWER, Waiter
-from tests.conftest import Database, Server
+from tests.conftest import Database, Server, fresh_database
 from tests.helpers import fetch
 
 TIMEOUT = waits.TIMEOUT // timedelta(minutes=1)  # minutes
@@ -218,7 +217,10 @@ def test_a_wait_ends_once_and_no_accepted_event_is_lost(
 async def play(server: Server, initial: str, actions: list[Action]) -> None:
     """Play `actions` on a fresh database and on `Rules`; assert they agree throughout."""
     rules = Rules(after_answer=initial)
-    async with fresh_database(server) as Session, connect_workflows(Session, workflows=[Waiter]):
+    async with (
+        fresh_database_with_waits(server) as Session,
+        connect_workflows(Session, workflows=[Waiter]),
+    ):
         row = Waiter(after_answer=initial)
         assert await row.start(Waiter.begin)
         handle = Waiter.by(Waiter.id == row.id)
@@ -302,20 +304,12 @@ async def agree(
 
 
 @contextlib.asynccontextmanager
-async def fresh_database(server: Server) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+async def fresh_database_with_waits(
+    server: Server,
+) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     """A database of the example's own with the wait tables, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = server.conninfo_for("postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    database = Database(name, server.url_for(name), server.conninfo_for(name))
-    try:
+    async with fresh_database(server) as database:
         yield await database.create(waits.Base.metadata)
-    finally:
-        for engine in database.engines:
-            await engine.dispose()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 async def test_an_accepted_event_counts_as_held_until_a_worker_takes_it(db: Database) -> None:
