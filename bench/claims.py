@@ -29,14 +29,24 @@ WARMUP_CLAIMS = 10  # left out: the first statements plan and fill caches
 
 
 async def measure_claim_cost(
-    server: EmbeddedPostgres, limited: bool, rows: int, groups: int, claims: int
+    server: EmbeddedPostgres,
+    limited: bool,
+    rows: int,
+    groups: int,
+    claims: int,
+    big_first: int = 0,
 ) -> dict[str, Any]:
-    """Time `claims` claims of CLAIM_SIZE rows from a backlog of `rows` due runs."""
+    """Time `claims` claims of CLAIM_SIZE rows from a backlog of `rows` due runs.
+
+    `big_first` of them, the oldest, belong to one more tenant: an import ahead
+    of everyone, the case where a limited claim must visit every tenant.
+    """
     model = LimitedBacklog if limited else Backlog
     info = workflow_info(model)
     table = info.table
-    async with BenchDatabase(server, f"bench_claims_{int(limited)}_{rows}_{groups}") as db:
-        fill_seconds = await _fill(db, table, rows, groups)
+    name = f"bench_claims_{int(limited)}_{rows}_{groups}_{big_first}"
+    async with BenchDatabase(server, name) as db:
+        fill_seconds = await _fill(db, table, rows, groups, big_first)
         autocommit = db.engine.execution_options(isolation_level="AUTOCOMMIT")
         timings: list[float] = []
         async with autocommit.connect() as lookup, db.engine.connect() as claiming:
@@ -57,20 +67,34 @@ async def measure_claim_cost(
                     .where(table.c.id.in_(done))
                     .values(next_step=None, claimed_until=None, wake_at=None)
                 )
-    return {"rows": rows, "groups": groups, "claims": claims, "fill_s": fill_seconds, "ms": timings}
+    return {
+        "rows": rows,
+        "groups": groups,
+        "big_first": big_first,
+        "claims": claims,
+        "fill_s": fill_seconds,
+        "ms": timings,
+    }
 
 
-async def _fill(db: BenchDatabase, table: Table, rows: int, groups: int) -> float:
-    """`rows` runs due now, the oldest first, round-robin over `groups` tenants; then ANALYZE."""
+async def _fill(
+    db: BenchDatabase, table: Table, rows: int, groups: int, big_first: int = 0
+) -> float:
+    """`rows` due runs, oldest first, round-robin over `groups` tenants; then ANALYZE.
+
+    The oldest `big_first` rows go to tenant -1 instead.
+    """
     began = time.perf_counter()
     name = sql.Identifier(table.name)
     await db.scalar(
         sql.SQL(
             "INSERT INTO {} (tenant, next_step, next_args, wake_at) "
-            "SELECT g %% %s, 'run', '{{\"args\": [], \"kwargs\": {{}}}}'::jsonb, "
+            "SELECT CASE WHEN g <= %s THEN -1 ELSE g %% %s END, 'run', "
+            '\'{{"args": [], "kwargs": {{}}}}\'::jsonb, '
             "now() - make_interval(secs => (%s - g) / 1000.0) "
             "FROM generate_series(1, %s) AS g"
         ).format(name),
+        big_first,
         groups,
         rows,
         rows,

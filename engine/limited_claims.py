@@ -39,9 +39,11 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    not_,
     null,
     select,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -52,6 +54,8 @@ from engine.clock import db_now
 from engine.errors import ConfigurationError
 from engine.limits import Limit
 from engine.workflow import WorkflowInfo
+
+PREFIX_ROWS_PER_SLOT = 32  # oldest due rows read, per row wanted, before visiting every group
 
 
 def needs_bucket(infos: Sequence[WorkflowInfo], bucket: type[Any] | None) -> None:
@@ -130,19 +134,15 @@ def _rated(info: WorkflowInfo, bucket: Table | None) -> Table | None:
     return bucket if _limit(info).rate is not None else None
 
 
-def _groups(
-    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
-) -> tuple[Any, ColumnElement[bool]]:
-    """Every group with scheduled work (a CTE), and the condition for one that can start now.
+def _every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
+    """(grp, since) for every group with scheduled work; since is NULL when none is due.
 
-    Its columns: grp; since, its oldest due row of the served steps (NULL when
-    none is due); running, when there is an `at_most`; tokens, when a rate.
+    A skip scan of (group, wake_at): the first entry past the last group gives
+    the next group and its earliest wake_at at once, one index probe a group.
     """
     limit = _limit(info)
     table = info.table
     now = db_now()
-    # Every distinct group with something scheduled, and its earliest wake_at: a skip
-    # scan of (group, wake_at), whose first entry past the last group is both at once.
     column = table.c[limit.by]
     groups = (
         select(column.label("grp"), table.c.wake_at.label("first_at"))
@@ -164,7 +164,6 @@ def _groups(
             groups.join(following, literal(True))
         )
     )
-    group = groups.c.grp
     # Since when each has waited: its oldest due row (of the served steps, which for a
     # worker serving every step is the group's first entry, if that is due).
     since: Any
@@ -175,14 +174,55 @@ def _groups(
         since = (
             select(func.min(waiting.c.wake_at))
             .where(
-                waiting.c[limit.by] == group,
+                waiting.c[limit.by] == groups.c.grp,
                 waiting.c.next_step.isnot(None),
                 _served(waiting.c.next_step, steps),
                 waiting.c.wake_at <= now,
             )
             .scalar_subquery()
         )
-    columns = [group.label("grp"), since.label("since")]
+    return select(groups.c.grp, since.label("since")).subquery(f"every_{table.name}")
+
+
+def _oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
+    """(grp, since) for the groups of the oldest due rows: a prefix of the due index.
+
+    Every group seen has waited longer than every group not seen (whose oldest
+    due row comes after the whole prefix), so when enough of them can start,
+    they are the longest-waiting ones, found without visiting every group.
+    """
+    limit = _limit(info)
+    table = info.table
+    prefix = (
+        select(table.c[limit.by].label("grp"), table.c.wake_at)
+        .where(
+            table.c.next_step.isnot(None),
+            _served(table.c.next_step, steps),
+            table.c.wake_at <= db_now(),
+        )
+        .order_by(table.c.wake_at)
+        .limit(bindparam("want", type_=Integer) * PREFIX_ROWS_PER_SLOT)
+        .subquery("prefix")
+    )
+    return (
+        select(prefix.c.grp, func.min(prefix.c.wake_at).label("since"))
+        .group_by(prefix.c.grp)
+        .subquery(f"oldest_{table.name}")
+    )
+
+
+def _with_state(
+    info: WorkflowInfo, bucket: Table | None, groups: Any, name: str
+) -> tuple[Any, ColumnElement[bool]]:
+    """`groups` (grp, since) with what their limit needs, as a CTE; and "can start now".
+
+    Adds running (leased rows), when there is an `at_most`; tokens (the
+    bucket refilled to now), when a rate.
+    """
+    limit = _limit(info)
+    table = info.table
+    now = db_now()
+    columns = [groups.c.grp, groups.c.since]
     joined: Any = groups
     if limit.at_most is not None:
         # Few rows are leased at any time: count them all at once, not a probe a group.
@@ -191,20 +231,15 @@ def _groups(
             select(leased.c[limit.by].label("grp"), func.count().label("running"))
             .where(leased.c.claimed_until > now)
             .group_by(leased.c[limit.by])
-            .subquery(f"running_{table.name}")
+            .subquery(f"running_{name}")
         )
-        joined = joined.outerjoin(running, running.c.grp == group)
+        joined = joined.outerjoin(running, running.c.grp == groups.c.grp)
         columns.append(func.coalesce(running.c.running, 0).label("running"))
     rated = _rated(info, bucket)
     if rated is not None:
-        columns.append(_tokens(info, rated, group, now).label("tokens"))
+        columns.append(_tokens(info, rated, groups.c.grp, now).label("tokens"))
     # Materialized, so each probe runs once per group rather than once per mention.
-    candidates = (
-        select(*columns)
-        .select_from(joined)
-        .cte(f"candidates_{table.name}")
-        .prefix_with("MATERIALIZED")
-    )
+    candidates = select(*columns).select_from(joined).cte(name).prefix_with("MATERIALIZED")
     able: list[ColumnElement[bool]] = [candidates.c.since.isnot(None)]
     if limit.at_most is not None:
         able.append(candidates.c.running < limit.at_most)
@@ -213,19 +248,34 @@ def _groups(
     return candidates, and_(*able)
 
 
+def _groups(
+    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
+) -> tuple[Any, ColumnElement[bool]]:
+    """Every group with scheduled work, with its limit's state (a CTE); and "can start now"."""
+    return _with_state(info, bucket, _every_group(info, steps), f"candidates_{info.name}")
+
+
 @lru_cache(maxsize=256)
 def _choose_statement(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
 ) -> Executable:
-    """Up to `want` groups that can start a step now, longest-waiting first, each locked."""
-    candidates, able = _groups(info, steps, bucket)
-    chosen = (
-        select(candidates.c.grp, candidates.c.since)
-        .where(able)
-        .order_by(candidates.c.since)
-        .limit(bindparam("want", type_=Integer))
-        .subquery("chosen")
+    """Up to `want` groups that can start a step now, longest-waiting first, each locked.
+
+    The groups of the oldest due rows are asked first; only when too few of
+    them can start are all groups visited (a one-time filter: the skip scan
+    does not run otherwise).
+    """
+    want = bindparam("want", type_=Integer)
+    oldest, oldest_able = _with_state(
+        info, bucket, _oldest_groups(info, steps), f"oldest_able_{info.name}"
     )
+    every, every_able = _groups(info, steps, bucket)
+    enough = select(func.count() >= want).select_from(oldest).where(oldest_able).scalar_subquery()
+    pool = union_all(
+        select(oldest.c.grp, oldest.c.since).where(oldest_able, enough),
+        select(every.c.grp, every.c.since).where(every_able, not_(enough)),
+    ).subquery("pool")
+    chosen = select(pool.c.grp, pool.c.since).order_by(pool.c.since).limit(want).subquery("chosen")
     # Locked only once chosen (a LIMIT keeps the condition out of the subquery).
     locked = func.pg_try_advisory_xact_lock(
         func.hashtext(literal(info.table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
