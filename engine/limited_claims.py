@@ -56,6 +56,7 @@ from engine.limits import Limit
 from engine.workflow import WorkflowInfo
 
 PREFIX_ROWS_PER_SLOT = 32  # oldest due rows read, per row wanted, before visiting every group
+PREFIX_ROWS = 256  # the same, when asking when work is next due
 
 
 def needs_bucket(infos: Sequence[WorkflowInfo], bucket: type[Any] | None) -> None:
@@ -184,8 +185,8 @@ def _every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
     return select(groups.c.grp, since.label("since")).subquery(f"every_{table.name}")
 
 
-def _oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
-    """(grp, since) for the groups of the oldest due rows: a prefix of the due index.
+def _oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, rows: Any) -> Any:
+    """(grp, since) for the groups of the oldest `rows` due rows: a prefix of the due index.
 
     Every group seen has waited longer than every group not seen (whose oldest
     due row comes after the whole prefix), so when enough of them can start,
@@ -201,7 +202,7 @@ def _oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
             table.c.wake_at <= db_now(),
         )
         .order_by(table.c.wake_at)
-        .limit(bindparam("want", type_=Integer) * PREFIX_ROWS_PER_SLOT)
+        .limit(rows)
         .subquery("prefix")
     )
     return (
@@ -267,7 +268,10 @@ def _choose_statement(
     """
     want = bindparam("want", type_=Integer)
     oldest, oldest_able = _with_state(
-        info, bucket, _oldest_groups(info, steps), f"oldest_able_{info.name}"
+        info,
+        bucket,
+        _oldest_groups(info, steps, want * PREFIX_ROWS_PER_SLOT),
+        f"oldest_{info.name}",
     )
     every, every_able = _groups(info, steps, bucket)
     enough = select(func.count() >= want).select_from(oldest).where(oldest_able).scalar_subquery()
@@ -286,13 +290,19 @@ def _choose_statement(
 
 
 def ready_at(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None) -> Any:
-    """When a group of this limited table can next start a step: a scalar subquery.
+    """When a group of this limited table can next start a step: a SQL expression.
 
     A group that can start now counts from its oldest due row; one short of
     a token, from when its bucket will hold one; one at its `at_most`, not at
     all, since it waits for a running step, whose lease's end is a wake_at of
-    its own. NULL when no group has due work.
+    its own. NULL when no group has due work. When one of the oldest due
+    rows' groups can start, the answer is its oldest row, and the other
+    groups are not visited (COALESCE stops at its first answer).
     """
+    oldest, oldest_able = _with_state(
+        info, bucket, _oldest_groups(info, steps, PREFIX_ROWS), f"ready_oldest_{info.name}"
+    )
+    soonest_able = select(func.min(oldest.c.since)).where(oldest_able).scalar_subquery()
     candidates, _ = _groups(info, steps, bucket)
     limit = _limit(info)
     whens: list[tuple[ColumnElement[bool], Any]] = []
@@ -304,7 +314,8 @@ def ready_at(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | 
         wait = func.make_interval(0, 0, 0, 0, 0, 0, short)
         whens.append((candidates.c.tokens < 1, db_now() + wait))
     ready = case(*whens, else_=candidates.c.since) if whens else candidates.c.since
-    return select(func.min(ready)).where(candidates.c.since.isnot(None)).scalar_subquery()
+    soonest = select(func.min(ready)).where(candidates.c.since.isnot(None)).scalar_subquery()
+    return func.coalesce(soonest_able, soonest)
 
 
 @lru_cache(maxsize=256)

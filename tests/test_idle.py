@@ -233,10 +233,18 @@ async def test_a_worker_rederives_its_wait_from_the_wall_clock_after_a_suspend(
         row = behaviour.Alarm()
         assert await row.start(behaviour.Alarm.arm(60_000))  # rings in a minute
         assert await wake(5)  # asleep now, for a minute by its own reckoning
-        # A minute passes while the machine is suspended: on the wall clock, and on the
-        # database's (moved without a notification, as a real minute would pass).
-        away[0] = 61.0
+        # Let any look already on its way (a late NOTIFY, a finished step's kick) end
+        # first: one that began before the clocks moved would sleep a minute more.
+        passes = -1
+        while worker.passes != passes:
+            passes = worker.passes
+            await asyncio.sleep(0.3)
+        # A minute passes while the machine is suspended: on the database's clock (moved
+        # without a notification, as a real minute would pass), then on the wall clock.
+        # The other way round, a look between the two would find nothing due yet and
+        # sleep another minute by the jumped wall clock.
         db.sql("INSERT INTO duly_clock (id, shift) VALUES (1, interval '61 seconds')")
+        away[0] = 61.0
 
         async def rang() -> bool:
             async with Session() as session:
