@@ -51,7 +51,7 @@ async def test_a_sleeping_worker_wakes_when_its_next_timer_comes_due(db: Databas
         await wait_until(rang, timeout=3)
     rang_at = (await fetch(Session, Alarm, row.id)).rang_at
     assert rang_at is not None
-    assert 0.4 <= rang_at - armed_at < 0.6, "on time: no notification, only the timer"
+    assert 0.4 <= rang_at - armed_at < 0.8, "on time: no notification, only the timer"
 
 
 async def test_reset_clock_puts_the_clock_back(db: Database) -> None:

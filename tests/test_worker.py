@@ -139,7 +139,7 @@ async def test_a_moved_clock_wakes_a_sleeping_worker(db: Database) -> None:
             return (await fetch(Session, Timer, row.id)).fired == 1
 
         await wait_until(fired)
-        assert time.monotonic() - moved < 0.5
+        assert time.monotonic() - moved < 1.0  # an hour without the NOTIFY
 
 
 async def _armed(Session, key: int) -> bool:  # type: ignore[no-untyped-def]
@@ -273,7 +273,7 @@ async def test_a_run_started_in_the_workers_process_starts_at_once(db: Database)
         started = time.monotonic()
         assert await row.start(Timer.arm)
         await wait_until(lambda: _armed(Session, row.id))
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 0.5  # an hour without the kick
 
 
 def backend_activity(db: Database) -> list[tuple[object, ...]]:
