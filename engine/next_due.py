@@ -23,7 +23,7 @@ from sqlalchemy.sql import Executable
 
 from engine.claims import scheduled
 from engine.clock import db_now
-from engine.limited_claims import ready_at
+from engine.limit_groups import ready_at
 from engine.workflow import WorkflowInfo
 
 
