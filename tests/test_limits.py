@@ -18,7 +18,16 @@ from engine import ConfigurationError, Limit, Workflow, connect_workflows, run_w
 from engine.clock import db_now
 from engine.testing import drain, move_clock
 from tests.apps import limited
-from tests.apps.limited import AT_MOST, RATE, Charge, LimitAttempt, Lookup, Render, WorkflowRate
+from tests.apps.limited import (
+    AT_MOST,
+    RATE,
+    Charge,
+    LimitAttempt,
+    Lookup,
+    Render,
+    Shipment,
+    WorkflowRate,
+)
 from tests.conftest import Database
 from tests.helpers import wait_until
 
@@ -322,3 +331,21 @@ async def test_a_group_at_its_limit_reports_the_end_of_the_running_leases(db: Da
 
 async def _leased(Session: Any, count: int) -> bool:
     return await _leased_per_customer(Session) == {"big": count}
+
+
+async def test_a_limit_works_on_a_table_keyed_by_two_columns_and_grouped_by_a_number(
+    db: Database,
+) -> None:
+    Session = await db.create(limited.Base.metadata)
+    async with connect_workflows(Session, workflows=[Shipment]):
+        for order_id in range(4):
+            for line in range(3):
+                shipment = Shipment(order_id=order_id, line=line, warehouse=order_id % 2)
+                assert await shipment.start(Shipment.ship)
+    # Five tokens a warehouse: ten of the twelve start now, the last two a second later.
+    assert await drain(Session, [Shipment]) == 10
+    await move_clock(Session, timedelta(seconds=1))
+    assert await drain(Session, [Shipment]) == 2
+    async with Session() as session:
+        shipped = await session.scalar(select(func.count()).where(Shipment.shipped))
+    assert shipped == 12

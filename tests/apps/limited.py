@@ -113,3 +113,19 @@ class Render(Base, Workflow):
         self.started = time.time()
         await asyncio.sleep(0.05)
         self.ended = time.time()
+
+
+class Shipment(Base, Workflow):
+    """A limited workflow keyed by two columns, grouped by an integer."""
+
+    __tablename__ = "shipment"
+    __workflow_limit__ = Limit(by="warehouse", at_most=2, rate=5, per=timedelta(seconds=1))
+
+    order_id: Mapped[int] = mapped_column(primary_key=True)
+    line: Mapped[int] = mapped_column(primary_key=True)
+    warehouse: Mapped[int] = mapped_column()
+    shipped: Mapped[bool] = mapped_column(default=False)
+
+    @step
+    async def ship(self) -> None:
+        self.shipped = True
