@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from engine import telemetry
 from engine.commits import AttemptRecord, Claim, Outcome, Write
 from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
@@ -69,7 +70,8 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
-        result = await step.fn(row, *args, **kwargs)
+        with telemetry.step_span(info.name, name, failures + 1, row):
+            result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
         keep = (
@@ -113,9 +115,11 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         return None
     if written is None:
         log.info("%s %s: fenced, its row moved while the step ran", _label(claim), name)
+        telemetry.attempt_finished(info.name, name, "fenced", took)
         await ctx.release_preempted(claim)
         return None
     log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
+    telemetry.attempt_finished(info.name, name, "ok", took)
     if keep:
         refresh_row(info, row, written._mapping)
         # The next step is served now: its occurrence is the commit's own time.
@@ -176,11 +180,13 @@ async def _record_failure(
         exc_info=exc if verdict == "failed" else None,
     )
     try:
-        await ctx.committer.write(
+        written = await ctx.committer.write(
             Write(claim, outcome, record, finishes_child_of=_parent_if_final(row, outcome))
         )
     except SQLAlchemyError:
         log.exception("%s %s: could not record the failed attempt", _label(claim), name)
+        return
+    telemetry.attempt_finished(claim.info.name, name, verdict if written else "fenced", took)
 
 
 def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | None) -> Outcome:

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, text
 from sqlalchemy.exc import DataError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows, run_workflows
+from engine.telemetry import latest_metrics
 from engine.testing import move_clock
 from engine.workflow import ENGINE_COLUMNS
 
@@ -101,6 +102,16 @@ async def healthz(request: Request) -> Any:
         detail = f"The database is unreachable: {reason}"
         return JSONResponse({"ok": False, "detail": detail}, status_code=503)
     return {"ok": True}
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """Step attempts and durations in Prometheus' text format (needs duly[metrics])."""
+    found = latest_metrics()
+    if found is None:
+        raise HTTPException(404, "Metrics need prometheus-client: pip install 'duly[metrics]'.")
+    body, content_type = found
+    return Response(body, media_type=content_type)
 
 
 @router.get("/workflows")

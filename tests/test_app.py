@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
 import httpx
 import psycopg
-import uvicorn
-from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -21,35 +14,10 @@ from functions import examples
 from functions.app import create_app
 from functions.examples import Onboarding
 from tests.conftest import Database
-from tests.helpers import wait_until
+from tests.helpers import serving, wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
-STARTUP = 10.0  # seconds for uvicorn to start serving
 FAST_WORKER = {"workflows": [Onboarding], "max_idle_interval": timedelta(seconds=0.5)}
-
-
-@asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Serve `app` with uvicorn on a free loopback port; a client for it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, ws="none", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        deadline = time.monotonic() + STARTUP
-        while not server.started:
-            assert not task.done(), "uvicorn stopped while starting"
-            assert time.monotonic() < deadline, "uvicorn did not start in time"
-            await asyncio.sleep(0.01)
-        base_url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Onboarding:
