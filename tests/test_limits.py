@@ -134,10 +134,17 @@ async def test_a_group_at_its_limit_is_skipped_and_the_pass_goes_to_the_others(
         for customer in ("small-1", "small-2"):
             assert await Lookup(customer=customer).start(Lookup.work(0.6))
     async with run_workflows(Session, workflows=[Lookup], max_concurrency=8):
-        await asyncio.sleep(0.3)
-        assert await _leased_per_customer(Session) == {"big": AT_MOST, "small-1": 1, "small-2": 1}
+        # While the first five run (0.6 s each): three of the big customer's, and the others.
+        expected = {"big": AT_MOST, "small-1": 1, "small-2": 1}
+        await wait_until(lambda: _leased_is(Session, expected), timeout=5)
 
         await wait_until(lambda: _all_finished(Session, Lookup), timeout=15)
+
+
+async def _leased_is(Session: Any, expected: dict[str, int]) -> bool:
+    leased = await _leased_per_customer(Session)
+    assert all(count <= AT_MOST for count in leased.values()), leased
+    return leased == expected
 
 
 async def test_the_longest_waiting_group_is_claimed_first(db: Database) -> None:
@@ -164,6 +171,15 @@ async def _all_finished(Session: Any, model: Any) -> bool:
 # -- rate ---------------------------------------------------------------------------
 
 
+def is_burst(started: int, buckets: int = 1) -> bool:
+    """Whether `started` is a full bucket's burst (each bucket's `RATE`).
+
+    Real time refills buckets too, a token a second at 60 a minute, so a drain
+    that took a second or two on a loaded machine may start one or two more.
+    """
+    return RATE * buckets <= started <= (RATE + 2) * buckets
+
+
 async def _start_charges(Session: Any, count: int, target: Any = Charge.charge) -> None:
     async with connect_workflows(Session, workflows=[Charge]):
         for _ in range(count):
@@ -179,19 +195,16 @@ async def test_a_rate_starts_one_periods_burst_then_no_more_than_it_refills(
     tick = timedelta(seconds=5)
     started = [await drain(Session, [Charge])]
     # A quiet provider may start a period's worth at once, and then must wait.
-    assert RATE <= started[0] <= RATE + 1
-    assert await drain(Session, [Charge]) == 0
+    assert is_burst(started[0])
+    assert await drain(Session, [Charge]) <= 1  # spent: what real time refilled meanwhile
     moved = timedelta(0)
     while sum(started) < runs and moved < timedelta(minutes=6):
         await move_clock(Session, tick)
         moved += tick
         started.append(await drain(Session, [Charge]))
     assert sum(started) == runs
-    # 60 a minute after the burst: 240 more take four minutes of moved clock, give or take
-    # the real time the test itself took (refills count it too).
-    assert timedelta(minutes=4) - 2 * tick <= moved <= timedelta(minutes=4)
-    # Every window of one period, judged by when the attempts were recorded (database
-    # time, moved clock included), holds at most the burst plus one period's refill.
+    # Judged on the database clock, which the bucket refills by: the moved clock plus the
+    # real time the test itself took.
     async with Session() as session:
         times = (
             await session.scalars(
@@ -199,6 +212,9 @@ async def test_a_rate_starts_one_periods_burst_then_no_more_than_it_refills(
             )
         ).all()
     assert len(times) == runs
+    # 60 a minute after the burst: the last of 240 more starts four minutes after the first.
+    assert timedelta(minutes=4) - 2 * tick <= times[-1] - times[0] <= timedelta(minutes=4) + tick
+    # Every window of one period holds at most the burst plus one period's refill.
     busiest = max(
         sum(1 for later in times[i:] if later - first < limited.PERIOD)
         for i, first in enumerate(times)
@@ -218,10 +234,11 @@ async def test_every_start_spends_a_token_even_a_step_that_follows_at_once(
     Session = await db.create(limited.Base.metadata)
     await _start_charges(Session, 40, Charge.charge_twice)
     # 40 runs of two steps each: the burst covers 60 starts, not 40 runs.
-    assert await drain(Session, [Charge]) == RATE
+    started = await drain(Session, [Charge])
+    assert is_burst(started)
     async with Session() as session:
         charged = await session.scalar(select(func.sum(Charge.charged)))
-    assert charged == RATE
+    assert charged == started
 
 
 async def test_truncating_the_bucket_table_only_starts_every_limit_full_again(
@@ -229,10 +246,10 @@ async def test_truncating_the_bucket_table_only_starts_every_limit_full_again(
 ) -> None:
     Session = await db.create(limited.Base.metadata)
     await _start_charges(Session, 150)
-    assert await drain(Session, [Charge]) == RATE
-    assert await drain(Session, [Charge]) == 0
+    assert is_burst(await drain(Session, [Charge]))
+    assert await drain(Session, [Charge]) <= 1  # spent: what real time refilled meanwhile
     db.sql("TRUNCATE workflow_rate")
-    assert await drain(Session, [Charge]) == RATE
+    assert is_burst(await drain(Session, [Charge]))
 
 
 async def test_each_group_has_a_bucket_of_its_own(db: Database) -> None:
@@ -241,7 +258,7 @@ async def test_each_group_has_a_bucket_of_its_own(db: Database) -> None:
         for provider in ("acme", "globex"):
             for _ in range(RATE + 10):
                 assert await Charge(provider=provider).start(Charge.charge)
-    assert await drain(Session, [Charge]) == 2 * RATE
+    assert is_burst(await drain(Session, [Charge]), buckets=2)
     async with Session() as session:
         buckets = (await session.scalars(select(WorkflowRate.group_key))).all()
         assert sorted(buckets) == ["acme", "globex"]
@@ -288,7 +305,7 @@ async def test_a_bucket_short_of_a_token_reports_when_it_will_hold_one(db: Datab
     """Not the held rows' own (past) due time: a platform woken then would find nothing."""
     Session = await db.create(limited.Base.metadata)
     await _start_charges(Session, RATE + 10)
-    assert await drain(Session, [Charge]) == RATE
+    assert is_burst(await drain(Session, [Charge]))
     told: list[Any] = []
     async with run_workflows(
         Session, workflows=[Charge], suspends_when_idle=True, on_idle=told.append
@@ -302,13 +319,14 @@ async def test_a_bucket_short_of_a_token_reports_when_it_will_hold_one(db: Datab
 async def test_a_listening_worker_starts_rate_held_work_as_tokens_come(db: Database) -> None:
     Session = await db.create(limited.Base.metadata)
     await _start_charges(Session, RATE + 10)
-    assert await drain(Session, [Charge]) == RATE
+    burst = await drain(Session, [Charge])
+    assert is_burst(burst)
     async with run_workflows(Session, workflows=[Charge], poll_interval=timedelta(seconds=5)):
         await asyncio.sleep(2.6)
     async with Session() as session:
         charged = await session.scalar(select(func.sum(Charge.charged)))
     # Woken by the bucket's own instant (the 5 s poll would not have come round yet).
-    assert RATE + 2 <= charged <= RATE + 4
+    assert 2 <= charged - burst <= 4
 
 
 async def test_a_group_at_its_limit_reports_the_end_of_the_running_leases(db: Database) -> None:
@@ -342,9 +360,10 @@ async def test_a_limit_works_on_a_table_keyed_by_two_columns_and_grouped_by_a_nu
             for line in range(3):
                 shipment = Shipment(order_id=order_id, line=line, warehouse=order_id % 2)
                 assert await shipment.start(Shipment.ship)
-    # Five tokens a warehouse: ten of the twelve start now, the last two a second later.
+    # Five tokens a warehouse: ten of the twelve start now, one more per warehouse once
+    # the clock has moved a fifth of a minute (real time refills too slowly to matter).
     assert await drain(Session, [Shipment]) == 10
-    await move_clock(Session, timedelta(seconds=1))
+    await move_clock(Session, timedelta(seconds=12))
     assert await drain(Session, [Shipment]) == 2
     async with Session() as session:
         shipped = await session.scalar(select(func.count()).where(Shipment.shipped))

@@ -119,7 +119,7 @@ class Shipment(Base, Workflow):
     """A limited workflow keyed by two columns, grouped by an integer."""
 
     __tablename__ = "shipment"
-    __workflow_limit__ = Limit(by="warehouse", at_most=2, rate=5, per=timedelta(seconds=1))
+    __workflow_limit__ = Limit(by="warehouse", at_most=2, rate=5, per=timedelta(minutes=1))
 
     order_id: Mapped[int] = mapped_column(primary_key=True)
     line: Mapped[int] = mapped_column(primary_key=True)
