@@ -243,6 +243,10 @@ class Worker:
                 self._claims[task] = claim
                 self._busy.add(task)
                 self.steps_started += 1
+            # A step still running (or committing) as the question is asked may change the
+            # answer after it: such a pass does not count as caught up, even if the step is
+            # done by the time the answer comes back.
+            running = bool(self._claims)
             if len(claimed) < free:
                 upcoming = await next_due(
                     conn, infos, [self._served[i.name] for i in infos], self._buckets
@@ -252,7 +256,7 @@ class Worker:
                 self.passes,
                 len(claimed),
                 upcoming.at if upcoming is not None else None,
-                running=bool(self._claims),
+                running=running or bool(self._claims),
             )
         return _BUSY if len(claimed) == free else upcoming
 

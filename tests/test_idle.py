@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from engine import NotRunningError, run_workflows, wake
+from engine import worker as worker_module
 from engine.clock import db_now
 from engine.testing import move_clock
 from tests.apps import behaviour
@@ -45,6 +47,38 @@ async def test_on_idle_is_told_once_per_change_not_once_per_pass(db: Database) -
         assert await wake(5)
     assert len(told) == reports, "a hundred passes, the same instant: not told again"
     assert told[-1] == await earliest_due(Session)
+
+
+async def test_a_pass_whose_question_raced_a_commit_does_not_count_as_caught_up(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer came from before a running step's commit: wake() waits for a fresh one."""
+    Session = await db.create(behaviour.Base.metadata)
+    real_next_due = worker_module.next_due
+
+    asking = asyncio.Event()  # set once the step is running: the next question races it
+
+    async def release_while_answering(*args: Any, **kwargs: Any) -> Any:
+        answer = await real_next_due(*args, **kwargs)
+        if asking.is_set() and not behaviour.release.is_set():
+            # The held step finishes and commits after the question, before the pass ends.
+            behaviour.release.set()
+            await wait_until(lambda: not worker._claims)
+        return answer
+
+    monkeypatch.setattr(worker_module, "next_due", release_while_answering)
+    told: list[datetime | None] = []
+    # No listener: the only looks are the kicks of start() and wake(), in that order.
+    async with run_workflows(
+        Session, workflows=[Held], on_idle=told.append, suspends_when_idle=True
+    ) as worker:
+        assert await Held().start(Held.work)
+        await wait_until(lambda: behaviour.holding)
+        asking.set()
+        assert await wake(5)
+        reported = told[-1]
+    # Not the running step's lease end (five minutes away): the run has finished.
+    assert reported is None
 
 
 async def test_the_reported_instant_is_the_databases_earliest_due_time(db: Database) -> None:
