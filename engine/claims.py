@@ -43,9 +43,14 @@ def served_steps(info: WorkflowInfo, lanes: frozenset[str]) -> tuple[str, ...] |
 
 def scheduled(info: WorkflowInfo, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
     """Rows with a step scheduled, of the steps this worker serves (all when None)."""
-    column = info.table.c.next_step
+    return served(info.table.c.next_step, steps)
+
+
+def served(next_step: Any, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
+    """`next_step` (of a table or an alias of it) names one of `steps` (any step when None)."""
     # Routing costs nothing more: the row already names the step it runs next.
-    return column.isnot(None) if steps is None else column.in_(steps)
+    result: ColumnElement[bool] = next_step.isnot(None) if steps is None else next_step.in_(steps)
+    return result
 
 
 async def claim_due(

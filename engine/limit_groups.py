@@ -27,6 +27,7 @@ from sqlalchemy import (
     select,
 )
 
+from engine.claims import served
 from engine.clock import db_now
 from engine.limits import Limit
 from engine.workflow import WorkflowInfo
@@ -36,13 +37,9 @@ PREFIX_ROWS = 256  # the same, when asking when work is next due
 
 
 def limit_of(info: WorkflowInfo) -> Limit:
+    """The workflow's limit; only limited workflows come here."""
     assert info.limit is not None
     return info.limit
-
-
-def served(next_step: Any, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
-    result: ColumnElement[bool] = next_step.isnot(None) if steps is None else next_step.in_(steps)
-    return result
 
 
 def running_count(info: WorkflowInfo, group: Any, now: Any) -> Any:

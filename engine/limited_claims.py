@@ -43,7 +43,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.claims import lease_update
+from engine.claims import lease_update, served
 from engine.clock import db_now
 from engine.errors import ConfigurationError
 from engine.limit_groups import (
@@ -53,7 +53,6 @@ from engine.limit_groups import (
     limit_of,
     oldest_groups,
     running_count,
-    served,
     tokens_now,
     with_state,
 )
