@@ -25,6 +25,7 @@ from sqlalchemy.sql import Executable
 from engine.clock import db_now
 from engine.notify import notify
 from engine.rows import key_arguments, key_clause, key_parameters
+from engine.runs import insert_run, run_values
 from engine.steps import Call, Step, as_call, check_owner
 from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
 
@@ -91,8 +92,6 @@ async def start_children(
     (SQLAlchemy batches the rows into VALUES lists), and each table that got
     a child is announced once, at the commit.
     """
-    from engine.runs import run_values
-
     reference = parent_reference(parent, key)
     batches: dict[tuple[WorkflowInfo, tuple[str, ...]], list[dict[str, Any]]] = {}
     for item in fan.children:
@@ -112,8 +111,6 @@ async def start_children(
 
 @lru_cache(maxsize=256)
 def _children_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
-    from engine.runs import insert_run
-
     # RETURNING makes the skipped (conflicting) children countable.
     return insert_run(info, given).returning(*info.mapper.primary_key)
 

@@ -74,7 +74,7 @@ class Handle(Generic[W]):
                 # The version moves on: a step running now commits nothing.
                 wf_version=table.c.wf_version + 1,
                 # A running step keeps its lease, so nothing runs beside it.
-                wake_at=case((table.c.claimed_until > now, table.c.claimed_until), else_=now),
+                wake_at=_due_once_free(table, now),
             )
             .returning(func.coalesce(table.c.claimed_until > now, False))
             .cte("moved")
@@ -180,6 +180,11 @@ class Handle(Generic[W]):
             return list((await session.scalars(query)).all())
 
 
+def _due_once_free(table: Any, now: Any) -> Any:
+    """Due now, or when the lease of a step still running on the row ends."""
+    return case((table.c.claimed_until > now, table.c.claimed_until), else_=now)
+
+
 def _among(info: WorkflowInfo, keys: Any) -> ColumnElement[bool]:
     """The rows whose primary key is in `keys` (an expanding parameter)."""
     columns = list(info.mapper.primary_key)
@@ -243,7 +248,7 @@ def _delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execu
             last_error=case((accepts, None), else_=t.c.last_error),
             # A timeout step already running keeps its lease; its commit is fenced.
             wake_at=case(
-                (accepts, case((t.c.claimed_until > now, t.c.claimed_until), else_=now)),
+                (accepts, _due_once_free(t, now)),
                 else_=t.c.wake_at,
             ),
             wf_version=case((accepts, t.c.wf_version + 1), else_=t.c.wf_version),

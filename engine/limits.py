@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Double, Index, String, Table, Text
+from sqlalchemy import DateTime, Double, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.errors import ConfigurationError
@@ -83,20 +83,6 @@ def check_limit(limit: object, table: Table, owner: str) -> Limit:
             f"(declare it Mapped[...] without Optional, or nullable=False)."
         )
     return limit
-
-
-def index_limited(table: Table, limit: Limit) -> None:
-    """The indexes every pass over a limited table uses: one per question it asks a group."""
-    column = table.c[limit.by]
-    names = {index.name for index in table.indexes}
-    waiting = f"ix_{table.name}_due_by_{limit.by}"[:63]
-    if waiting not in names:
-        # Which groups have work scheduled, and since when: one probe per group.
-        Index(waiting, column, table.c.wake_at, postgresql_where=table.c.next_step.isnot(None))
-    running = f"ix_{table.name}_running_by_{limit.by}"[:63]
-    if running not in names:
-        # How many of a group are running: only leased rows are in it.
-        Index(running, column, postgresql_where=table.c.claimed_until.isnot(None))
 
 
 def rate_bucket_classes() -> list[type[Any]]:

@@ -1,8 +1,8 @@
 """The worker: passes that claim due rows, run their steps, and sleep until more is due.
 
 A pass claims what is due, up to the free share of `max_concurrency`, from
-each table in turn, and in the same transaction asks the database when the
-next row comes due. The worker then sleeps until that instant, a NOTIFY, or a
+each table in turn, and then, if it took less than it had room for, asks the
+database when the next row comes due. The worker then sleeps until that instant, a NOTIFY, or a
 step of its own finishing, whichever is first, and never longer than
 `max_idle_interval`. Nothing polls on a short timer: `poll_interval` only
 spaces out passes while something is due that this worker could not take.

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Mapped, Mapper, mapped_column
 from sqlalchemy.orm import class_mapper as _class_mapper
 
 from engine.clock import declare_clock_table
-from engine.limits import Limit, check_limit, index_limited
+from engine.limits import Limit, check_limit
 from engine.steps import Call, Step
 
 if TYPE_CHECKING:
@@ -89,19 +89,27 @@ def _register(cls: type[Any]) -> None:
         for name, value in vars(klass).items():
             if isinstance(value, Step):
                 steps[name] = value
-    if f"ix_{table.name}_due"[:63] not in {ix.name for ix in table.indexes}:
-        # The due rows of every claim and of every "when is the next work due" question.
-        Index(
-            f"ix_{table.name}_due"[:63],
-            table.c.wake_at,
-            postgresql_where=table.c.next_step.isnot(None),
-        )
+    scheduled = table.c.next_step.isnot(None)
+    # The due rows of every claim and of every "when is the next work due" question.
+    _index_once(table, "due", table.c.wake_at, where=scheduled)
     limit = getattr(cls, "__workflow_limit__", None)
     if limit is not None:
         limit = check_limit(limit, table, cls.__name__)
-        index_limited(table, limit)
+        column = table.c[limit.by]
+        # Which groups have work scheduled, and since when: one probe per group.
+        _index_once(table, f"due_by_{limit.by}", column, table.c.wake_at, where=scheduled)
+        # How many of a group are running: only leased rows are in it.
+        leased = table.c.claimed_until.isnot(None)
+        _index_once(table, f"running_by_{limit.by}", column, where=leased)
     declare_clock_table(table.metadata)
     _registry[cls] = WorkflowInfo(cls=cls, table=table, mapper=mapper, steps=steps, limit=limit)
+
+
+def _index_once(table: Table, suffix: str, *columns: Any, where: Any) -> None:
+    """Declare the partial index `ix_<table>_<suffix>` on `table`, unless it already has it."""
+    name = f"ix_{table.name}_{suffix}"[:63]
+    if name not in {index.name for index in table.indexes}:
+        Index(name, *columns, postgresql_where=where)
 
 
 class WorkflowMethods:
