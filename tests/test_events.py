@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -36,25 +37,24 @@ async def settled(Session, row: Chat) -> Chat:  # type: ignore[no-untyped-def]
     return await fetch(Session, Chat, row.id)
 
 
+async def status_is(Session: Any, expense_id: int, status: str) -> bool:
+    """Whether the Expense run has reached `status`."""
+    return (await fetch(Session, Expense, expense_id)).status == status
+
+
 async def test_expense_example_is_approved_by_a_delivered_decision(db: Database) -> None:
     Session = await db.create(examples.Base.metadata)
     async with run_workflows(Session, workflows=[Expense]):
         expense = Expense(amount=120)
         assert await expense.start(Expense.request_approval)
 
-        async def pending() -> bool:
-            return (await fetch(Session, Expense, expense.id)).status == "pending"
-
-        await wait_until(pending)
+        await wait_until(lambda: status_is(Session, expense.id, "pending"))
         accepted = await Expense.by(Expense.id == expense.id).deliver(
             Expense.decide("approve", by="maria"), key="req-1"
         )
         assert accepted == 1
 
-        async def approved() -> bool:
-            return (await fetch(Session, Expense, expense.id)).status == "approve by maria"
-
-        await wait_until(approved)
+        await wait_until(lambda: status_is(Session, expense.id, "approve by maria"))
         assert (
             await Expense.by(Expense.id == expense.id).deliver(
                 Expense.decide("reject", by="bob"), key="req-2"
@@ -69,16 +69,10 @@ async def test_expense_example_escalates_when_nobody_decides_in_two_days(db: Dat
         expense = Expense(amount=80)
         assert await expense.start(Expense.request_approval)
 
-        async def pending() -> bool:
-            return (await fetch(Session, Expense, expense.id)).status == "pending"
-
-        await wait_until(pending)
+        await wait_until(lambda: status_is(Session, expense.id, "pending"))
         await move_clock(Session, timedelta(days=2, seconds=1))
 
-        async def escalated() -> bool:
-            return (await fetch(Session, Expense, expense.id)).status == "escalated"
-
-        await wait_until(escalated)
+        await wait_until(lambda: status_is(Session, expense.id, "escalated"))
 
 
 async def test_deliver_returns_how_many_runs_accepted(db: Database) -> None:
