@@ -13,6 +13,7 @@ from engine.errors import (
     DulyError,
     NotADirectiveError,
     NotConnectedError,
+    NotFoundError,
     NotRunningError,
     StepError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Limit",
     "NotADirectiveError",
     "NotConnectedError",
+    "NotFoundError",
     "NotRunningError",
     "RateBucket",
     "Step",

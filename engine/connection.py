@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine.errors import NotConnectedError
+from engine.errors import NotConnectedError, NotFoundError
 from engine.history import attempt_log_classes
 from engine.limits import rate_bucket_classes
 from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
@@ -80,7 +80,7 @@ async def open_connection(
         existing = await _existing_tables(engine, {info.table.fullname for info in infos})
         missing = [info.table.fullname for info in infos if info.table.fullname not in existing]
         if missing:
-            raise LookupError(f"Workflow tables missing from the database: {', '.join(missing)}.")
+            raise NotFoundError(f"Workflow tables missing from the database: {', '.join(missing)}.")
     else:
         candidates = registered_workflows()
         existing = await _existing_tables(engine, {i.table.fullname for i in candidates})

@@ -5,6 +5,8 @@
     ├── NotRunningError       wake() with no run_workflows() worker in the process
     ├── ConfigurationError    a workflow, limit or worker is declared so that it
     │                         cannot run (also a ValueError)
+    ├── NotFoundError         a workflow, run, table or history named does not exist
+    │                         (also a LookupError)
     ├── StepError             a step or its arguments cannot be used as given
     │                         (also a TypeError: it is a mistake in the call)
     └── NotADirectiveError    a step returned something that is not a directive
@@ -34,6 +36,10 @@ class NotRunningError(DulyError):
 
 class ConfigurationError(DulyError, ValueError):
     """A workflow, limit or worker is declared in a way duly cannot run."""
+
+
+class NotFoundError(DulyError, LookupError):
+    """Something that was named does not exist."""
 
 
 class StepError(DulyError, TypeError):

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
+from engine.errors import NotFoundError
 from engine.notify import notify
 from engine.rows import key_arguments, key_clause, key_parameters
 from engine.runs import insert_run, run_values
@@ -71,7 +72,7 @@ def parent_info(reference: dict[str, Any], near: WorkflowInfo) -> WorkflowInfo:
     """The workflow a parent reference points at, preferring one on the child's own base."""
     candidates = [i for i in registered_workflows() if i.name == reference["table"]]
     if not candidates:
-        raise LookupError(f"No mapped workflow has table {reference['table']!r}.")
+        raise NotFoundError(f"No mapped workflow has table {reference['table']!r}.")
     same_base = [i for i in candidates if i.table.metadata is near.table.metadata]
     return (same_base or candidates)[-1]
 

@@ -173,9 +173,14 @@ class Handle(Generic[W]):
         """Every matching run, in primary key order."""
         return await self._select(limit=None)
 
-    async def _select(self, limit: int | None) -> list[W]:
-        query = select(self._info.cls).where(*self._where)
-        query = query.order_by(*self._info.mapper.primary_key).limit(limit)
+    async def newest(self, limit: int) -> list[W]:
+        """The `limit` matching runs with the highest primary keys, newest first."""
+        return await self._select(limit=limit, newest_first=True)
+
+    async def _select(self, limit: int | None, newest_first: bool = False) -> list[W]:
+        key = self._info.mapper.primary_key
+        order = [column.desc() for column in key] if newest_first else key
+        query = select(self._info.cls).where(*self._where).order_by(*order).limit(limit)
         async with current_connection().sessionmaker() as session:
             return list((await session.scalars(query)).all())
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Table, Text, select
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 
+from engine.errors import NotFoundError
+
 if TYPE_CHECKING:
     from engine.workflow import WorkflowMethods
 
@@ -65,7 +67,7 @@ async def read_history(row: WorkflowMethods) -> list[Any]:
     connection = current_connection()
     log = connection.attempt_log
     if log is None:
-        raise TypeError("No AttemptLog is mapped: map one on your base to keep history.")
+        raise NotFoundError("No AttemptLog is mapped: map one on your base to keep history.")
     async with connection.sessionmaker() as session:
         result = await session.scalars(
             select(log)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from engine import connect_workflows, run_workflows
+from engine import NotFoundError, connect_workflows, run_workflows
 from engine import worker as worker_module
 from engine.clock import db_now
 from engine.testing import drain, move_clock
@@ -329,7 +329,7 @@ async def test_a_deployment_without_an_attempt_log_pays_nothing(db: Database) ->
         row = Timer()
         assert await row.start(Timer.arm)
         await wait_until(lambda: _armed(Session, row.id))
-        with pytest.raises(TypeError, match="No AttemptLog"):
+        with pytest.raises(NotFoundError, match="No AttemptLog"):
             await row.history()
 
 
