@@ -20,7 +20,7 @@ from bench.harness import BenchDatabase
 from bench.models import Backlog, LimitedBacklog
 from engine.claims import claim_due
 from engine.limited_claims import claim_limited
-from engine.workflow import workflow_info
+from engine.registry import workflow_info
 from infra.embedded import EmbeddedPostgres
 
 CLAIM_SIZE = 8  # rows a claim asks for: an empty pass of a worker with max_concurrency 8

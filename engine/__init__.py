@@ -5,6 +5,7 @@ Import everything from here; the modules behind it are private.
 
 from __future__ import annotations
 
+from engine.attempt_log import AttemptLog
 from engine.connection import connect_workflows
 from engine.cron import Cron
 from engine.directives import every, wait_for, wake_in
@@ -19,7 +20,6 @@ from engine.errors import (
 )
 from engine.fanout import child, fan_out
 from engine.handles import Handle
-from engine.history import AttemptLog
 from engine.limits import Limit, RateBucket
 from engine.steps import Call, Step, step
 from engine.worker import Worker, run_workflows, wake

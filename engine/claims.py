@@ -11,46 +11,52 @@ when this worker next has anything to do, leases included.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Integer,
-    Interval,
-    Row,
-    bindparam,
-    cast,
-    func,
-    select,
-    update,
-)
+from sqlalchemy import Integer, Interval, Row, bindparam, cast, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Update
 
 from engine.clock import db_now
-from engine.workflow import WorkflowInfo
+from engine.due import due, no_flush_wait
+from engine.registry import WorkflowInfo
+
+STATEMENT_CACHE_SIZE = 256  # claim statements kept built: tables x lanes served
+
+
+@dataclass
+class Claim:
+    """A row this worker holds: which table, which key, and the version it may commit against.
+
+    `lease_end` is the `claimed_until` this worker last wrote: it identifies
+    the lease even after `run()` or `cancel()` moved the version on.
+    """
+
+    info: WorkflowInfo
+    key: tuple[Any, ...]
+    version: int
+    lease_end: datetime | None = None
+    scheduled_at: datetime | None = None  # the row's wake_at before this claim took it
+    claimed_at: datetime | None = None  # the database clock when it was claimed
+    claimed_clock: float = field(default_factory=time.monotonic)  # this process's, then
+
+    def database_now(self) -> datetime | None:
+        """The database clock now, from the claim's reading and the time since."""
+        if self.claimed_at is None:
+            return None
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self.claimed_clock)
 
 
 def served_steps(info: WorkflowInfo, lanes: frozenset[str]) -> tuple[str, ...] | None:
     """The steps of `info` a worker serving `lanes` may take; None when it takes them all."""
     served = tuple(sorted(name for name, step in info.steps.items() if step.lane in lanes))
     return None if len(served) == len(info.steps) else served
-
-
-def scheduled(info: WorkflowInfo, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
-    """Rows with a step scheduled, of the steps this worker serves (all when None)."""
-    return served(info.table.c.next_step, steps)
-
-
-def served(next_step: Any, steps: tuple[str, ...] | None) -> ColumnElement[bool]:
-    """`next_step` (of a table or an alias of it) names one of `steps` (any step when None)."""
-    # Routing costs nothing more: the row already names the step it runs next.
-    result: ColumnElement[bool] = next_step.isnot(None) if steps is None else next_step.in_(steps)
-    return result
 
 
 async def claim_due(
@@ -61,41 +67,36 @@ async def claim_due(
     steps: tuple[str, ...] | None = None,
 ) -> Sequence[Row[Any]]:
     """Lease up to `limit` due rows of one workflow table (of `steps`, if given)."""
-    statement = _claim_statement(info, steps)
+    statement = claim_statement(info, steps)
     return (await conn.execute(statement, {"limit": limit, "lease": lease})).all()
 
 
-@lru_cache(maxsize=256)
-def _claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Executable:
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Executable:
     """The claim for one table, built once: building costs more than running it."""
     table = info.table
     pk = list(info.mapper.primary_key)
-    due = (
+    rows = (
         select(*pk, table.c.wake_at)
-        # Due: something is scheduled and its time (or its last lease) has come,
-        .where(table.c.next_step.isnot(None), scheduled(info, steps), table.c.wake_at <= db_now())
+        # Due: something is scheduled and its time (or its last lease's end) has come,
+        .where(due(table, steps), no_flush_wait())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
         .limit(bindparam("limit", type_=Integer))
-        # A claim need not wait for its WAL flush: one lost in a crash only means the
-        # row is claimed again, and the step's commit against it is fenced.
-        .where(
-            select(func.set_config("synchronous_commit", "off", True)).scalar_subquery().isnot(None)
-        )
         # and rows another worker is claiming right now are passed over, not waited for.
         .with_for_update(skip_locked=True)
         .cte("due")
     )
-    return lease_update(info, due)
+    return lease_update(info, rows)
 
 
-def lease_update(info: WorkflowInfo, due: Any) -> Update:
-    """Lease the rows of `due` (a CTE of primary keys and wake_at): what every claim ends with."""
+def lease_update(info: WorkflowInfo, rows: Any) -> Update:
+    """Lease the rows of `rows` (a CTE of primary keys and wake_at): what every claim ends with."""
     table = info.table
     lease_end = db_now() + cast(bindparam("lease", type_=Interval), Interval)
     return (
         update(table)
-        .where(*(column == due.c[column.name] for column in info.mapper.primary_key))
+        .where(*(column == rows.c[column.name] for column in info.mapper.primary_key))
         .values(
             # The fence moves on: a step still running from an older claim commits nothing.
             wf_version=table.c.wf_version + 1,
@@ -104,6 +105,6 @@ def lease_update(info: WorkflowInfo, due: Any) -> Update:
         )
         # The occurrence this claim serves, for schedules that count from it.
         .returning(
-            *table.c, due.c.wake_at.label("duly_scheduled_at"), db_now().label("duly_claimed_at")
+            *table.c, rows.c.wake_at.label("duly_scheduled_at"), db_now().label("duly_claimed_at")
         )
     )

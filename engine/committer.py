@@ -22,8 +22,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.bulk_commits import bulk_fenced_writes, engine_only, takes
-from engine.commits import Write, fenced_writes
+from engine.commits import fenced_writes
 from engine.fanout import children_finished, count_children, start_children
+from engine.outcomes import Write
 
 log = logging.getLogger("duly.worker")
 

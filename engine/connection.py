@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from engine.attempt_log import attempt_log_classes
 from engine.errors import NotConnectedError, NotFoundError
-from engine.history import attempt_log_classes
 from engine.limits import rate_bucket_classes
-from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
+from engine.registry import WorkflowInfo, registered_workflows, workflow_info
 
 log = logging.getLogger("duly.connection")
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import BigInteger, DateTime, Double, Float, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, MappedAsDataclass, mapped_column
 
-from engine.history import AttemptLogColumns
+from engine.attempt_log import AttemptLogColumns
 from engine.limits import RateBucketColumns
 from engine.workflow import JSON_TYPE, STEP_NAME_LENGTH, WorkflowMethods
 

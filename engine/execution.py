@@ -20,12 +20,13 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine import telemetry
-from engine.commits import AttemptRecord, Claim, Outcome, Write
+from engine.attempt_log import run_key
+from engine.claims import Claim
 from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
 from engine.fanout import FanOut
-from engine.history import run_key
+from engine.outcomes import AttemptRecord, Outcome, Write
 from engine.rows import refresh_row, user_changes
 from engine.steps import RetryPolicy, decode_arguments
 

@@ -23,12 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
+from engine.due import scheduled
 from engine.errors import NotFoundError
 from engine.notify import notify
+from engine.registry import WorkflowInfo, registered_workflows, workflow_info
 from engine.rows import key_arguments, key_clause, key_parameters
 from engine.runs import insert_run, run_values
 from engine.steps import Call, Step, as_call, check_owner
-from engine.workflow import WorkflowInfo, registered_workflows, workflow_info
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def _finished_statement(info: WorkflowInfo) -> Executable:
             children_left=left,
             # The last child makes `then` due, if the parent still has it scheduled.
             wake_at=case(
-                (and_(left <= 0, table.c.next_step.isnot(None)), db_now()),
+                (and_(left <= 0, scheduled(table.c.next_step)), db_now()),
                 else_=table.c.wake_at,
             ),
         )

@@ -34,11 +34,12 @@ from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.connection import current_connection
+from engine.due import scheduled
 from engine.errors import DulyError
 from engine.fanout import children_finished
 from engine.notify import announcement
+from engine.registry import WorkflowInfo, workflow_info
 from engine.steps import Call, Step, as_call, check_owner
-from engine.workflow import WorkflowInfo, workflow_info
 
 W = TypeVar("W")
 
@@ -141,7 +142,7 @@ class Handle(Generic[W]):
         statement = (
             update(table)
             .where(*self._where)
-            .where((table.c.next_step.isnot(None)) | (table.c.waiting_for.isnot(None)))
+            .where(scheduled(table.c.next_step) | table.c.waiting_for.isnot(None))
             .values(
                 next_step=None,
                 next_args=None,
@@ -231,7 +232,7 @@ def _delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execu
         key_free,
         not_(accepts),
         t.c.waiting_for.is_(None),
-        t.c.next_step.isnot(None),
+        scheduled(t.c.next_step),
         t.c.pending_event.is_(None),
         not_(untaken_event),
     )

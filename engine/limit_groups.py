@@ -27,10 +27,10 @@ from sqlalchemy import (
     select,
 )
 
-from engine.claims import served
 from engine.clock import db_now
+from engine.due import due, scheduled
 from engine.limits import Limit
-from engine.workflow import WorkflowInfo
+from engine.registry import WorkflowInfo
 
 PREFIX_ROWS_PER_SLOT = 32  # oldest due rows read, per row wanted, before visiting every group
 PREFIX_ROWS = 256  # the same, when asking when work is next due
@@ -85,7 +85,7 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
     column = table.c[limit.by]
     groups = (
         select(column.label("grp"), table.c.wake_at.label("first_at"))
-        .where(table.c.next_step.isnot(None))
+        .where(scheduled(table.c.next_step))
         .order_by(column, table.c.wake_at)
         .limit(1)
         .cte(f"groups_{table.name}", recursive=True)
@@ -93,7 +93,7 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
     later = table.alias(f"later_{table.name}")
     following = (
         select(later.c[limit.by].label("grp"), later.c.wake_at.label("first_at"))
-        .where(later.c.next_step.isnot(None), later.c[limit.by] > groups.c.grp)
+        .where(scheduled(later.c.next_step), later.c[limit.by] > groups.c.grp)
         .order_by(later.c[limit.by], later.c.wake_at)
         .limit(1)
         .lateral("following")
@@ -112,12 +112,7 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
         waiting = table.alias("waiting")
         since = (
             select(func.min(waiting.c.wake_at))
-            .where(
-                waiting.c[limit.by] == groups.c.grp,
-                waiting.c.next_step.isnot(None),
-                served(waiting.c.next_step, steps),
-                waiting.c.wake_at <= now,
-            )
+            .where(waiting.c[limit.by] == groups.c.grp, due(waiting, steps, now))
             .scalar_subquery()
         )
     return select(groups.c.grp, since.label("since")).subquery(f"every_{table.name}")
@@ -134,11 +129,7 @@ def oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, rows: Any) 
     table = info.table
     prefix = (
         select(table.c[limit.by].label("grp"), table.c.wake_at)
-        .where(
-            table.c.next_step.isnot(None),
-            served(table.c.next_step, steps),
-            table.c.wake_at <= db_now(),
-        )
+        .where(due(table, steps))
         .order_by(table.c.wake_at)
         .limit(rows)
         .subquery("prefix")

@@ -43,8 +43,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.claims import lease_update, served
+from engine.claims import lease_update
 from engine.clock import db_now
+from engine.due import due, no_flush_wait
 from engine.errors import ConfigurationError
 from engine.limit_groups import (
     PREFIX_ROWS_PER_SLOT,
@@ -56,7 +57,7 @@ from engine.limit_groups import (
     tokens_now,
     with_state,
 )
-from engine.workflow import WorkflowInfo
+from engine.registry import WorkflowInfo
 
 
 def needs_bucket(infos: Sequence[WorkflowInfo], bucket: type[Any] | None) -> None:
@@ -83,19 +84,19 @@ async def claim_limited(
     claim's own transaction, which this opens and commits.
     """
     async with conn.begin():
-        chosen = await conn.execute(_choose_statement(info, steps, bucket), {"want": want})
+        chosen = await conn.execute(choose_statement(info, steps, bucket), {"want": want})
         groups = chosen.scalars().all()
         if not groups:
             return []
         claimed = await conn.execute(
-            _claim_statement(info, steps, bucket),
+            limited_claim_statement(info, steps, bucket),
             {"groups": list(groups), "want": want, "lease": lease},
         )
         return list(claimed.all())
 
 
 @lru_cache(maxsize=256)
-def _choose_statement(
+def choose_statement(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
 ) -> Executable:
     """Up to `want` groups that can start a step now, longest-waiting first, each locked.
@@ -122,13 +123,11 @@ def _choose_statement(
     locked = func.pg_try_advisory_xact_lock(
         func.hashtext(literal(info.table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
     )
-    # A claim need not wait for its WAL flush (see engine.claims): nor need this one.
-    no_flush_wait = select(func.set_config("synchronous_commit", "off", True)).scalar_subquery()
-    return select(chosen.c.grp).where(no_flush_wait.isnot(None), locked).order_by(chosen.c.since)
+    return select(chosen.c.grp).where(no_flush_wait(), locked).order_by(chosen.c.since)
 
 
 @lru_cache(maxsize=256)
-def _claim_statement(
+def limited_claim_statement(
     info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
 ) -> Executable:
     """Lease each locked group's oldest due rows, as many as its limit and bucket allow."""
@@ -165,12 +164,7 @@ def _claim_statement(
             *(ranked.c[c.name] for c in pk),
             func.row_number().over(order_by=ranked.c.wake_at).label("rank"),
         )
-        .where(
-            ranked.c[limit.by] == allowance.c.grp,
-            ranked.c.next_step.isnot(None),
-            served(ranked.c.next_step, steps),
-            ranked.c.wake_at <= now,
-        )
+        .where(ranked.c[limit.by] == allowance.c.grp, due(ranked, steps, now))
         .order_by(ranked.c.wake_at)
         .limit(want)
         .lateral("oldest")
@@ -184,25 +178,20 @@ def _claim_statement(
         .limit(want)
     )
     # locked as every claim locks: still due, and not being claimed by anyone else.
-    due = (
+    taken = (
         select(*pk, table.c.wake_at, column.label("duly_group"))
-        .where(
-            tuple_(*pk).in_(picked),
-            table.c.next_step.isnot(None),
-            served(table.c.next_step, steps),
-            table.c.wake_at <= now,
-        )
+        .where(tuple_(*pk).in_(picked), due(table, steps, now))
         .with_for_update(skip_locked=True)
         .cte("due")
     )
-    claim = lease_update(info, due)
+    claim = lease_update(info, taken)
     if rated is None:
         return claim
     # What this claim spent leaves each bucket, refilled to now, in the same statement.
     spent = (
         select(func.count())
-        .select_from(due)
-        .where(due.c.duly_group == allowance.c.grp)
+        .select_from(taken)
+        .where(taken.c.duly_group == allowance.c.grp)
         .scalar_subquery()
     )
     level = insert(rated).from_select(

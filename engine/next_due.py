@@ -21,10 +21,10 @@ from sqlalchemy import Table, exists, false, func, select, true, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.claims import scheduled
 from engine.clock import db_now
+from engine.due import due, scheduled
 from engine.limit_groups import ready_at
-from engine.workflow import WorkflowInfo
+from engine.registry import WorkflowInfo
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,12 @@ async def next_due(
     if not infos:
         return None
     served = tuple(steps) if steps is not None else tuple(None for _ in infos)
-    row = (await conn.execute(_next_due_statement(tuple(infos), served, bucket))).one()
+    row = (await conn.execute(next_due_statement(tuple(infos), served, bucket))).one()
     return None if row.at is None else NextDue(row.at, float(row.seconds), bool(row.held))
 
 
 @lru_cache(maxsize=256)
-def _next_due_statement(
+def next_due_statement(
     infos: tuple[WorkflowInfo, ...],
     steps: tuple[tuple[str, ...] | None, ...],
     bucket: Table | None,
@@ -74,15 +74,15 @@ def _next_due_statement(
 def _earliest(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None) -> Any:
     """One table's earliest instant with work, and whether a limit holds due work back."""
     table = info.table
-    mine = (table.c.next_step.isnot(None), scheduled(info, steps))
+    mine = scheduled(table.c.next_step, steps)
     if info.limit is None:
-        return select(func.min(table.c.wake_at).label("at"), false().label("held")).where(*mine)
+        return select(func.min(table.c.wake_at).label("at"), false().label("held")).where(mine)
     now = db_now()
-    future = select(func.min(table.c.wake_at)).where(*mine, table.c.wake_at > now)
+    future = select(func.min(table.c.wake_at)).where(mine, table.c.wake_at > now)
     ready = ready_at(info, steps, bucket)
-    due = exists().where(*mine, table.c.wake_at <= now)
+    due_now = exists().where(due(table, steps, now))
     # least() passes over NULLs: nothing in the future, or no group able to start.
     return select(
         func.least(future.scalar_subquery(), ready).label("at"),
-        (due & func.coalesce(ready > now, true())).label("held"),
+        (due_now & func.coalesce(ready > now, true())).label("held"),
     )

@@ -16,7 +16,7 @@ from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, inspect
 from sqlalchemy.orm import ColumnProperty, make_transient_to_detached
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
-from engine.workflow import ENGINE_COLUMNS, WorkflowInfo
+from engine.registry import ENGINE_COLUMNS, WorkflowInfo
 
 
 def build_row(info: WorkflowInfo, values: Mapping[Any, Any]) -> Any:

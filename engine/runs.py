@@ -18,9 +18,9 @@ from engine.clock import db_now
 from engine.connection import current_connection
 from engine.errors import DulyError
 from engine.notify import announcement
+from engine.registry import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 from engine.rows import refresh_row
 from engine.steps import Call, Step, as_call, check_owner
-from engine.workflow import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 
 
 async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from engine.history import run_key
+from engine.attempt_log import run_key
 
 try:
     from opentelemetry import trace

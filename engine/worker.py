@@ -28,18 +28,18 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
 )
 
-from engine import commits
-from engine.claims import claim_due, served_steps
-from engine.commits import Claim
+from engine.claims import Claim, claim_due, served_steps
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
 from engine.errors import NotRunningError
 from engine.execution import StepContext, execute
 from engine.idle import IdleContract, OnIdle
+from engine.leases import LeaseKeeper
 from engine.limited_claims import claim_limited, needs_bucket
 from engine.listener import Listener
 from engine.next_due import NextDue, next_due
 from engine.notify import EVERYONE
+from engine.registry import WorkflowInfo
 from engine.rows import build_row, primary_key
 from engine.steps import DEFAULT_LANE
 
@@ -48,19 +48,26 @@ log = logging.getLogger("duly.worker")
 FIRST_ERROR_DELAY = 0.1  # seconds before a pass is retried after a database error
 MAX_ERROR_DELAY = 5.0  # seconds
 WALL_CLOCK_CHECK = 5.0  # seconds between re-reading the wall clock during a long sleep
+COMMITS_AHEAD = 4  # claims may run ahead of commits by this many times max_concurrency
+
+# The defaults of every worker, whichever way it is started.
+MAX_CONCURRENCY = 8  # steps running at once
+LEASE = timedelta(minutes=5)
+POLL_INTERVAL = timedelta(seconds=1)  # how often work held by others is looked at again
 IDLE_INTERVAL = timedelta(seconds=30)  # the longest sleep of a listening worker
 SUSPENDING_IDLE_INTERVAL = timedelta(hours=1)  # ... and of one under suspends_when_idle
+SHUTDOWN_TIMEOUT = timedelta(seconds=10)  # for running steps to finish at shutdown
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
     """How a worker runs; every duration is a timedelta."""
 
-    max_concurrency: int = 8
-    lease: timedelta = timedelta(minutes=5)
-    poll_interval: timedelta = timedelta(seconds=1)
-    max_idle_interval: timedelta = timedelta(seconds=30)
-    shutdown_timeout: timedelta = timedelta(seconds=10)
+    max_concurrency: int = MAX_CONCURRENCY
+    lease: timedelta = LEASE
+    poll_interval: timedelta = POLL_INTERVAL
+    max_idle_interval: timedelta = IDLE_INTERVAL
+    shutdown_timeout: timedelta = SHUTDOWN_TIMEOUT
     listen: bool = True
     on_idle: OnIdle | None = None
     listen_url: URL | None = None  # LISTEN here instead of on the session's engine
@@ -76,6 +83,20 @@ class WorkerOptions:
             raise ValueError("shutdown_timeout must not be negative.")
         if not self.lanes or not all(isinstance(lane, str) and lane for lane in self.lanes):
             raise ValueError(f"lanes must name at least one lane, not {sorted(self.lanes)!r}.")
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did: how many rows it claimed of the slots it had, and what is next due."""
+
+    claimed: int
+    free: int
+    upcoming: NextDue | None  # asked only when the pass took less than it had room for
+
+    @property
+    def filled(self) -> bool:
+        """Every free slot was taken: there may be more due, so look again at once."""
+        return self.claimed == self.free
 
 
 class Worker:
@@ -96,6 +117,8 @@ class Worker:
         self._buckets = connection.rate_bucket.__table__ if connection.rate_bucket else None
         self._engine = connection.engine
         self._autocommit = connection.autocommit
+        self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
+        self._leases = LeaseKeeper(self._autocommit, options.lease, self._claims)
         self._committer = Committer(
             self._autocommit, connection.attempt_log, options.lease, connection.engine
         )
@@ -104,9 +127,8 @@ class Worker:
             lease=options.lease,
             may_continue=lambda lane: not self._stopping and lane in options.lanes,
             release_slot=self._release_slot,
-            release_preempted=self._release_preempted,
+            release_preempted=self._leases.release_preempted,
         )
-        self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
         self._busy: set[asyncio.Task[None]] = set()  # steps whose body holds a slot
         self._due_again = False  # the last pass saw work due that it did not take
         self._wakeup = asyncio.Event()
@@ -134,7 +156,7 @@ class Worker:
                 self.options.max_idle_interval.total_seconds(),
             )
             self._background.append(asyncio.create_task(self.listener.run()))
-        self._background.append(asyncio.create_task(self._keep_leases()))
+        self._background.append(asyncio.create_task(self._leases.keep()))
         self._committer.start()
         self._loop_task = asyncio.create_task(self._serve())
 
@@ -144,6 +166,7 @@ class Worker:
         self._wakeup.set()
         if self._loop_task is not None:
             await self._loop_task
+        abandoned: list[Claim] = []
         running = set(self._claims)
         if running:
             timeout = self.options.shutdown_timeout.total_seconds()
@@ -152,9 +175,9 @@ class Worker:
             for task in unfinished:
                 task.cancel()
             await asyncio.gather(*unfinished, return_exceptions=True)
-            await self._committer.stop()
-            await self._hand_back(abandoned)
+        # What finished steps queued is written before their abandoned neighbours go back.
         await self._committer.stop()
+        await self._leases.hand_back(abandoned)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -200,34 +223,37 @@ class Worker:
             self._wakeup.clear()
             free = self._free_slots()
             try:
-                upcoming = await self._pass(free) if free > 0 else None
+                result = await self._pass(free) if free > 0 else None
             except (SQLAlchemyError, OSError) as exc:
                 log.warning("worker pass failed (%s); retrying in %.1f s", exc, error_delay)
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, MAX_ERROR_DELAY)
                 continue
             error_delay = FIRST_ERROR_DELAY
-            if upcoming is _BUSY:
+            if result is not None and result.filled:
                 continue
-            await self._sleep(self._sleep_for(free, upcoming))
+            await self._sleep(self._sleep_for(free, result))
 
-    async def _pass(self, free: int) -> NextDue | object | None:
-        """Claim up to `free` due rows and start their steps; say how long to sleep."""
+    async def _pass(self, free: int) -> PassResult:
+        """Claim up to `free` due rows, start their steps, and ask what is due next if idle."""
         self.passes += 1
         infos = self._rotated()
-        claimed: list[tuple[Any, Any]] = []
+        claimed: list[tuple[WorkflowInfo, Any]] = []
         upcoming: NextDue | None = None
         async with self._autocommit.connect() as conn:
             # Each table gets its share of the pass first, so a backlog in one cannot hold
             # the whole worker; what a table leaves of its share goes round in turn.
             share = max(1, free // len(infos)) if infos else 0
-            filled = [
-                info
-                for info in infos
-                if await self._claim_into(conn, claimed, info, min(share, free - len(claimed)))
-            ]
+            filled: list[WorkflowInfo] = []
+            for info in infos:
+                want = min(share, free - len(claimed))
+                rows = await self._claim(conn, info, want)
+                claimed.extend((info, row) for row in rows)
+                if want > 0 and len(rows) == want:
+                    filled.append(info)
             for info in filled:
-                await self._claim_into(conn, claimed, info, free - len(claimed))
+                rows = await self._claim(conn, info, free - len(claimed))
+                claimed.extend((info, row) for row in rows)
             # Start the steps first: asking when more is due can wait, they cannot.
             for info, values in claimed:
                 row = build_row(info, values._mapping)
@@ -258,14 +284,12 @@ class Worker:
                 upcoming.at if upcoming is not None else None,
                 running=running or bool(self._claims),
             )
-        return _BUSY if len(claimed) == free else upcoming
+        return PassResult(len(claimed), free, upcoming)
 
-    async def _claim_into(
-        self, conn: AsyncConnection, claimed: list[tuple[Any, Any]], info: Any, want: int
-    ) -> bool:
-        """Claim up to `want` rows of one table onto `claimed`; True if it took all it asked."""
+    async def _claim(self, conn: AsyncConnection, info: WorkflowInfo, want: int) -> list[Any]:
+        """Claim up to `want` due rows of one table, of the steps this worker serves."""
         if want <= 0:
-            return False
+            return []
         steps = self._served[info.name]
         if info.limit is None:
             rows = await claim_due(conn, info, want, self.options.lease, steps)
@@ -274,8 +298,7 @@ class Worker:
                 rows = await claim_limited(
                     claiming, info, want, self.options.lease, steps, self._buckets
                 )
-        claimed.extend((info, row) for row in rows)
-        return len(rows) == want
+        return list(rows)
 
     def _free_slots(self) -> int:
         """Slots for new claims: bodies running count, and so, past a bound, do commits.
@@ -284,7 +307,7 @@ class Worker:
         bound keeps claims from running ahead of commits without limit.
         """
         concurrency = self.options.max_concurrency
-        return min(concurrency - len(self._busy), 4 * concurrency - len(self._claims))
+        return min(concurrency - len(self._busy), COMMITS_AHEAD * concurrency - len(self._claims))
 
     def _release_slot(self) -> None:
         task = asyncio.current_task()
@@ -292,11 +315,12 @@ class Worker:
             self._busy.discard(task)
             self._wakeup.set()
 
-    def _sleep_for(self, free: int, upcoming: NextDue | object | None) -> float:
+    def _sleep_for(self, free: int, result: PassResult | None) -> float:
         idle = self.options.max_idle_interval.total_seconds()
-        if free <= 0:
+        if free <= 0 or result is None:
             return idle  # every slot busy: a finishing step wakes us
-        if not isinstance(upcoming, NextDue):
+        upcoming = result.upcoming
+        if upcoming is None:
             self._due_again = False
             return idle
         if upcoming.seconds > 0:
@@ -353,52 +377,16 @@ class Worker:
             self._busy.discard(task)
             self._wakeup.set()
 
-    async def _keep_leases(self) -> None:
-        """Renew the lease of every running step at a third of the lease."""
-        interval = self.options.lease.total_seconds() / 3
-        while True:
-            await asyncio.sleep(interval)
-            for task, claim in list(self._claims.items()):
-                try:
-                    async with self._autocommit.connect() as conn:
-                        kept = await commits.renew(conn, claim, self.options.lease)
-                except SQLAlchemyError as exc:
-                    log.warning("could not renew a lease (%s); retrying next round", exc)
-                    break
-                if not kept and self._claims.get(task) is claim:
-                    # Not our own commit moving the version on: another worker or run().
-                    log.warning("lost the lease of %s[%s]", claim.info.name, claim.key)
-
-    async def _release_preempted(self, claim: Claim) -> None:
-        try:
-            async with self._autocommit.connect() as conn:
-                await commits.release_preempted(conn, claim)
-        except SQLAlchemyError as exc:
-            log.warning(
-                "could not release %s[%s] (%s); its lease will end", claim.info.name, claim.key, exc
-            )
-
-    async def _hand_back(self, claims: Iterable[Claim]) -> None:
-        for claim in claims:
-            try:
-                async with self._autocommit.connect() as conn:
-                    await commits.hand_back(conn, claim)
-            except SQLAlchemyError:
-                log.exception("could not hand back %s[%s]", claim.info.name, claim.key)
-
-
-_BUSY = object()  # a pass that filled every free slot: look again at once
-
 
 @contextlib.asynccontextmanager
 async def run_workflows(
     Session: async_sessionmaker[AsyncSession],
     *,
-    max_concurrency: int = 8,
-    lease: timedelta = timedelta(minutes=5),
-    poll_interval: timedelta = timedelta(seconds=1),
+    max_concurrency: int = MAX_CONCURRENCY,
+    lease: timedelta = LEASE,
+    poll_interval: timedelta = POLL_INTERVAL,
     max_idle_interval: timedelta | None = None,
-    shutdown_timeout: timedelta = timedelta(seconds=10),
+    shutdown_timeout: timedelta = SHUTDOWN_TIMEOUT,
     on_idle: OnIdle | None = None,
     suspends_when_idle: bool = False,
     listen_engine: AsyncEngine | None = None,

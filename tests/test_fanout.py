@@ -8,6 +8,11 @@ import pytest
 from sqlalchemy import func, select
 
 from engine import connect_workflows, run_workflows
+from engine.claims import Claim, claim_due
+from engine.committer import Committer
+from engine.fanout import child, fan_out
+from engine.outcomes import Outcome, Write
+from engine.registry import workflow_info
 from engine.testing import drain, move_clock
 from functions import examples
 from functions.examples import Lookup, Research
@@ -123,11 +128,6 @@ async def test_a_parent_whose_row_was_taken_over_starts_no_children(db: Database
         research = Research(name="fenced", companies=["Acme"])
         assert await research.start(Research.research_all)
         # Claim it as a worker would, then let another take it over before the commit.
-        from engine.claims import claim_due
-        from engine.commits import Claim, Outcome, Write
-        from engine.committer import Committer
-        from engine.fanout import child, fan_out
-        from engine.workflow import workflow_info
 
         info = workflow_info(Research)
         engine = Session.kw["bind"]

@@ -10,8 +10,8 @@ from sqlalchemy import event, insert
 from engine import run_workflows
 from engine.claims import claim_due
 from engine.clock import db_now
+from engine.registry import workflow_info
 from engine.testing import move_clock, read_clock_shift, reset_clock
-from engine.workflow import workflow_info
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Lasting, Timer
 from tests.conftest import Database

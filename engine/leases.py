@@ -1,0 +1,132 @@
+"""Lease upkeep: the leases of the rows a worker holds, renewed, handed back or released.
+
+A claim leases its rows for `lease`; a worker keeps the lease of every step
+still running by renewing it at a third of its length, hands back the rows
+of steps it abandons at shutdown (due again at once, announced), and gives
+up the lease that `run()` left a preempted step, so the new step starts as
+soon as the old one's commit was fenced, not when its lease ends. Each is a
+single-row statement, fenced like every write to a claimed row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+
+from sqlalchemy import literal, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from engine.claims import Claim
+from engine.clock import db_now
+from engine.due import scheduled
+from engine.notify import announcement
+from engine.rows import key_clause
+
+log = logging.getLogger("duly.worker")
+
+RENEWALS_PER_LEASE = 3  # a lease is renewed when a third of it has passed
+
+
+class LeaseKeeper:
+    """Keeps the leases of a worker's claims: `held` is the worker's own map of them."""
+
+    def __init__(
+        self, engine: AsyncEngine, lease: timedelta, held: Mapping[asyncio.Task[None], Claim]
+    ) -> None:
+        self._engine = engine  # autocommit: each statement its own transaction
+        self._lease = lease
+        self._held = held
+
+    async def keep(self) -> None:
+        """Renew the lease of every running step, a third of a lease apart, until cancelled."""
+        interval = self._lease.total_seconds() / RENEWALS_PER_LEASE
+        while True:
+            await asyncio.sleep(interval)
+            for task, claim in list(self._held.items()):
+                try:
+                    async with self._engine.connect() as conn:
+                        kept = await renew(conn, claim, self._lease)
+                except SQLAlchemyError as exc:
+                    log.warning("could not renew a lease (%s); retrying next round", exc)
+                    break
+                if not kept and self._held.get(task) is claim:
+                    # Not our own commit moving the version on: another worker or run().
+                    log.warning("lost the lease of %s[%s]", claim.info.name, claim.key)
+
+    async def release_preempted(self, claim: Claim) -> None:
+        """Give up the lease of a step whose commit was fenced (see `release_preempted`)."""
+        try:
+            async with self._engine.connect() as conn:
+                await release_preempted(conn, claim)
+        except SQLAlchemyError as exc:
+            log.warning(
+                "could not release %s[%s] (%s); its lease will end", claim.info.name, claim.key, exc
+            )
+
+    async def hand_back(self, claims: Iterable[Claim]) -> None:
+        """Make the rows of abandoned steps due again at once, for any worker."""
+        for claim in claims:
+            try:
+                async with self._engine.connect() as conn:
+                    await hand_back(conn, claim)
+            except SQLAlchemyError:
+                log.exception("could not hand back %s[%s]", claim.info.name, claim.key)
+
+
+async def hand_back(conn: AsyncConnection, claim: Claim) -> bool:
+    """Release a lease so any worker may take the row at once, and say so."""
+    table = claim.info.table
+    moved = (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=None, wake_at=db_now(), wf_version=claim.version + 1)
+        .returning(table.c.wf_version)
+        .cte("moved")
+    )
+    announced = select(announcement(table.name)).select_from(moved)
+    return (await conn.execute(announced)).first() is not None
+
+
+async def renew(conn: AsyncConnection, claim: Claim, lease: timedelta) -> bool:
+    """Extend a lease, keeping the version; False when the row moved on without us."""
+    table = claim.info.table
+    lease_end = db_now() + literal(lease)
+    statement = (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=lease_end, wake_at=lease_end)
+        .returning(table.c.claimed_until)
+    )
+    renewed = (await conn.execute(statement)).first()
+    if renewed is None:
+        return False
+    claim.lease_end = renewed.claimed_until
+    return True
+
+
+async def release_preempted(conn: AsyncConnection, claim: Claim) -> bool:
+    """After a fenced commit, give up the lease `run()` left in place, so its step starts now.
+
+    `run()` moves the version on but leaves a running step its lease; the
+    lease is still ours if `claimed_until` is the value we last wrote. A row
+    another worker took over, or that `cancel()` ended, is left alone.
+    """
+    if claim.lease_end is None:
+        return False
+    table = claim.info.table
+    moved = (
+        update(table)
+        .where(
+            key_clause(claim.info, claim.key),
+            table.c.claimed_until == claim.lease_end,
+            scheduled(table.c.next_step),
+        )
+        .values(claimed_until=None, wake_at=db_now())
+        .returning(table.c.wf_version)
+        .cte("moved")
+    )
+    announced = select(announcement(table.name)).select_from(moved)
+    return (await conn.execute(announced)).first() is not None

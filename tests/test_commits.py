@@ -1,0 +1,115 @@
+"""The two commit paths agree: the same outcome writes the same row and the same attempt record.
+
+The typed path (`commits.fenced_writes`) and the array-driven fast path
+(`bulk_commits.bulk_fenced_writes`) share what an outcome means
+(`outcomes.outcome_values`); this checks the SQL they build from it. Both
+writes go in one transaction, so they see the same database time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine import connect_workflows
+from engine.bulk_commits import bulk_fenced_writes, takes
+from engine.claims import Claim, claim_due
+from engine.commits import fenced_writes
+from engine.outcomes import AttemptRecord, Outcome, Write
+from engine.registry import ENGINE_COLUMNS, workflow_info
+from functions import examples
+from functions.examples import Onboarding, WorkflowAttempt
+from tests.conftest import Database
+
+LEASE = timedelta(minutes=5)
+HELD_EVENT = '{"step": "check", "event": true}'
+
+OUTCOMES = {
+    "retry after a backoff": Outcome(
+        "check", {"n": 1}, attempts=2, last_error="ValueError: boom", wake_after=timedelta(30)
+    ),
+    "finished, dropping a held event": Outcome(None, None, attempts=0, pending="discard"),
+    "next step held by this worker": Outcome(
+        "check", {}, wake_after=timedelta(0), hold=timedelta(minutes=5)
+    ),
+    "next occurrence of a schedule": Outcome(
+        "check", None, wake_at=datetime(2031, 1, 2, 9, tzinfo=UTC), pending="discard"
+    ),
+    "gave up": Outcome(None, None, attempts=4, last_error="RuntimeError: no", pending="discard"),
+    "next step, announced": Outcome("activated", {"a": [1, 2]}, wake_after=timedelta(0)),
+}
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES.values(), ids=list(OUTCOMES))
+async def test_both_paths_write_the_same_row_and_attempt_record(
+    db: Database, outcome: Outcome
+) -> None:
+    Session = await db.create(examples.Base.metadata)
+    info = workflow_info(Onboarding)
+    async with connect_workflows(Session, workflows=[Onboarding]):
+        for user in ("typed", "bulk"):
+            assert await Onboarding(user_id=user, email=f"{user}@example.com").start(
+                Onboarding.check
+            )
+    # Both runs hold an event, so what becomes of it is compared too.
+    db.sql(
+        "UPDATE onboarding SET pending_event = %s::jsonb, recent_event_keys = '[\"k\"]'", HELD_EVENT
+    )
+    engine = Session.kw["bind"]
+    async with engine.begin() as conn:
+        claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
+        writes = {
+            user: Write(
+                Claim(info, (row.id,), row.wf_version),
+                outcome,
+                AttemptRecord(str(row.id), "check", 3, "ok", None, 1.25),
+                announce=outcome.next_step == "activated",
+            )
+            for user, row in claimed.items()
+        }
+        assert takes(writes["bulk"]), "the fast path must be able to take this outcome"
+        [typed] = await fenced_writes(conn, [writes["typed"]], attempt_log=WorkflowAttempt)
+        [bulk] = await bulk_fenced_writes(conn, [writes["bulk"]], attempt_log=WorkflowAttempt)
+    assert typed is not None and bulk is not None
+    assert engine_columns(typed._mapping) == engine_columns(bulk._mapping)
+    assert typed.wf_version == claimed["typed"].wf_version + 1
+    assert typed.duly_notified == bulk.duly_notified
+    logged = db.sql(
+        "SELECT run_key, workflow, step, attempt, outcome, error, took_ms, finished_at "
+        "FROM workflow_attempt ORDER BY run_key"
+    )
+    assert len(logged) == 2
+    by_run = {row[0]: row[1:] for row in logged}
+    assert by_run[str(claimed["typed"].id)] == by_run[str(claimed["bulk"].id)]
+
+
+async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None:
+    Session = await db.create(examples.Base.metadata)
+    info = workflow_info(Onboarding)
+    async with connect_workflows(Session, workflows=[Onboarding]):
+        for user in ("typed", "bulk"):
+            assert await Onboarding(user_id=user, email=f"{user}@example.com").start(
+                Onboarding.check
+            )
+    engine = Session.kw["bind"]
+    async with engine.begin() as conn:
+        claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
+        stale = {
+            user: Write(
+                Claim(info, (row.id,), row.wf_version - 1),  # another claim has moved it on
+                Outcome(None, None, pending="discard"),
+                AttemptRecord(str(row.id), "check", 1, "ok", None, 1.0),
+            )
+            for user, row in claimed.items()
+        }
+        assert await fenced_writes(conn, [stale["typed"]], attempt_log=WorkflowAttempt) == [None]
+        assert await bulk_fenced_writes(conn, [stale["bulk"]], attempt_log=WorkflowAttempt) == [
+            None
+        ]
+    assert db.sql("SELECT count(*) FROM workflow_attempt") == [(0,)]
+
+
+def engine_columns(row: Any) -> dict[str, Any]:
+    return {name: row[name] for name in ENGINE_COLUMNS}
