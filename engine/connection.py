@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.sql import Executable
 
 from engine.attempt_log import attempt_log_classes
 from engine.errors import NotConnectedError, NotFoundError
@@ -125,13 +126,16 @@ async def _mapped_in_database(
 async def _existing_tables(engine: AsyncEngine, names: set[str]) -> set[str]:
     if not names:
         return set()
-    ordered = sorted(names)
-    query = select(text("name"), text("to_regclass(name) IS NOT NULL AS present")).select_from(
+    async with engine.connect() as conn:
+        result = await conn.execute(existing_tables_statement(), {"names": sorted(names)})
+        return {row.name for row in result if row.present}
+
+
+def existing_tables_statement() -> Executable:
+    """Which of the table names in :names exist in the database (to_regclass)."""
+    return select(text("name"), text("to_regclass(name) IS NOT NULL AS present")).select_from(
         text("unnest(CAST(:names AS text[])) AS name")
     )
-    async with engine.connect() as conn:
-        result = await conn.execute(query, {"names": ordered})
-        return {row.name for row in result if row.present}
 
 
 def _one_per_table(infos: Iterable[WorkflowInfo]) -> list[WorkflowInfo]:

@@ -103,7 +103,7 @@ async def start_children(
     started = 0
     announced: set[str] = set()
     for (info, given), rows in batches.items():
-        inserted = len((await conn.execute(_children_statement(info, given), rows)).all())
+        inserted = len((await conn.execute(children_statement(info, given), rows)).all())
         started += inserted
         if inserted and info.name not in announced:
             announced.add(info.name)
@@ -112,8 +112,8 @@ async def start_children(
 
 
 @lru_cache(maxsize=256)
-def _children_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
-    # RETURNING makes the skipped (conflicting) children countable.
+def children_statement(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
+    """Children of one table inserted, due now; RETURNING counts those not skipped."""
     return insert_run(info, given).returning(*info.mapper.primary_key)
 
 
@@ -121,7 +121,7 @@ async def count_children(
     conn: AsyncConnection, parent: WorkflowInfo, key: tuple[Any, ...], started: int
 ) -> None:
     """Set the parent's count of children; with none started, its `then` is due now."""
-    statement = _count_statement(parent)
+    statement = count_statement(parent)
     params = key_arguments(key) | {"started": started}
     await conn.execute(statement, params)
     if started == 0:
@@ -141,13 +141,14 @@ async def children_finished(
         parent = parent_info(reference, near)
         params = key_arguments(reference["key"])
         params["finished"] = finished
-        row = (await conn.execute(_finished_statement(parent), params)).first()
+        row = (await conn.execute(finished_statement(parent), params)).first()
         if row is not None and row.children_left == 0:
             await conn.execute(notify(parent.name))
 
 
 @lru_cache(maxsize=256)
-def _count_statement(info: WorkflowInfo) -> Executable:
+def count_statement(info: WorkflowInfo) -> Executable:
+    """The parent's count of children started; with none, its `then` is due now."""
     table = info.table
     started = bindparam("started", type_=table.c.children_left.type)
     return (
@@ -161,7 +162,8 @@ def _count_statement(info: WorkflowInfo) -> Executable:
 
 
 @lru_cache(maxsize=256)
-def _finished_statement(info: WorkflowInfo) -> Executable:
+def finished_statement(info: WorkflowInfo) -> Executable:
+    """A parent's count of children going, less those that just finished; at 0, `then` is due."""
     table = info.table
     left = table.c.children_left - bindparam("finished", type_=table.c.children_left.type)
     return (

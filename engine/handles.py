@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import (
     ColumnElement,
     DateTime,
+    Select,
     Text,
     and_,
     bindparam,
@@ -60,37 +61,11 @@ class Handle(Generic[W]):
         """
         call = as_call(target)
         check_owner(call, self._info.cls)
-        table = self._info.table
-        now = db_now()
-        moved = (
-            update(table)
-            .where(*self._where)
-            .values(
-                next_step=call.step.name,
-                next_args=call.encoded,
-                attempts=0,
-                last_error=None,
-                waiting_for=None,
-                pending_event=None,
-                # The version moves on: a step running now commits nothing.
-                wf_version=table.c.wf_version + 1,
-                # A running step keeps its lease, so nothing runs beside it.
-                wake_at=_due_once_free(table, now),
-            )
-            .returning(func.coalesce(table.c.claimed_until > now, False))
-            .cte("moved")
-        )
-        held = moved.c[0]
-        # One announcement if any row is ready now; rows still leased say nothing yet.
-        ready = select(func.count().filter(~held)).select_from(moved).scalar_subquery()
-        statement = select(
-            select(func.count()).select_from(moved).scalar_subquery(),
-            case((ready > 0, announcement(table.name)), else_=None),
-        )
+        statement = run_statement(self._info, self._where, call)
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
             addressed, _ = (await conn.execute(statement)).one()
-        connection.kick(table.name)
+        connection.kick(self._info.name)
         return int(addressed)
 
     async def deliver(
@@ -119,13 +94,13 @@ class Handle(Generic[W]):
         info = self._info
         # Find the runs first, then deliver by key with a statement built once per shape:
         # building the delivery around each caller's WHERE cost more than running it.
-        matching = select(*info.mapper.primary_key).where(*self._where)
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
+            matching = matching_statement(info, self._where)
             keys = [tuple(row) for row in (await conn.execute(matching)).all()]
             if not keys:
                 return 0
-            statement = _delivery_statement(info, restart, key is not None)
+            statement = delivery_statement(info, restart, key is not None)
             params["duly_keys"] = keys if len(info.mapper.primary_key) > 1 else [k[0] for k in keys]
             accepted = int((await conn.execute(statement, params)).scalar_one())
         if accepted:
@@ -138,22 +113,7 @@ class Handle(Generic[W]):
         Nothing stays scheduled, no wait, no held event; what the run has
         done stays, and a step running now commits nothing.
         """
-        table = self._info.table
-        statement = (
-            update(table)
-            .where(*self._where)
-            .where(scheduled(table.c.next_step) | table.c.waiting_for.isnot(None))
-            .values(
-                next_step=None,
-                next_args=None,
-                wake_at=None,
-                claimed_until=None,
-                waiting_for=None,
-                pending_event=None,
-                wf_version=table.c.wf_version + 1,
-            )
-            .returning(table.c.parent)
-        )
+        statement = cancel_statement(self._info, self._where)
         async with current_connection().engine.begin() as conn:
             ended = (await conn.execute(statement)).all()
             # A cancelled child counts as finished to the run that fanned it out.
@@ -179,11 +139,79 @@ class Handle(Generic[W]):
         return await self._select(limit=limit, newest_first=True)
 
     async def _select(self, limit: int | None, newest_first: bool = False) -> list[W]:
-        key = self._info.mapper.primary_key
-        order = [column.desc() for column in key] if newest_first else key
-        query = select(self._info.cls).where(*self._where).order_by(*order).limit(limit)
+        query = select_statement(self._info, self._where, limit, newest_first)
         async with current_connection().sessionmaker() as session:
             return list((await session.scalars(query)).all())
+
+
+def run_statement(
+    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], call: Call[Any]
+) -> Executable:
+    """Schedule `call` now on the matching runs; how many, and one NOTIFY if any is ready."""
+    table = info.table
+    now = db_now()
+    moved = (
+        update(table)
+        .where(*where)
+        .values(
+            next_step=call.step.name,
+            next_args=call.encoded,
+            attempts=0,
+            last_error=None,
+            waiting_for=None,
+            pending_event=None,
+            # The version moves on: a step running now commits nothing.
+            wf_version=table.c.wf_version + 1,
+            # A running step keeps its lease, so nothing runs beside it.
+            wake_at=_due_once_free(table, now),
+        )
+        .returning(func.coalesce(table.c.claimed_until > now, False))
+        .cte("moved")
+    )
+    held = moved.c[0]
+    # One announcement if any row is ready now; rows still leased say nothing yet.
+    ready = select(func.count().filter(~held)).select_from(moved).scalar_subquery()
+    return select(
+        select(func.count()).select_from(moved).scalar_subquery(),
+        case((ready > 0, announcement(table.name)), else_=None),
+    )
+
+
+def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> Executable:
+    """End the live matching runs where they stand; each one's parent, to count down."""
+    table = info.table
+    return (
+        update(table)
+        .where(*where)
+        .where(scheduled(table.c.next_step) | table.c.waiting_for.isnot(None))
+        .values(
+            next_step=None,
+            next_args=None,
+            wake_at=None,
+            claimed_until=None,
+            waiting_for=None,
+            pending_event=None,
+            wf_version=table.c.wf_version + 1,
+        )
+        .returning(table.c.parent)
+    )
+
+
+def matching_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> Executable:
+    """The primary keys of the matching runs, for a delivery built once per shape."""
+    return select(*info.mapper.primary_key).where(*where)
+
+
+def select_statement(
+    info: WorkflowInfo,
+    where: Sequence[ColumnElement[bool]],
+    limit: int | None,
+    newest_first: bool = False,
+) -> Select[Any]:
+    """The matching runs as instances, by primary key (the newest first, if asked)."""
+    key = info.mapper.primary_key
+    order = [column.desc() for column in key] if newest_first else key
+    return select(info.cls).where(*where).order_by(*order).limit(limit)
 
 
 def _due_once_free(table: Any, now: Any) -> Any:
@@ -198,7 +226,7 @@ def _among(info: WorkflowInfo, keys: Any) -> ColumnElement[bool]:
 
 
 @lru_cache(maxsize=256)
-def _delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
+def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
     """One UPDATE that sorts the runs with the given keys into accepts, holds, or refuses."""
     t = info.table
     now = db_now()

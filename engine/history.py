@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from engine.attempt_log import run_key
 from engine.connection import current_connection
@@ -18,9 +18,10 @@ async def read_history(row: Any) -> list[Any]:
     if log is None:
         raise NotFoundError("No AttemptLog is mapped: map one on your base to keep history.")
     async with connection.sessionmaker() as session:
-        result = await session.scalars(
-            select(log)
-            .where(log.workflow == type(row).__table__.name, log.run_key == run_key(row))
-            .order_by(log.id)
-        )
+        result = await session.scalars(history_statement(log, type(row).__table__.name, row))
         return list(result.all())
+
+
+def history_statement(log: type[Any], workflow: str, row: Any) -> Select[Any]:
+    """The attempt-log rows of one run, oldest first (by the log's (workflow, run_key) index)."""
+    return select(log).where(log.workflow == workflow, log.run_key == run_key(row)).order_by(log.id)

@@ -18,6 +18,7 @@ from datetime import timedelta
 from sqlalchemy import literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Executable
 
 from engine.claims import Claim
 from engine.clock import db_now
@@ -78,29 +79,12 @@ class LeaseKeeper:
 
 async def hand_back(conn: AsyncConnection, claim: Claim) -> bool:
     """Release a lease so any worker may take the row at once, and say so."""
-    table = claim.info.table
-    moved = (
-        update(table)
-        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
-        .values(claimed_until=None, wake_at=db_now(), wf_version=claim.version + 1)
-        .returning(table.c.wf_version)
-        .cte("moved")
-    )
-    announced = select(announcement(table.name)).select_from(moved)
-    return (await conn.execute(announced)).first() is not None
+    return (await conn.execute(hand_back_statement(claim))).first() is not None
 
 
 async def renew(conn: AsyncConnection, claim: Claim, lease: timedelta) -> bool:
     """Extend a lease, keeping the version; False when the row moved on without us."""
-    table = claim.info.table
-    lease_end = db_now() + literal(lease)
-    statement = (
-        update(table)
-        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
-        .values(claimed_until=lease_end, wake_at=lease_end)
-        .returning(table.c.claimed_until)
-    )
-    renewed = (await conn.execute(statement)).first()
+    renewed = (await conn.execute(renew_statement(claim, lease))).first()
     if renewed is None:
         return False
     claim.lease_end = renewed.claimed_until
@@ -116,6 +100,36 @@ async def release_preempted(conn: AsyncConnection, claim: Claim) -> bool:
     """
     if claim.lease_end is None:
         return False
+    return (await conn.execute(release_statement(claim))).first() is not None
+
+
+def hand_back_statement(claim: Claim) -> Executable:
+    """Due again now for any worker, if still at the claimed version; announced."""
+    table = claim.info.table
+    moved = (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=None, wake_at=db_now(), wf_version=claim.version + 1)
+        .returning(table.c.wf_version)
+        .cte("moved")
+    )
+    return select(announcement(table.name)).select_from(moved)
+
+
+def renew_statement(claim: Claim, lease: timedelta) -> Executable:
+    """The lease (and the due time it sets) moved to `lease` from now, if still ours."""
+    table = claim.info.table
+    lease_end = db_now() + literal(lease)
+    return (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=lease_end, wake_at=lease_end)
+        .returning(table.c.claimed_until)
+    )
+
+
+def release_statement(claim: Claim) -> Executable:
+    """A preempted step's lease given up, if it is still the one we wrote; announced."""
     table = claim.info.table
     moved = (
         update(table)
@@ -128,5 +142,4 @@ async def release_preempted(conn: AsyncConnection, claim: Claim) -> bool:
         .returning(table.c.wf_version)
         .cte("moved")
     )
-    announced = select(announcement(table.name)).select_from(moved)
-    return (await conn.execute(announced)).first() is not None
+    return select(announcement(table.name)).select_from(moved)

@@ -20,6 +20,7 @@ from engine.notify import CHANNEL, EVERYONE
 log = logging.getLogger("duly.listener")
 
 FIRST_RETRY_DELAY = 0.1  # seconds
+LISTEN = f"LISTEN {CHANNEL}"  # the listener's one statement: news that work is ready
 
 
 def libpq_conninfo(url: URL) -> str:
@@ -45,7 +46,7 @@ class Listener:
                 async with await psycopg.AsyncConnection.connect(
                     self._conninfo, autocommit=True, application_name="duly-listener"
                 ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(LISTEN)
                     self.connected.set()
                     delay = FIRST_RETRY_DELAY
                     # Whatever was announced while we were not listening: look once.

@@ -60,6 +60,7 @@ def next_due_statement(
     steps: tuple[tuple[str, ...] | None, ...],
     bucket: Table | None,
 ) -> Executable:
+    """The earliest instant any of the tables has work, its distance, and whether held back."""
     earliest = union_all(
         *(_earliest(info, served, bucket) for info, served in zip(infos, steps, strict=True))
     ).subquery()

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql import Executable
 
 from engine.clock import clock
 from engine.connection import activate, open_connection, session_engine
@@ -26,16 +27,20 @@ async def move_clock(
     by: timedelta,
 ) -> timedelta:
     """Move the database clock forward by `by` (backward if negative); return the new shift."""
-    statement = (
+    async with session_engine(Session).begin() as conn:
+        shift: timedelta = (await conn.execute(move_clock_statement(by))).scalar_one()
+        await conn.execute(notify(EVERYONE))
+    return shift
+
+
+def move_clock_statement(by: timedelta) -> Executable:
+    """The clock's shift moved by `by` (the one row made if missing); the new shift."""
+    return (
         insert(clock)
         .values(id=1, shift=literal(by))
         .on_conflict_do_update(index_elements=["id"], set_={"shift": clock.c.shift + literal(by)})
         .returning(clock.c.shift)
     )
-    async with session_engine(Session).begin() as conn:
-        shift: timedelta = (await conn.execute(statement)).scalar_one()
-        await conn.execute(notify(EVERYONE))
-    return shift
 
 
 async def reset_clock(Session: async_sessionmaker[AsyncSession]) -> None:
