@@ -4,7 +4,7 @@ For a table without a limit that is its earliest `wake_at` (leases count: a
 claimed row's wake_at is its lease's end), a probe of its partial due index.
 A limited table's due rows may be held back by their limit, so what counts
 for it is its earliest future `wake_at` and the instant one of its groups
-can next start (`engine.limited_claims.ready_at`); and that it holds due
+can next start (`engine.limit_groups.ready_at`); and that it holds due
 work back at all, so the worker looks again every poll_interval, as another
 worker's finishing step may free a slot without a word.
 """
