@@ -17,12 +17,12 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Table, exists, false, func, select, true, union_all
+from sqlalchemy import Table, false, func, select, true, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
-from engine.due import due, scheduled
+from engine.due import scheduled
 from engine.limit_groups import ready_at
 from engine.registry import WorkflowInfo
 
@@ -81,7 +81,11 @@ def _earliest(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table |
     now = db_now()
     future = select(func.min(table.c.wake_at)).where(mine, table.c.wake_at > now)
     ready = ready_at(info, steps, bucket)
-    due_now = exists().where(due(table, steps, now))
+    # Some row is due now exactly when the earliest scheduled one is: one probe of the
+    # due index's first entry, where EXISTS was planned as a scan that reads every row
+    # when none is due.
+    earliest = select(func.min(table.c.wake_at)).where(mine).scalar_subquery()
+    due_now = earliest <= now
     # least() passes over NULLs: nothing in the future, or no group able to start.
     return select(
         func.least(future.scalar_subquery(), ready).label("at"),

@@ -1,47 +1,58 @@
-"""The one FastAPI app: health, read-only views of runs and history, and dev helpers.
+"""The one FastAPI app: health, read-only views of runs and history, and the API docs.
 
 Each route parses its request, calls the engine and shapes the reply. The
-engine's errors become HTTP statuses here and only here: a DulyError is the
-client's mistake (400), a LookupError names something that does not exist (404).
+engine's errors become HTTP statuses here and only here: a NotFoundError names
+something that does not exist (404), any other DulyError is the client's
+mistake (400), and anything else is a bug: a 500 whose traceback is logged.
+This module is what deploys; the dev routes live in `functions/dev.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select, text
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import text
 from sqlalchemy.exc import DataError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError, connect_workflows, run_workflows
+from engine import DulyError, NotFoundError, connect_workflows, run_workflows
+from engine.registry import ENGINE_COLUMNS
 from engine.telemetry import latest_metrics
-from engine.testing import move_clock
-from engine.workflow import ENGINE_COLUMNS
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
     from engine.connection import WorkflowConnection
-    from engine.workflow import WorkflowInfo
+    from engine.registry import WorkflowInfo
+
+log = logging.getLogger("duly.http")
 
 HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
-MAX_CLOCK_MOVE = timedelta(days=36_500)  # per request: far enough, and far from overflow
 SHOWN_ENGINE_COLUMNS = ("next_step", "next_args", "wake_at", "attempts", "last_error")
 HIDDEN_COLUMNS = frozenset(ENGINE_COLUMNS) - set(SHOWN_ENGINE_COLUMNS)
 RUN_COLUMNS = ("workflow", "run_key")  # of the attempt log: the URL already names the run
-EXAMPLES_MODULE = "functions.examples"
+MAX_ERRORS = 20  # validation errors in one 422 reply
+MAX_ERROR_TEXT = 200  # characters of one error's message or location part
+DOCS_ASSETS_URL = "/docs/assets"
+# Swagger UI 5 and ReDoc, shipped in a wheel so /docs works offline.
+DOCS_ASSETS_PACKAGE = ("fastapi_offline", "static")
+SERVER_ERROR = "Internal server error: the traceback is in the server's log."
 
 router = APIRouter()
-dev_router = APIRouter(prefix="/dev")
+docs_router = APIRouter(include_in_schema=False)
 
 
 def create_app(
@@ -49,7 +60,6 @@ def create_app(
     *,
     run_worker: bool,
     worker_options: dict[str, Any] | None = None,
-    dev: bool = False,
 ) -> FastAPI:
     """The HTTP API over Session's database, with a worker in its lifespan if run_worker."""
 
@@ -64,27 +74,90 @@ def create_app(
                 app.state.connection = connection
                 yield
 
-    app = FastAPI(title="duly", lifespan=lifespan)
+    # docs_url and redoc_url None: FastAPI's own pages load their scripts from a CDN.
+    app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.Session = Session
+    app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(DulyError, _bad_request)
-    app.add_exception_handler(LookupError, _not_found)
+    app.add_exception_handler(DataError, _refused_by_database)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_middleware(ServerErrors)
     app.include_router(router)
-    if dev:
-        app.include_router(dev_router)
+    app.include_router(docs_router)
+    app.mount(DOCS_ASSETS_URL, StaticFiles(packages=[DOCS_ASSETS_PACKAGE]), name="docs-assets")
     return app
 
 
 # -- errors ---------------------------------------------------------------------------
 
 
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
 async def _bad_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=400)
 
 
-async def _not_found(request: Request, exc: Exception) -> JSONResponse:
-    # args[0], not str(): str(KeyError("x")) adds quotes around the message.
-    message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "Not found."
-    return JSONResponse({"detail": message}, status_code=404)
+async def _refused_by_database(request: Request, exc: Exception) -> JSONResponse:
+    # A data exception (SQLSTATE class 22, or psycopg refusing to send a value, such as a
+    # NUL byte in text) comes from a value in the request; its statement wrote nothing.
+    reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["invalid"])[0]
+    detail = f"The database refused a value in this request: {reason.rstrip('.')}."
+    return JSONResponse({"detail": detail}, status_code=400)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 with where and why each value was refused, never the value itself.
+
+    FastAPI's own handler echoes the input back (5 MB in, 5 MB out) and fails
+    with a 500 on what JSON cannot encode, such as the Infinity it refused.
+    """
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {
+            "loc": [part if isinstance(part, int) else _short(str(part)) for part in error["loc"]],
+            "msg": _short(str(error["msg"])),
+            "type": str(error["type"]),
+        }
+        for error in exc.errors()[:MAX_ERRORS]
+    ]
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= MAX_ERROR_TEXT else value[: MAX_ERROR_TEXT - 1] + "…"
+
+
+class ServerErrors:
+    """Turns an exception no handler took (a bug) into a logged 500 with a short JSON body.
+
+    Starlette's own last-resort handler answers in plain text and raises the
+    exception again, so servers log the traceback a second time.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception:
+            log.exception("%s %s failed.", scope["method"], scope["path"])
+            if started:
+                raise  # too late for a 500: the server closes the connection
+            response = JSONResponse({"detail": SERVER_ERROR}, status_code=500)
+            await response(scope, receive, send)
 
 
 # -- health and read-only views -------------------------------------------------------
@@ -95,7 +168,7 @@ async def healthz(request: Request) -> Any:
     """{"ok": true} once the database answers; 503 when it cannot be reached."""
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT):
-            async with _connection(request).engine.connect() as conn:
+            async with connection_of(request).engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -117,7 +190,7 @@ async def metrics() -> Response:
 @router.get("/workflows")
 async def list_workflows(request: Request) -> dict[str, Any]:
     """The workflow tables this app serves: their steps, the lanes they need, their limit."""
-    infos = _connection(request).workflows
+    infos = connection_of(request).workflows
     return {"workflows": [_describe(info) for info in infos]}
 
 
@@ -146,22 +219,24 @@ async def list_runs(
 ) -> dict[str, Any]:
     """The newest runs of a workflow (by primary key), with their engine columns."""
     info = _workflow(request, workflow)
-    table = info.table
-    columns = [column for column in table.c if column.name not in HIDDEN_COLUMNS]
-    newest_first = [column.desc() for column in table.primary_key.columns]
-    query = select(*columns).order_by(*newest_first).limit(limit)
-    async with _connection(request).engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    return {"workflow": info.name, "runs": jsonable_encoder([dict(row) for row in rows])}
+    rows = await info.cls.by().newest(limit)
+    # Column names, not attribute keys, name the fields: the JSON shows the table.
+    shown = [
+        (column.name, info.mapper.get_property_by_column(column).key)
+        for column in info.table.c
+        if column.name not in HIDDEN_COLUMNS
+    ]
+    runs = [{name: getattr(row, key) for name, key in shown} for row in rows]
+    return {"workflow": info.name, "runs": jsonable_encoder(runs)}
 
 
 @router.get("/runs/{workflow}/{key}/history")
 async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
     """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
-    connection = _connection(request)
+    connection = connection_of(request)
     info = _workflow(request, workflow)
     if connection.attempt_log is None:
-        raise LookupError("No AttemptLog is mapped, so duly keeps no history of runs.")
+        raise NotFoundError("No AttemptLog is mapped, so duly keeps no history of runs.")
     async with connection.sessionmaker() as session:
         try:
             row = await session.get(info.cls, parse_key(info, key))
@@ -171,7 +246,7 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
                 400, f"{key!r} is not a valid key for {info.name}: {reason}."
             ) from None
     if row is None:
-        raise LookupError(f"No {info.name} run has the key {key!r}.")
+        raise NotFoundError(f"No {info.name} run has the key {key!r}.")
     attempts = await row.history()
     shown = [c.key for c in connection.attempt_log.__table__.c if c.key not in RUN_COLUMNS]
     rows = [{name: getattr(attempt, name) for name in shown} for attempt in attempts]
@@ -211,81 +286,46 @@ def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
         raise HTTPException(400, message) from None
 
 
-# -- dev helpers ------------------------------------------------------------------------
+# -- API docs, served from a wheel rather than a CDN -----------------------------------
 
 
-class ClockMove(BaseModel):
-    """How far to move the database clock; every field defaults to 0."""
-
-    model_config = ConfigDict(extra="forbid")
-    days: float = Field(0.0, allow_inf_nan=False)
-    hours: float = Field(0.0, allow_inf_nan=False)
-    minutes: float = Field(0.0, allow_inf_nan=False)
-    seconds: float = Field(0.0, allow_inf_nan=False)
-
-
-class NewOnboarding(BaseModel):
-    """Whom the example Onboarding run is for."""
-
-    model_config = ConfigDict(extra="forbid")
-    user_id: str = Field(min_length=1, max_length=200)
-    email: str = Field(min_length=1, max_length=320)
+@docs_router.get("/docs")
+async def swagger_ui(request: Request) -> HTMLResponse:
+    """Swagger UI over this app's OpenAPI schema, every asset served by the app itself."""
+    root = request.scope.get("root_path", "")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title="duly: API",
+        swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
+        swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+    )
 
 
-@dev_router.post("/clock")
-async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
-    """Move the database clock; the new shift from PostgreSQL's own time, in seconds."""
-    try:
-        by = timedelta(**move.model_dump())
-    except OverflowError:
-        by = None
-    if by is None or abs(by) > MAX_CLOCK_MOVE:
-        raise HTTPException(400, f"Move the clock by at most {MAX_CLOCK_MOVE.days} days at once.")
-    shift = await move_clock(request.app.state.Session, by)
-    return {"shift_seconds": shift.total_seconds()}
-
-
-@dev_router.post("/onboarding")
-async def dev_start_onboarding(request: Request, new: NewOnboarding) -> dict[str, Any]:
-    """Start the example's Onboarding run; started is false when the user already has one."""
-    started, key = await start_onboarding(_connection(request), new.user_id, new.email)
-    return {"started": started, "id": key}
-
-
-async def start_onboarding(
-    connection: WorkflowConnection, user_id: str, email: str
-) -> tuple[bool, Any]:
-    """Start an example Onboarding run; (started, id), the id of the existing run if not."""
-    onboarding = example_onboarding(connection)
-    row = onboarding(user_id=user_id, email=email)
-    if await row.start(onboarding.welcome):
-        return True, row.id
-    async with connection.sessionmaker() as session:
-        existing = await session.scalar(select(onboarding.id).where(onboarding.user_id == user_id))
-    return False, existing
-
-
-def example_onboarding(connection: WorkflowConnection) -> Any:
-    """The example app's Onboarding class, if this connection serves it."""
-    for info in connection.workflows:
-        if info.cls.__module__ == EXAMPLES_MODULE and info.cls.__name__ == "Onboarding":
-            return info.cls
-    raise LookupError(
-        "The example app is not loaded: starting an Onboarding run needs "
-        f"DULY_APP={EXAMPLES_MODULE}."
+@docs_router.get("/redoc")
+async def redoc(request: Request) -> HTMLResponse:
+    """ReDoc over the same schema, also without a CDN (or Google's fonts)."""
+    root = request.scope.get("root_path", "")
+    return get_redoc_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title="duly: API",
+        redoc_js_url=f"{root}{DOCS_ASSETS_URL}/redoc.standalone.js",
+        redoc_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+        with_google_fonts=False,
     )
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _connection(request: Request) -> WorkflowConnection:
+def connection_of(request: Request) -> WorkflowConnection:
+    """The workflow connection the app's lifespan opened."""
     connection: WorkflowConnection = request.app.state.connection
     return connection
 
 
 def _workflow(request: Request, name: str) -> WorkflowInfo:
-    for info in _connection(request).workflows:
+    for info in connection_of(request).workflows:
         if info.name == name:
             return info
-    raise LookupError(f"No workflow named {name!r}.")
+    raise NotFoundError(f"No workflow named {name!r}.")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -36,6 +37,7 @@ logger = logging.getLogger("duly.embedded")
 
 PG_CTL = POSTGRES_BIN_PATH / "pg_ctl"
 PG_CTL_TIMEOUT = 30  # seconds, for pg_ctl -w stop and restart
+DEFAULT_PORT = 5432  # the port number in the socket file's name, .s.PGSQL.5432
 CONNECT_TIMEOUT = 10.0  # seconds to wait for connections after a restart
 WATCHDOG_SCRIPT = Path(__file__).with_name("embedded_watchdog.py")
 TEST_SETTINGS = {
@@ -67,11 +69,9 @@ class EmbeddedPostgres:
 
     @property
     def postmaster_pid(self) -> int | None:
-        """The postmaster's pid from ``postmaster.pid``, or None when it is not running."""
-        try:
-            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (FileNotFoundError, ValueError):
-            return None
+        """The postmaster's pid, or None when it is not running."""
+        postmaster = running_postmaster(self.data_dir)
+        return None if postmaster is None else postmaster.pid
 
     def url_for(self, database: str) -> str:
         """The SQLAlchemy URL (psycopg 3 driver) of a database on this server."""
@@ -232,9 +232,42 @@ def apply_settings(postgres: EmbeddedPostgres, *, tuned: bool) -> None:
         postgres.restart()
 
 
-def socket_url(socket_dir: Path, database: str) -> str:
+@dataclass(frozen=True)
+class Postmaster:
+    """A PostgreSQL server running in a data directory, as its ``postmaster.pid`` says."""
+
+    pid: int
+    port: int
+    socket_dir: Path | None
+
+    @property
+    def url(self) -> str | None:
+        """The libpq URL of its ``postgres`` database (for psql, or DULY_DATABASE_URL)."""
+        if self.socket_dir is None:
+            return None
+        return socket_url(self.socket_dir, "postgres", self.port).replace("+psycopg", "", 1)
+
+
+def running_postmaster(data_dir: Path) -> Postmaster | None:
+    """The PostgreSQL server running in data_dir, or None: the one reading of postmaster.pid."""
+    try:
+        # Lines: pid, data dir, start time, port, socket dir, listen address, shmem key, status.
+        lines = (data_dir / "postmaster.pid").read_text().split("\n")
+        pid, port = int(lines[0]), int(lines[3])
+        process = psutil.Process(pid)
+        alive = process.status() != psutil.STATUS_ZOMBIE and "postgres" in process.name()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return None  # no pid file, or a stale one: PostgreSQL itself handles those
+    if not alive:
+        return None
+    socket_dir = Path(lines[4]) if len(lines) > 4 and lines[4].strip() else None
+    return Postmaster(pid=pid, port=port, socket_dir=socket_dir)
+
+
+def socket_url(socket_dir: Path, database: str, port: int = DEFAULT_PORT) -> str:
     """The SQLAlchemy URL of a database behind the unix socket in socket_dir."""
-    return f"postgresql+psycopg://postgres@/{database}?host={quote(str(socket_dir))}"
+    url = f"postgresql+psycopg://postgres@/{database}?host={quote(str(socket_dir))}"
+    return url if port == DEFAULT_PORT else f"{url}&port={port}"
 
 
 def elapsed(started: float) -> float:

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
 import socket
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import httpx
+import psutil
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 T = TypeVar("T")
 STARTUP = 10.0  # seconds for uvicorn to start serving
+REPO_ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT = 30.0  # seconds for `duly dev` to answer /healthz (initdb included)
+EXIT_TIMEOUT = 15.0  # seconds for `duly dev` to exit after SIGINT
+# `python -P -m functions.cli` is the `duly` script: -P keeps the current directory off
+# sys.path, as a console script does (-m alone would put it there).
+DULY = (sys.executable, "-P", "-m", "functions.cli")
 
 
 async def wait_until(
@@ -66,3 +79,106 @@ async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         server.should_exit = True
         await task
         sock.close()
+
+
+# -- `duly` as a subprocess -------------------------------------------------------------
+
+
+class Output:
+    """The merged stdout and stderr of a process, collected by a thread as it comes."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def join(self) -> str:
+        self._thread.join(timeout=5)
+        return self.text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, output: Output) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not seen in {timeout} s; output:\n{output.text}")
+        time.sleep(0.05)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether pid has exited; a zombie counts (PID 1 in some containers never reaps)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def dev_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    """This environment without DULY_* settings (so no DULY_DATABASE_URL), data in data_dir.
+
+    PYTHONPATH names this checkout, so `duly` run from any directory is the code under test.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DULY_")}
+    extra = {"DULY_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT)}
+    return env | extra | settings
+
+
+@contextlib.contextmanager
+def duly_process(
+    *args: str, cwd: Path, env: dict[str, str]
+) -> Iterator[tuple[subprocess.Popen[str], Output]]:
+    """`duly ARGS` running, its output collected; killed and reaped at the end if still up."""
+    process = subprocess.Popen(
+        [*DULY, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(process)
+    try:
+        yield process, output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        output.join()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+def wait_healthy(process: subprocess.Popen[str], output: Output, client: httpx.Client) -> None:
+    """Wait until `duly dev` answers /healthz; fail at once if it exits."""
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"duly dev exited early; output:\n{output.text}"
+        try:
+            return bool(client.get("/healthz").json() == {"ok": True})
+        except httpx.TransportError:
+            return False
+
+    wait_for(healthy, READY_TIMEOUT, "/healthz", output)
+
+
+def run_duly(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`duly ARGS` to its end; its output captured."""
+    return subprocess.run(
+        [*DULY, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+    )

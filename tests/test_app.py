@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from datetime import datetime, timedelta
 
 import httpx
 import psycopg
+import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine import ConfigurationError, NotFoundError
 from functions import examples
 from functions.app import create_app
 from functions.examples import Onboarding
@@ -163,67 +167,89 @@ async def test_client_mistakes_are_4xx_with_a_message_never_500(db: Database) ->
         assert reply.json()["detail"], url
 
 
-async def test_dev_clock_moves_the_clock_and_the_check_step_runs(db: Database) -> None:
-    Session = await db.create(examples.Base.metadata)
-    app = create_app(Session, run_worker=True, worker_options=FAST_WORKER, dev=True)
-    async with serving(app) as client:
-        row = Onboarding(user_id="u-clock", email="clock@example.com")
-        assert await row.start(Onboarding.welcome)
-
-        async def waiting() -> bool:
-            return (await onboarding(Session, "u-clock")).status == "waiting"
-
-        await wait_until(waiting, timeout=SETTLE)
-        assert (await onboarding(Session, "u-clock")).nudges == 0
-        reply = await client.post("/dev/clock", json={"days": 3})
-        assert reply.status_code == 200
-        assert reply.json() == {"shift_seconds": 3 * 24 * 3600.0}
-
-        async def nudged() -> bool:
-            return (await onboarding(Session, "u-clock")).nudges == 1
-
-        await wait_until(nudged, timeout=SETTLE)
-        history = (await client.get(f"/runs/onboarding/{row.id}/history")).json()
-        reply = await client.post("/dev/clock", json={"hours": 1.5, "minutes": 30})
-        assert reply.json() == {"shift_seconds": (3 * 24 + 2) * 3600.0}
-    assert [(a["step"], a["outcome"]) for a in history["attempts"]] == [
-        ("welcome", "ok"),
-        ("check", "ok"),
-    ]
-
-
-async def test_dev_clock_refuses_bad_moves(db: Database) -> None:
-    Session = await db.create(examples.Base.metadata)
-    async with serving(create_app(Session, run_worker=False, dev=True)) as client:
-        statuses = [
-            (await client.post("/dev/clock", json=body)).status_code
-            for body in ({"days": "soon"}, {"day": 3}, {"days": 1e300}, {"years": 1})
-        ]
-        not_json = await client.post(
-            "/dev/clock", content="days=3", headers={"content-type": "text/plain"}
-        )
-    assert statuses == [422, 422, 400, 422]
-    assert not_json.status_code == 422
-
-
-async def test_dev_onboarding_starts_a_run_once(db: Database) -> None:
-    Session = await db.create(examples.Base.metadata)
-    async with serving(create_app(Session, run_worker=False, dev=True)) as client:
-        body = {"user_id": "u-dev", "email": "dev@example.com"}
-        first = await client.post("/dev/onboarding", json=body)
-        second = await client.post("/dev/onboarding", json=body)
-        empty = await client.post("/dev/onboarding", json={"user_id": "", "email": "x"})
-        runs = (await client.get("/runs/onboarding")).json()["runs"]
-    assert first.status_code == 200 and first.json()["started"] is True
-    assert second.status_code == 200
-    assert second.json() == {"started": False, "id": first.json()["id"]}
-    assert empty.status_code == 422
-    assert [(run["id"], run["user_id"]) for run in runs] == [(first.json()["id"], "u-dev")]
-
-
-async def test_dev_routes_exist_only_in_dev(db: Database) -> None:
+async def test_unknown_workflows_and_runs_are_404_with_a_message(db: Database) -> None:
     Session = await db.create(examples.Base.metadata)
     async with serving(create_app(Session, run_worker=False)) as client:
-        clock = await client.post("/dev/clock", json={"days": 3})
-        start = await client.post("/dev/onboarding", json={"user_id": "u", "email": "e"})
-    assert (clock.status_code, start.status_code) == (404, 404)
+        runs = await client.get("/runs/nope")
+        history = await client.get("/runs/nope/1/history")
+        run = await client.get("/runs/onboarding/12345/history")
+    assert (runs.status_code, runs.json()) == (404, {"detail": "No workflow named 'nope'."})
+    assert (history.status_code, history.json()) == (404, {"detail": "No workflow named 'nope'."})
+    assert run.status_code == 404
+    assert run.json() == {"detail": "No onboarding run has the key '12345'."}
+
+
+async def test_only_not_found_is_404_and_a_bug_is_a_logged_500(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    Session = await db.create(examples.Base.metadata)
+    app = create_app(Session, run_worker=False)
+
+    @app.get("/broken")
+    async def broken() -> None:
+        {"present": 1}["absent"]  # a bug: KeyError is a LookupError, yet no 404
+
+    @app.get("/lookup")
+    async def lookup() -> None:
+        raise LookupError("Not a NotFoundError.")
+
+    @app.get("/misconfigured")
+    async def misconfigured() -> None:
+        raise ConfigurationError("The limit of expense is set twice.")
+
+    @app.get("/missing")
+    async def missing() -> None:
+        raise NotFoundError("No expense run has the key 7.")
+
+    with caplog.at_level(logging.ERROR, logger="duly.http"):
+        async with serving(app) as client:
+            replies = {
+                url: await client.get(url)
+                for url in ("/broken", "/lookup", "/misconfigured", "/missing")
+            }
+    assert {url: reply.status_code for url, reply in replies.items()} == {
+        "/broken": 500,
+        "/lookup": 500,
+        "/misconfigured": 400,
+        "/missing": 404,
+    }
+    assert replies["/broken"].json() == {
+        "detail": "Internal server error: the traceback is in the server's log."
+    }
+    assert replies["/misconfigured"].json() == {"detail": "The limit of expense is set twice."}
+    assert replies["/missing"].json() == {"detail": "No expense run has the key 7."}
+    failures = [r for r in caplog.records if r.name == "duly.http"]
+    assert [r.getMessage() for r in failures] == ["GET /broken failed.", "GET /lookup failed."]
+    assert failures[0].exc_info is not None
+    assert failures[0].exc_info[0] is KeyError
+    assert "KeyError: 'absent'" in caplog.text
+    assert "Traceback" in caplog.text
+
+
+async def test_docs_are_served_without_a_cdn(db: Database) -> None:
+    Session = await db.create(examples.Base.metadata)
+    async with serving(create_app(Session, run_worker=False)) as client:
+        pages = {url: await client.get(url) for url in ("/docs", "/redoc")}
+        assets: dict[str, httpx.Response] = {}
+        for page in pages.values():
+            assert page.status_code == 200
+            assert page.headers["content-type"].startswith("text/html")
+            assert not re.search(r"https?://", page.text), page.text
+            urls = re.findall(r"""(?:src|href|url)\s*[:=]\s*['"]([^'"]+)['"]""", page.text)
+            assert urls, page.text
+            for url in urls:
+                assert url.startswith("/") and not url.startswith("//"), (url, page.text)
+                assets[url] = await client.get(url)
+    kinds = {url: reply.headers["content-type"].split(";")[0] for url, reply in assets.items()}
+    assert kinds == {
+        "/docs/assets/swagger-ui-bundle.js": "text/javascript",
+        "/docs/assets/swagger-ui.css": "text/css",
+        "/docs/assets/favicon.png": "image/png",
+        "/docs/assets/redoc.standalone.js": "text/javascript",
+        "/openapi.json": "application/json",
+    }
+    for url, reply in assets.items():
+        assert reply.status_code == 200, url
+        assert len(reply.content) > 1000, url
+    assert "SwaggerUIBundle" in assets["/docs/assets/swagger-ui-bundle.js"].text
+    assert "/runs/{workflow}" in assets["/openapi.json"].json()["paths"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from infra.embedded import start_embedded
+from infra.embedded import running_postmaster, start_embedded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KILL_DEADLINE = 10.0  # seconds for the watchdog to stop the server after a SIGKILL
@@ -60,6 +60,33 @@ def test_restart_keeps_the_url_working() -> None:
         postgres.stop()
 
 
+def test_running_postmaster_reads_pid_and_socket_and_ignores_stale_files(
+    tmp_path: Path,
+) -> None:
+    postgres = start_embedded()
+    try:
+        running = running_postmaster(postgres.data_dir)
+        assert running is not None
+        assert running.pid == postgres.postmaster_pid
+        assert (running.port, running.socket_dir) == (5432, postgres.socket_dir)
+        assert running.url == postgres.conninfo_for("postgres")
+        assert running.url is not None
+        with psycopg.connect(running.url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        postgres.stop()
+    assert running_postmaster(postgres.data_dir) is None
+    # A pid file left by a crash, naming a live process that is not PostgreSQL (this one).
+    stale = tmp_path / "pgdata"
+    stale.mkdir()
+    lines = [str(os.getpid()), str(stale), "0", "5432", str(stale), "", "0", "ready"]
+    (stale / "postmaster.pid").write_text("\n".join(lines) + "\n")
+    assert running_postmaster(stale) is None
+    (stale / "postmaster.pid").write_text("not a pid\n")
+    assert running_postmaster(stale) is None
+    assert running_postmaster(tmp_path / "nothing") is None
+
+
 def test_tuned_for_tests_turns_durability_off() -> None:
     postgres = start_embedded(tuned_for_tests=True)
     try:
@@ -76,7 +103,7 @@ def test_watchdog_stops_the_server_when_its_owner_is_killed() -> None:
     script = textwrap.dedent(
         """
         import time
-        from infra.embedded import start_embedded
+        from infra.embedded import running_postmaster, start_embedded
 
         postgres = start_embedded()
         print(postgres.data_dir, postgres.postmaster_pid, flush=True)

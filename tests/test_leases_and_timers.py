@@ -5,12 +5,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import event, insert
-
 from engine import run_workflows
-from engine.claims import claim_due
-from engine.clock import db_now
-from engine.registry import workflow_info
 from engine.testing import move_clock, read_clock_shift, reset_clock
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Lasting, Timer
@@ -61,51 +56,6 @@ async def test_reset_clock_puts_the_clock_back(db: Database) -> None:
     assert await read_clock_shift(Session) == timedelta(days=2, hours=23)
     await reset_clock(Session)
     assert await read_clock_shift(Session) == timedelta(0)
-
-
-async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
-    Session = await db.create(behaviour.Base.metadata)
-    table = Timer.__table__
-    async with Session() as session:
-        # Many rows at rest (finished runs) and a few due: the index holds only the due.
-        await session.execute(insert(table), [{"fired": 1} for _ in range(5000)])
-        await session.execute(
-            insert(table), [{"next_step": "fire", "next_args": {}} for _ in range(20)]
-        )
-        await session.execute(
-            table.update().values(wake_at=db_now()).where(table.c.next_step.isnot(None))
-        )
-        await session.commit()
-    engine = Session.kw["bind"]
-    seen: list[tuple[str, object]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if "SKIP LOCKED" in statement:
-            seen.append((statement, parameters))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", capture)
-    try:
-        async with engine.connect() as conn:
-            await conn.exec_driver_sql("ANALYZE timer")
-            claimed = await claim_due(conn, workflow_info(Timer), 8, timedelta(minutes=5))
-            assert len(claimed) == 8
-            statement, parameters = seen[0]
-            plan = await conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters)
-            nodes = list(_plan_nodes(plan.scalar()[0]["Plan"]))
-            await conn.rollback()
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", capture)
-    timer_scans = [
-        n for n in nodes if n.get("Relation Name") == "timer" and "Scan" in n["Node Type"]
-    ]
-    # The due rows are found through the partial index, the rows to update by primary key.
-    assert {n.get("Index Name") for n in timer_scans} == {"ix_timer_due", "timer_pkey"}, nodes
-
-
-def _plan_nodes(node: dict[str, object]):  # type: ignore[no-untyped-def]
-    yield node
-    for child in node.get("Plans", []):  # type: ignore[attr-defined]
-        yield from _plan_nodes(child)
 
 
 async def test_drain_runs_what_is_due_now_and_nothing_later(db: Database) -> None:

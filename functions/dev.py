@@ -1,0 +1,126 @@
+"""The dev app: the API of `functions/app.py` plus helpers a deployment must not have.
+
+`duly dev` serves this; a deployed app serves `create_app` alone. The dev
+routes move the database clock (so days of workflow time pass at once) and
+start the example's Onboarding run; the demo run `duly dev` starts at first
+is one of those.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import NotFoundError, connect_workflows
+from engine.testing import move_clock, reset_clock
+from functions.app import connection_of, create_app
+
+if TYPE_CHECKING:
+    from engine.connection import WorkflowConnection
+
+log = logging.getLogger("duly.dev")
+
+MAX_CLOCK_MOVE = timedelta(days=36_500)  # per request: far enough, and far from overflow
+EXAMPLES_MODULE = "functions.examples"  # named, not imported: the dev app serves any app
+DEMO_USER = "demo"
+DEMO_EMAIL = "demo@example.com"
+
+dev_router = APIRouter(prefix="/dev", tags=["dev"])
+
+
+def create_dev_app(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    run_worker: bool = True,
+    worker_options: dict[str, Any] | None = None,
+) -> FastAPI:
+    """The app of `create_app` with the /dev routes: for `duly dev` and tests, never deployed."""
+    app = create_app(Session, run_worker=run_worker, worker_options=worker_options)
+    app.include_router(dev_router)
+    return app
+
+
+class ClockMove(BaseModel):
+    """How far to move the database clock; every field defaults to 0."""
+
+    model_config = ConfigDict(extra="forbid")
+    days: float = Field(0.0, allow_inf_nan=False)
+    hours: float = Field(0.0, allow_inf_nan=False)
+    minutes: float = Field(0.0, allow_inf_nan=False)
+    seconds: float = Field(0.0, allow_inf_nan=False)
+
+
+class NewOnboarding(BaseModel):
+    """Whom the example Onboarding run is for."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: str = Field(min_length=1, max_length=200)
+    email: str = Field(min_length=1, max_length=320)
+
+
+@dev_router.post("/clock")
+async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
+    """Move the database clock; the new shift from PostgreSQL's own time, in seconds."""
+    try:
+        by = timedelta(**move.model_dump())
+    except OverflowError:
+        by = None
+    if by is None or abs(by) > MAX_CLOCK_MOVE:
+        raise HTTPException(400, f"Move the clock by at most {MAX_CLOCK_MOVE.days} days at once.")
+    shift = await move_clock(request.app.state.Session, by)
+    return {"shift_seconds": shift.total_seconds()}
+
+
+@dev_router.post("/clock/reset")
+async def dev_reset_clock(request: Request) -> dict[str, float]:
+    """Put the database clock back on PostgreSQL's own time."""
+    await reset_clock(request.app.state.Session)
+    return {"shift_seconds": 0.0}
+
+
+@dev_router.post("/onboarding")
+async def dev_start_onboarding(request: Request, new: NewOnboarding) -> dict[str, Any]:
+    """Start the example's Onboarding run; started is false when the user already has one."""
+    started, key = await start_onboarding(connection_of(request), new.user_id, new.email)
+    return {"started": started, "id": key}
+
+
+async def start_onboarding(
+    connection: WorkflowConnection, user_id: str, email: str
+) -> tuple[bool, Any]:
+    """Start an example Onboarding run; (started, id), the id of the existing run if not."""
+    onboarding = example_onboarding(connection)
+    row = onboarding(user_id=user_id, email=email)
+    if await row.start(onboarding.welcome):
+        return True, row.id
+    async with connection.sessionmaker() as session:
+        existing = await session.scalar(select(onboarding.id).where(onboarding.user_id == user_id))
+    return False, existing
+
+
+def example_onboarding(connection: WorkflowConnection) -> Any:
+    """The example app's Onboarding class, if this connection serves it."""
+    for info in connection.workflows:
+        if info.cls.__module__ == EXAMPLES_MODULE and info.cls.__name__ == "Onboarding":
+            return info.cls
+    raise NotFoundError(
+        "The example app is not loaded: starting an Onboarding run needs "
+        f"DULY_APP={EXAMPLES_MODULE}."
+    )
+
+
+async def start_demo(Session: async_sessionmaker[AsyncSession]) -> None:
+    """Start the demo Onboarding run unless it exists or the example app is not loaded."""
+    async with connect_workflows(Session) as connection:
+        try:
+            started, key = await start_onboarding(connection, DEMO_USER, DEMO_EMAIL)
+        except NotFoundError:
+            return
+    if started:
+        log.info("started the demo run onboarding[%s] for %s", key, DEMO_EMAIL)

@@ -1,0 +1,340 @@
+"""duly's pytest plugin: a database of each test's own, a Session on it, drain and the clock.
+
+Users test their workflows with the machinery duly's own suite uses (whose `db`
+fixture, in `tests/conftest.py`, is built from the pieces below). The plugin is
+installed with duly (the `pytest11` entry point), so it loads in every pytest run
+of the environment: importing it starts nothing and imports neither SQLAlchemy,
+psycopg nor the engine. The fixtures import what they use, and only the one
+that starts a server needs the embedded PostgreSQL (`pip install 'duly[local]'`).
+
+Fixtures, all named `duly_*` so they never clash with a project's own:
+
+- `duly_server` (session): `DULY_TEST_DATABASE_URL`'s server, else an embedded
+  PostgreSQL tuned for tests, stopped at the end of the session;
+- `duly_database`: a database of the test's own on it, dropped WITH (FORCE) afterwards;
+- `duly_metadata`: the tables to create; override it, or name the modules that map
+  them in the ini option `duly_app` (or `DULY_APP`); by default every workflow
+  and attempt log mapped in the process;
+- `duly_session`: an `async_sessionmaker` on that database, those tables created;
+- `duly_connection`: `connect_workflows(duly_session)` entered, so `row.start()` works;
+- `duly_drain`: `await duly_drain()` runs every step due now (`engine.testing.drain`);
+- `duly_clock`: `await duly_clock.move(timedelta(days=3))`, `.reset()`, `.shift()`.
+
+The async fixtures need pytest-asyncio, in `asyncio_mode = "auto"` (or with
+`@pytest.mark.asyncio` on each test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+    from engine.connection import WorkflowConnection
+    from infra.embedded import EmbeddedPostgres
+
+try:
+    # pytest-asyncio's own decorator, so the fixtures also run in its strict mode.
+    from pytest_asyncio import fixture as async_fixture
+except ImportError:  # without pytest-asyncio, pytest itself refuses async fixtures when used
+    async_fixture = pytest.fixture  # type: ignore[assignment]
+
+TEST_DATABASE_URL = "DULY_TEST_DATABASE_URL"  # a server to create test databases on
+APP_VARIABLE = "DULY_APP"  # the module that maps the app's workflows, as for `duly dev`
+APP_INI = "duly_app"  # the same, in the pytest configuration; it wins over DULY_APP
+DATABASE_PREFIX = "duly_test_"  # test databases are named this and 12 hex digits
+POOL_SIZE = 10  # connections of a test database's engine: a worker and its steps
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        APP_INI,
+        type="args",
+        default=[],
+        help="duly: the modules that map the workflows whose tables duly_session creates "
+        f"(default: ${APP_VARIABLE}, else every workflow mapped when the test runs).",
+    )
+
+
+@dataclass
+class Server:
+    """Where the test session's PostgreSQL is: a SQLAlchemy URL for any database on it."""
+
+    base_url: str
+    embedded: EmbeddedPostgres | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> Server:
+        """A server given by URL; a plain `postgresql://` one gets the psycopg 3 driver."""
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return cls(parsed.render_as_string(hide_password=False))
+
+    @property
+    def admin_database(self) -> str:
+        """The database to connect to for CREATE and DROP DATABASE: the URL's own."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.base_url).database or "postgres"
+
+    def url_for(self, database: str) -> str:
+        """The SQLAlchemy URL of `database` on this server."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.base_url).set(database=database).render_as_string(hide_password=False)
+
+    def conninfo_for(self, database: str) -> str:
+        """The libpq URL of `database` on this server, for `psycopg.connect`."""
+        from sqlalchemy.engine import make_url
+
+        return (
+            make_url(self.url_for(database))
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
+
+
+@contextlib.contextmanager
+def open_server() -> Iterator[Server]:
+    """DULY_TEST_DATABASE_URL's server, else an embedded PostgreSQL stopped on exit."""
+    given = os.environ.get(TEST_DATABASE_URL)
+    if given:
+        yield Server.from_url(given)
+        return
+    embedded = import_start_embedded()(tuned_for_tests=True)
+    try:
+        yield Server(embedded.url, embedded)
+    finally:
+        embedded.stop()
+
+
+def import_start_embedded() -> Any:
+    """`infra.embedded.start_embedded`, or a test failure that says what to install."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns at the wheel's import when XDG_RUNTIME_DIR is unset (root,
+            # CI); a project with filterwarnings = error would fail every test on it.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            from infra.embedded import start_embedded
+    except ImportError as exc:
+        pytest.fail(
+            "duly's test fixtures need a PostgreSQL: install the embedded one with "
+            f"`pip install 'duly[local]'`, or set {TEST_DATABASE_URL} to a server's URL "
+            f"(postgresql://user:password@host/postgres). ({exc})",
+            pytrace=False,
+        )
+    return start_embedded
+
+
+@dataclass
+class Database:
+    """A database of a test's own, and the engines opened on it (disposed of at the end)."""
+
+    name: str
+    url: str
+    conninfo: str
+    engines: list[AsyncEngine] = field(default_factory=list)
+
+    def engine(self, **kwargs: object) -> AsyncEngine:
+        """A new AsyncEngine on this database, disposed of when the database is dropped."""
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(self.url, **kwargs)
+        self.engines.append(engine)
+        return engine
+
+    async def create(self, *metadatas: MetaData) -> async_sessionmaker[AsyncSession]:
+        """Create the tables of `metadatas` and return a session factory for them."""
+        from sqlalchemy.ext.asyncio import async_sessionmaker
+
+        engine = self.engine(pool_size=POOL_SIZE)
+        async with engine.begin() as conn:
+            for metadata in metadatas:
+                await conn.run_sync(metadata.create_all)
+        return async_sessionmaker(engine, expire_on_commit=False)
+
+    def sql(self, query: str, *params: object) -> list[tuple[object, ...]]:
+        """Run one statement on a plain connection of its own; the rows it returned."""
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            cursor = conn.execute(query, params or None)
+            return cursor.fetchall() if cursor.description else []
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(server: Server) -> AsyncIterator[Database]:
+    """A database of its own on `server`, dropped (WITH FORCE) afterwards."""
+    import psycopg
+
+    name = f"{DATABASE_PREFIX}{uuid.uuid4().hex[:12]}"
+    admin = server.conninfo_for(server.admin_database)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    database = Database(name, server.url_for(name), server.conninfo_for(name))
+    try:
+        yield database
+    finally:
+        for engine in database.engines:
+            await engine.dispose()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            # FORCE ends the sessions a test left open (a killed worker's, a leaked pool's).
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def app_modules(config: pytest.Config) -> list[str]:
+    """The modules named by the ini option duly_app, else by DULY_APP (commas or spaces)."""
+    named: list[str] = config.getini(APP_INI)
+    return named or os.environ.get(APP_VARIABLE, "").replace(",", " ").split()
+
+
+def app_metadata(modules: Iterable[str]) -> list[MetaData]:
+    """The distinct MetaData of the workflows and attempt logs the modules map."""
+    from infra.schema import load_app
+
+    metadatas: list[MetaData] = []
+    for module in modules:
+        try:
+            metadatas.extend(load_app(module))
+        except LookupError as exc:
+            pytest.fail(f"{exc} (from the ini option {APP_INI} or {APP_VARIABLE})", pytrace=False)
+    return distinct(metadatas)
+
+
+def mapped_metadata() -> list[MetaData]:
+    """The distinct MetaData of every workflow and attempt log mapped in this process."""
+    return distinct(cls.__table__.metadata for cls in mapped_classes())
+
+
+def distinct(metadatas: Iterable[MetaData]) -> list[MetaData]:
+    """Each MetaData once, in the order first seen (the same object, not an equal one)."""
+    found: list[MetaData] = []
+    for metadata in metadatas:
+        if not any(metadata is known for known in found):
+            found.append(metadata)
+    return found
+
+
+def mapped_classes() -> list[type[Any]]:
+    """Every workflow and attempt-log class mapped in this process, in mapping order."""
+    from engine.attempt_log import attempt_log_classes
+    from engine.registry import registered_workflows
+
+    return [info.cls for info in registered_workflows()] + attempt_log_classes()
+
+
+@dataclass(frozen=True)
+class Drain:
+    """`await duly_drain()`: run every step due now, and what they make due now."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+
+    async def __call__(
+        self, workflows: Iterable[type[Any]] | None = None, *, max_concurrency: int = 8
+    ) -> int:
+        """How many steps it started (see `engine.testing.drain`)."""
+        from engine.testing import drain
+
+        return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The test database's clock, which every worker on it reads: move it instead of sleeping."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+
+    async def move(self, by: timedelta) -> timedelta:
+        """Move the clock forward by `by` (backward if negative); the new shift."""
+        from engine.testing import move_clock
+
+        return await move_clock(self.sessionmaker, by)
+
+    async def reset(self) -> None:
+        """Put the clock back on PostgreSQL's own time."""
+        from engine.testing import reset_clock
+
+        await reset_clock(self.sessionmaker)
+
+    async def shift(self) -> timedelta:
+        """How far the clock is moved from PostgreSQL's own time."""
+        from engine.testing import read_clock_shift
+
+        return await read_clock_shift(self.sessionmaker)
+
+
+@pytest.fixture(scope="session")
+def duly_server() -> Iterator[Server]:
+    """The session's PostgreSQL: DULY_TEST_DATABASE_URL's, else an embedded one."""
+    with open_server() as server:
+        yield server
+
+
+@async_fixture
+async def duly_database(duly_server: Server) -> AsyncIterator[Database]:
+    """A database of this test's own, so it may commit, claim and kill sessions freely."""
+    async with fresh_database(duly_server) as database:
+        yield database
+
+
+@pytest.fixture
+def duly_metadata(pytestconfig: pytest.Config) -> list[MetaData]:
+    """The tables `duly_session` creates; override this fixture to choose them yourself."""
+    modules = app_modules(pytestconfig)
+    found = app_metadata(modules) if modules else mapped_metadata()
+    if not found:
+        pytest.fail(
+            "duly_session found no workflow to create tables for: import your workflow "
+            f"module in the test, name it in the ini option {APP_INI} (or {APP_VARIABLE}), "
+            "or override the duly_metadata fixture.",
+            pytrace=False,
+        )
+    return found
+
+
+@async_fixture
+async def duly_session(
+    duly_database: Database, duly_metadata: MetaData | Iterable[MetaData]
+) -> async_sessionmaker[AsyncSession]:
+    """A session factory on this test's database, with the app's tables created."""
+    from sqlalchemy import MetaData
+
+    metadatas = [duly_metadata] if isinstance(duly_metadata, MetaData) else list(duly_metadata)
+    return await duly_database.create(*metadatas)
+
+
+@async_fixture
+async def duly_connection(
+    duly_session: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[WorkflowConnection]:
+    """`connect_workflows(duly_session)` entered: `row.start()` and handles reach this database."""
+    from engine import connect_workflows
+
+    async with connect_workflows(duly_session) as connection:
+        yield connection
+
+
+@pytest.fixture
+def duly_drain(duly_session: async_sessionmaker[AsyncSession]) -> Drain:
+    """`await duly_drain()` runs what is due now on this test's database, deterministically."""
+    return Drain(duly_session)
+
+
+@pytest.fixture
+def duly_clock(duly_session: async_sessionmaker[AsyncSession]) -> Clock:
+    """This test's database clock, to make days pass in milliseconds."""
+    return Clock(duly_session)
