@@ -9,7 +9,14 @@
     │                         (also a LookupError)
     ├── StepError             a step or its arguments cannot be used as given
     │                         (also a TypeError: it is a mistake in the call)
-    └── NotADirectiveError    a step returned something that is not a directive
+    ├── NotADirectiveError    a step returned something that is not a directive
+    ├── ActionError           a named side effect (engine.events.actions)
+    │   ├── ActionAlreadyRegisteredError   the name is taken (also a ValueError)
+    │   ├── ActionNotFoundError            no action has the name (also a NotFoundError)
+    │   └── ActionExecutionError           the action raised; the cause is chained
+    └── WorkflowExecutionError    an execution engine's refusal (engine.executions)
+        ├── WorkflowExecutionNotFoundError   no execution has the id (also a NotFoundError)
+        └── InvalidWorkflowStateError        the operation needs another state
 
 Messages are complete sentences that name the step or workflow involved; a
 class docstring is the message when none is given.
@@ -48,3 +55,49 @@ class StepError(DulyError, TypeError):
 
 class NotADirectiveError(DulyError, TypeError):
     """A step returned something that is not a directive."""
+
+
+class ActionError(DulyError):
+    """An action could not be registered, found or run."""
+
+
+class ActionAlreadyRegisteredError(ActionError, ValueError):
+    """An action with this name is already registered."""
+
+
+class ActionNotFoundError(ActionError, NotFoundError):
+    """No action is registered with this name."""
+
+
+class ActionExecutionError(ActionError):
+    """An action raised while it ran."""
+
+
+class WorkflowExecutionError(DulyError):
+    """An execution engine refused an operation on an execution."""
+
+    def __init__(self, message: str | None = None, *, execution_id: str | None = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+
+
+class WorkflowExecutionNotFoundError(WorkflowExecutionError, NotFoundError):
+    """No execution has this id."""
+
+
+class InvalidWorkflowStateError(WorkflowExecutionError):
+    """The execution is not in a state the operation is valid for."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        execution_id: str | None = None,
+        operation: str = "",
+        state: str = "",
+        expected: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.operation = operation
+        self.state = state
+        self.expected = expected
