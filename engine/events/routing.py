@@ -184,8 +184,8 @@ async def route(event: WorkflowEvent, reg: Registration) -> RouteResult:
         try:
             await _maybe_await(reg.handler(event))
         except Exception as exc:
-            retry = reg.retry_on is None or reg.retry_on(exc)
-            if retry and attempts <= reg.retries:
+            # retry_on is asked only while the budget allows another attempt.
+            if attempts <= reg.retries and (reg.retry_on is None or reg.retry_on(exc)):
                 continue
             return RouteResult(reg, applicable=True, attempts=attempts, error=exc)
         return RouteResult(reg, applicable=True, completed=True, attempts=attempts)
@@ -269,7 +269,7 @@ class InMemoryEventRegistry:
         self, event: WorkflowEvent, reg: Registration, error: BaseException
     ) -> None:
         # The route's own dead-letter handler comes before the registry's.
-        handler = reg.dead_letter or self.dead_letter_handler
+        handler = reg.dead_letter if reg.dead_letter is not None else self.dead_letter_handler
         if handler is None:
             log.warning(
                 "event %s (%s): the route %r gave up: %s: %s",
