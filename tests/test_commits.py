@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
 from engine.bulk_commits import bulk_fenced_writes, takes
@@ -46,13 +47,8 @@ OUTCOMES = {
 async def test_both_paths_write_the_same_row_and_attempt_record(
     db: Database, outcome: Outcome
 ) -> None:
-    Session = await db.create(examples.Base.metadata)
+    Session = await two_runs(db)
     info = workflow_info(Onboarding)
-    async with connect_workflows(Session, workflows=[Onboarding]):
-        for user in ("typed", "bulk"):
-            assert await Onboarding(user_id=user, email=f"{user}@example.com").start(
-                Onboarding.check
-            )
     # Both runs hold an event, so what becomes of it is compared too.
     db.sql(
         "UPDATE onboarding SET pending_event = %s::jsonb, recent_event_keys = '[\"k\"]'", HELD_EVENT
@@ -86,13 +82,8 @@ async def test_both_paths_write_the_same_row_and_attempt_record(
 
 
 async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None:
-    Session = await db.create(examples.Base.metadata)
+    Session = await two_runs(db)
     info = workflow_info(Onboarding)
-    async with connect_workflows(Session, workflows=[Onboarding]):
-        for user in ("typed", "bulk"):
-            assert await Onboarding(user_id=user, email=f"{user}@example.com").start(
-                Onboarding.check
-            )
     engine = Session.kw["bind"]
     async with engine.begin() as conn:
         claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
@@ -109,6 +100,16 @@ async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None
             None
         ]
     assert db.sql("SELECT count(*) FROM workflow_attempt") == [(0,)]
+
+
+async def two_runs(db: Database) -> async_sessionmaker[AsyncSession]:
+    """Two Onboarding runs due at `check`, one per commit path (users "typed" and "bulk")."""
+    Session = await db.create(examples.Base.metadata)
+    async with connect_workflows(Session, workflows=[Onboarding]):
+        for user in ("typed", "bulk"):
+            row = Onboarding(user_id=user, email=f"{user}@example.com")
+            assert await row.start(Onboarding.check)
+    return Session
 
 
 def engine_columns(row: Any) -> dict[str, Any]:

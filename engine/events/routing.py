@@ -135,20 +135,6 @@ class Routes:
             return len(self._registrations)
 
 
-def registration(
-    event_key: str,
-    handler: Handler,
-    *,
-    when: Predicate | None = None,
-    validator: Predicate | None = None,
-    retries: int = 0,
-    retry_on: RetryPredicate | None = None,
-    dead_letter: DeadLetterHandler | None = None,
-) -> Registration:
-    """A Registration with its retry count clamped to at least 0."""
-    return Registration(event_key, handler, when, validator, max(0, retries), retry_on, dead_letter)
-
-
 @dataclass(frozen=True)
 class RouteResult:
     """What became of one route for one event."""
@@ -223,17 +209,11 @@ class InMemoryEventRegistry:
         dead_letter: DeadLetterHandler | None = None,
     ) -> Registration:
         """Add a route; an identical one already registered is kept instead."""
-        return self._routes.add(
-            registration(
-                event_key,
-                handler,
-                when=when,
-                validator=validator,
-                retries=retries,
-                retry_on=retry_on,
-                dead_letter=dead_letter,
-            )
+        # The retry count is clamped, and so is the identity that includes it.
+        kept = Registration(
+            event_key, handler, when, validator, max(0, retries), retry_on, dead_letter
         )
+        return self._routes.add(kept)
 
     async def publish(self, event: WorkflowEvent) -> bool:
         """Route `event` to its handlers now; True when at least one applicable one completed.
