@@ -33,6 +33,7 @@ from engine.events.event import (
     model_updated_event,
 )
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Registration
+from engine.events.settings import EventSettings
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
 from engine.executions.state import WorkflowDefinition, WorkflowExecution, WorkflowState
 from engine.fanout import child, fan_out
@@ -55,6 +56,7 @@ __all__ = [
     "Cron",
     "DulyError",
     "EventRegistry",
+    "EventSettings",
     "Handle",
     "InMemoryEventRegistry",
     "InvalidWorkflowStateError",
