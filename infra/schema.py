@@ -8,6 +8,7 @@ columns are ordinary mapped columns.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import MetaData
@@ -19,7 +20,7 @@ from engine.registry import registered_workflows
 
 def load_app(module_name: str) -> list[MetaData]:
     """Import the app module; the distinct MetaData of the workflows and attempt logs it maps."""
-    before = set(_mapped_classes())
+    before = set(mapped_classes())
     try:
         importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -29,14 +30,20 @@ def load_app(module_name: str) -> list[MetaData]:
             f"No module named {module_name!r}: point DULY_APP at the module that maps "
             "your workflows."
         ) from None
-    metadatas: list[MetaData] = []
-    for cls in _mapped_classes():
-        if cls in before and not _names_module(cls.__module__, module_name):
-            continue
-        metadata = cls.__table__.metadata
-        if not any(metadata is known for known in metadatas):
-            metadatas.append(metadata)
-    return metadatas
+    return distinct_metadata(
+        cls.__table__.metadata
+        for cls in mapped_classes()
+        if cls not in before or _names_module(cls.__module__, module_name)
+    )
+
+
+def distinct_metadata(metadatas: Iterable[MetaData]) -> list[MetaData]:
+    """Each MetaData once, in the order first seen (the same object, not an equal one)."""
+    found: list[MetaData] = []
+    for metadata in metadatas:
+        if not any(metadata is known for known in found):
+            found.append(metadata)
+    return found
 
 
 async def create_schema(engine: AsyncEngine, metadatas: list[MetaData]) -> None:
@@ -46,7 +53,8 @@ async def create_schema(engine: AsyncEngine, metadatas: list[MetaData]) -> None:
             await conn.run_sync(metadata.create_all)
 
 
-def _mapped_classes() -> list[type[Any]]:
+def mapped_classes() -> list[type[Any]]:
+    """Every workflow and attempt-log class mapped in this process, in mapping order."""
     return [info.cls for info in registered_workflows()] + attempt_log_classes()
 
 

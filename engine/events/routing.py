@@ -111,16 +111,15 @@ class Routes:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._registrations: list[Registration] = []
-        self._identities: set[tuple[Any, ...]] = set()
+        self._by_identity: dict[tuple[Any, ...], Registration] = {}
 
     def add(self, registration: Registration) -> Registration:
         """Append `registration` unless an identical one exists; return the one kept."""
         with self._lock:
-            if registration.identity in self._identities:
-                return next(r for r in self._registrations if r.identity == registration.identity)
-            self._identities.add(registration.identity)
-            self._registrations.append(registration)
-            return registration
+            kept = self._by_identity.setdefault(registration.identity, registration)
+            if kept is registration:
+                self._registrations.append(registration)
+            return kept
 
     def matching(self, event: WorkflowEvent) -> list[Registration]:
         """The routes for `event`, as of now: type routes first, each bucket in order."""
