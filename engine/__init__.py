@@ -16,6 +16,7 @@ from engine.errors import (
     ActionNotFoundError,
     ConfigurationError,
     DulyError,
+    EventError,
     InvalidWorkflowStateError,
     NotADirectiveError,
     NotConnectedError,
@@ -26,12 +27,20 @@ from engine.errors import (
     WorkflowExecutionNotFoundError,
 )
 from engine.events.actions import Action, ActionRegistry
+from engine.events.configure import (
+    configure_event_registry,
+    configure_event_registry_from_settings,
+    get_event_registry,
+)
+from engine.events.database import DatabaseEventRegistry
 from engine.events.event import (
     WorkflowEvent,
     model_created_event,
     model_deleted_event,
     model_updated_event,
 )
+from engine.events.outbox import WorkflowOutbox
+from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Registration
 from engine.events.settings import EventSettings
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
@@ -54,7 +63,9 @@ __all__ = [
     "Call",
     "ConfigurationError",
     "Cron",
+    "DatabaseEventRegistry",
     "DulyError",
+    "EventError",
     "EventRegistry",
     "EventSettings",
     "Handle",
@@ -73,15 +84,21 @@ __all__ = [
     "Worker",
     "Workflow",
     "WorkflowDefinition",
+    "WorkflowDeliveryAttempt",
     "WorkflowEvent",
+    "WorkflowEventRecord",
     "WorkflowExecution",
     "WorkflowExecutionError",
     "WorkflowExecutionNotFoundError",
+    "WorkflowOutbox",
     "WorkflowState",
     "child",
+    "configure_event_registry",
+    "configure_event_registry_from_settings",
     "connect_workflows",
     "every",
     "fan_out",
+    "get_event_registry",
     "model_created_event",
     "model_deleted_event",
     "model_updated_event",

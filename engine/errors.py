@@ -10,6 +10,8 @@
     ├── StepError             a step or its arguments cannot be used as given
     │                         (also a TypeError: it is a mistake in the call)
     ├── NotADirectiveError    a step returned something that is not a directive
+    ├── EventError            an event that cannot be published as given (also a
+    │                         TypeError: its payload or metadata is not JSON)
     ├── ActionError           a named side effect (engine.events.actions)
     │   ├── ActionAlreadyRegisteredError   the name is taken (also a ValueError)
     │   ├── ActionNotFoundError            no action has the name (also a NotFoundError)
@@ -55,6 +57,10 @@ class StepError(DulyError, TypeError):
 
 class NotADirectiveError(DulyError, TypeError):
     """A step returned something that is not a directive."""
+
+
+class EventError(DulyError, TypeError):
+    """An event that cannot be published as given."""
 
 
 class ActionError(DulyError):

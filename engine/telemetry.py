@@ -5,8 +5,11 @@
 recorded when the body raises) on whatever tracer provider the application
 configured. `pip install duly[metrics]` counts attempts by outcome and times
 step bodies in prometheus-client's default registry, which the app serves at
-`/metrics`. Without them, every function here returns at once: importing
-this module costs two failed imports, once. (FastAPI itself depends on
+`/metrics`, with the sizes of claims and the event layer's figures: outbox
+rows by status, drains by the status they leave and their time, delivery
+attempts by status, duplicate events ignored, executions by state. Without
+them, every function here returns at once: importing this module costs two
+failed imports, once. (FastAPI itself depends on
 opentelemetry-api, so the API is usually there; with no tracer provider
 configured its spans are OpenTelemetry's own no-ops.)
 """
@@ -39,6 +42,42 @@ OUTCOMES = ("ok", "retry", "failed", "fenced")
 _tracer: Any = trace.get_tracer("duly") if trace is not None else None
 
 if prometheus_client is not None:
+    CLAIMED_ROWS: Any = prometheus_client.Histogram(
+        "duly_claim_rows",
+        "Rows one claim took, by workflow (the outbox's rows are its claim batches).",
+        ["workflow"],
+        buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+    )
+    OUTBOX_BACKLOG: Any = prometheus_client.Gauge(
+        "duly_outbox_rows",
+        "Outbox rows by status, as of the last summary read (GET /outbox, duly drain).",
+        ["status"],
+    )
+    OUTBOX_SECONDS: Any = prometheus_client.Histogram(
+        "duly_outbox_route_seconds",
+        "Time one drain of one event took, all its routes included.",
+        buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 60.0, 300.0),
+    )
+    OUTBOX_SETTLED: Any = prometheus_client.Counter(
+        "duly_outbox_settled",
+        "Drains of outbox rows, by the status they left the row in.",
+        ["status"],
+    )
+    DELIVERIES: Any = prometheus_client.Counter(
+        "duly_outbox_deliveries",
+        "Routes' results recorded as delivery attempts, by status.",
+        ["status"],
+    )
+    DUPLICATES: Any = prometheus_client.Counter(
+        "duly_event_duplicates",
+        "Published events ignored because their id was published before, by registry.",
+        ["registry"],
+    )
+    EXECUTIONS: Any = prometheus_client.Counter(
+        "duly_execution_states",
+        "Workflow executions entering a state, by engine and state.",
+        ["engine", "state"],
+    )
     STEP_ATTEMPTS: Any = prometheus_client.Counter(
         "duly_step_attempts",
         "Step attempts, by workflow, step and outcome.",
@@ -81,3 +120,42 @@ def latest_metrics() -> tuple[bytes, str] | None:
     if prometheus_client is None:
         return None
     return prometheus_client.generate_latest(), prometheus_client.CONTENT_TYPE_LATEST
+
+
+def rows_claimed(workflow: str, rows: int) -> None:
+    """Record one claim's size for `workflow`."""
+    if prometheus_client is not None:
+        CLAIMED_ROWS.labels(workflow).observe(rows)
+
+
+def outbox_backlog(counts: dict[str, int]) -> None:
+    """Set the outbox gauges from a summary's counts by status."""
+    if prometheus_client is not None:
+        for status, rows in counts.items():
+            OUTBOX_BACKLOG.labels(status).set(rows)
+
+
+def outbox_drained(status: str, seconds: float) -> None:
+    """Count one drain of an outbox row by the status it left, and time it."""
+    if prometheus_client is not None:
+        OUTBOX_SETTLED.labels(status).inc()
+        OUTBOX_SECONDS.observe(seconds)
+
+
+def deliveries_recorded(statuses: list[str]) -> None:
+    """Count delivery attempts recorded, by status."""
+    if prometheus_client is not None:
+        for status in statuses:
+            DELIVERIES.labels(status).inc()
+
+
+def duplicates_ignored(registry: str, count: int = 1) -> None:
+    """Count published events ignored as duplicates."""
+    if prometheus_client is not None and count:
+        DUPLICATES.labels(registry).inc(count)
+
+
+def execution_state(engine: str, state: str) -> None:
+    """Count an execution entering `state`."""
+    if prometheus_client is not None:
+        EXECUTIONS.labels(engine, state).inc()

@@ -42,6 +42,7 @@ from engine.notify import EVERYONE
 from engine.registry import WorkflowInfo
 from engine.rows import build_row, primary_key
 from engine.steps import DEFAULT_LANE
+from engine.telemetry import rows_claimed
 
 log = logging.getLogger("duly.worker")
 
@@ -298,6 +299,7 @@ class Worker:
                 rows = await claim_limited(
                     claiming, info, want, self.options.lease, steps, self._buckets
                 )
+        rows_claimed(info.name, len(rows))
         return list(rows)
 
     def _free_slots(self) -> int:

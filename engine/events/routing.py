@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.events.event import WorkflowEvent
+from engine.telemetry import duplicates_ignored
 
 log = logging.getLogger("duly.events")
 
@@ -113,6 +114,25 @@ class Routes:
         self._registrations: list[Registration] = []
         self._by_identity: dict[tuple[Any, ...], Registration] = {}
 
+    def register(
+        self,
+        event_key: str,
+        handler: Handler,
+        *,
+        when: Predicate | None = None,
+        validator: Predicate | None = None,
+        retries: int = 0,
+        retry_on: RetryPredicate | None = None,
+        dead_letter: DeadLetterHandler | None = None,
+    ) -> Registration:
+        """Build a registration and add it; an identical one already registered is kept."""
+        # The retry count is clamped, and so is the identity that includes it.
+        return self.add(
+            Registration(
+                event_key, handler, when, validator, max(0, retries), retry_on, dead_letter
+            )
+        )
+
     def add(self, registration: Registration) -> Registration:
         """Append `registration` unless an identical one exists; return the one kept."""
         with self._lock:
@@ -167,7 +187,7 @@ async def route(event: WorkflowEvent, reg: Registration) -> RouteResult:
     while True:
         attempts += 1
         try:
-            await _maybe_await(reg.handler(event))
+            await maybe_await(reg.handler(event))
         except Exception as exc:
             # retry_on is asked only while the budget allows another attempt.
             if attempts <= reg.retries and (reg.retry_on is None or reg.retry_on(exc)):
@@ -191,7 +211,7 @@ class InMemoryEventRegistry:
         max_seen_event_ids: int = MAX_SEEN_EVENT_IDS,
     ) -> None:
         self.dead_letter_handler = dead_letter_handler
-        self._routes = Routes()
+        self.routes = Routes()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._max_seen = max(1, max_seen_event_ids)
         self._lock = threading.RLock()
@@ -208,11 +228,15 @@ class InMemoryEventRegistry:
         dead_letter: DeadLetterHandler | None = None,
     ) -> Registration:
         """Add a route; an identical one already registered is kept instead."""
-        # The retry count is clamped, and so is the identity that includes it.
-        kept = Registration(
-            event_key, handler, when, validator, max(0, retries), retry_on, dead_letter
+        return self.routes.register(
+            event_key,
+            handler,
+            when=when,
+            validator=validator,
+            retries=retries,
+            retry_on=retry_on,
+            dead_letter=dead_letter,
         )
-        return self._routes.add(kept)
 
     async def publish(self, event: WorkflowEvent) -> bool:
         """Route `event` to its handlers now; True when at least one applicable one completed.
@@ -220,9 +244,10 @@ class InMemoryEventRegistry:
         False for an event id already published (it routes nothing again).
         """
         if not self._first_sighting(event.event_id):
+            duplicates_ignored("memory")
             return False
         completed = False
-        for reg in self._routes.matching(event):
+        for reg in self.routes.matching(event):
             result = await route(event, reg)
             if result.completed:
                 completed = True
@@ -259,8 +284,9 @@ class InMemoryEventRegistry:
                 error,
             )
             return
-        await _maybe_await(handler(event, error))
+        await maybe_await(handler(event, error))
 
 
-async def _maybe_await(result: object) -> object:
+async def maybe_await(result: object) -> object:
+    """`result` awaited when it is awaitable (an async handler's), else as it is."""
     return await result if inspect.isawaitable(result) else result

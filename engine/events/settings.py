@@ -7,6 +7,10 @@ names, defaults and minimums.
     DULY_DEAD_LETTER_ENABLED               move an event to dead letter after its
                                            last retry (default on)
     DULY_SIGNAL_BRIDGE                     publish model changes (default off)
+    DULY_EVENT_REGISTRY                    the registry: a dotted path, or JSON
+                                           {"class": ..., "options": {...}}
+                                           (default: by mode; see engine.events.configure)
+    DULY_WORKFLOW_ENGINE                   the execution engine, the same way
     DULY_OUTBOX_BATCH_SIZE                 100, at least 1: outbox rows a drain claims
     DULY_OUTBOX_PROCESS_CHUNK_SIZE         50, at least 1: rows routed per chunk
     DULY_OUTBOX_CLAIM_TTL_SECONDS          300, at least 1: a claim's lease
@@ -63,6 +67,8 @@ class EventSettings:
     max_retries: int = 3
     retry_backoff_seconds: int = 5
     delivery_running_timeout_seconds: int = 300
+    event_registry: str | None = None  # as written: resolved by engine.events.configure
+    workflow_engine: str | None = None  # as written: resolved by engine.executions.configure
 
     @property
     def production(self) -> bool:
@@ -83,6 +89,8 @@ class EventSettings:
             async_delivery=read_flag(env, "DULY_ASYNC", default=mode == PRODUCTION),
             dead_letter_enabled=read_flag(env, "DULY_DEAD_LETTER_ENABLED", default=True),
             signal_bridge=read_flag(env, "DULY_SIGNAL_BRIDGE", default=False),
+            event_registry=env.get("DULY_EVENT_REGISTRY", "").strip() or None,
+            workflow_engine=env.get("DULY_WORKFLOW_ENGINE", "").strip() or None,
             **numbers,
         )
 

@@ -13,8 +13,8 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from engine import run_workflows
-from tests.apps import chain, limited
+from engine import configure_event_registry, run_workflows
+from tests.apps import chain, limited, outbox
 
 WORKFLOWS = {
     "chain3": chain.Chain,
@@ -22,12 +22,15 @@ WORKFLOWS = {
     "timed": chain.Timed,
     "lookup": limited.Lookup,
     "burst": limited.Burst,
+    "outbox": outbox.Outbox,
 }
 
 
 async def serve(args: argparse.Namespace) -> None:
     engine = create_async_engine(args.url, pool_size=args.concurrency + 2)
     Session = async_sessionmaker(engine, expire_on_commit=False)
+    if "outbox" in args.workflows.split(","):
+        configure_event_registry(outbox.process_registry())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

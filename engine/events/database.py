@@ -1,0 +1,445 @@
+"""The database registry: events published into the outbox, in the caller's own transaction.
+
+    await registry.publish(event, session=session)   # written with the business change
+    await session.commit()                           # ...and announced when it commits
+
+An event and its outbox row are one statement (one for a whole batch, which
+is what `publish_many` writes), so an event is published exactly when the
+transaction that made it commits, and a rolled-back one publishes nothing.
+The outbox row is due work of the engine's own (`engine.events.outbox`):
+whichever worker serves the outbox routes it, with the registrations of
+the registry configured in that process (`get_event_registry()`).
+
+- `publish(event)` returns False: no handler has completed in this call.
+  With `DULY_ASYNC` off and no session given, it is `publish_sync`.
+- `publish_sync(event)` commits the event (its outbox row in hand, leased
+  for `DULY_OUTBOX_CLAIM_TTL_SECONDS`, so a crash mid-route leaves it for a
+  drain) and routes it inline, then settles the row as a drain would.
+- A duplicate `event_id` stores nothing: `publish` returns False without a
+  new outbox row; `publish_sync` still routes the event given (a route that
+  already succeeded for that id is not run again).
+- `replay_dead_letters()` makes dead-lettered rows due again, their
+  dead-lettered routes with them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Float,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    null,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.sql import ColumnElement, Executable
+
+from engine.clock import db_now
+from engine.connection import current_connection
+from engine.errors import ConfigurationError, EventError
+from engine.events.deliveries import DeliveryLog, delivery_log
+from engine.events.draining import Verdict, drain_event
+from engine.events.event import WorkflowEvent
+from engine.events.records import (
+    DEAD_LETTER,
+    FAILED,
+    PENDING,
+    EventTables,
+    OutboxColumns,
+    tables_for,
+)
+from engine.events.routing import (
+    DeadLetterHandler,
+    Handler,
+    Predicate,
+    Registration,
+    RetryPredicate,
+    Routes,
+)
+from engine.events.settings import EventSettings
+from engine.notify import announcement
+from engine.telemetry import duplicates_ignored
+
+log = logging.getLogger("duly.events")
+
+ROUTE_STEP = "route"  # the outbox's one step (WorkflowOutbox.route)
+STATEMENT_CACHE_SIZE = 64
+# An event's columns, as the arrays one publish statement takes (JSON as text).
+EVENT_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("event_id", Text),
+    ("event_type", Text),
+    ("event_name", Text),
+    ("source", Text),
+    ("occurred_at", DateTime(timezone=True)),
+    ("payload", Text),
+    ("metadata", Text),
+)
+
+Transaction = AsyncSession | AsyncConnection
+
+
+class DatabaseEventRegistry:
+    """Publishes into the outbox; drains route with this process's registrations."""
+
+    def __init__(
+        self, *, outbox: type[Any] | None = None, settings: EventSettings | None = None
+    ) -> None:
+        self.settings = settings if settings is not None else EventSettings.from_env()
+        self.routes = Routes()
+        self._outbox = outbox
+
+    def register(
+        self,
+        event_key: str,
+        handler: Handler,
+        *,
+        when: Predicate | None = None,
+        validator: Predicate | None = None,
+        retries: int = 0,
+        retry_on: RetryPredicate | None = None,
+        dead_letter: DeadLetterHandler | None = None,
+    ) -> Registration:
+        """Add a route; an identical one already registered is kept instead."""
+        return self.routes.register(
+            event_key,
+            handler,
+            when=when,
+            validator=validator,
+            retries=retries,
+            retry_on=retry_on,
+            dead_letter=dead_letter,
+        )
+
+    def tables(self) -> EventTables:
+        """The event tables this registry writes: its outbox's, or the connection's."""
+        if self._outbox is not None:
+            return tables_for(self._outbox)
+        found = [
+            info.cls
+            for info in current_connection().workflows
+            if issubclass(info.cls, OutboxColumns)
+        ]
+        if not found:
+            raise ConfigurationError(
+                "No outbox table in the workflow database: map WorkflowOutbox, "
+                "WorkflowEventRecord and WorkflowDeliveryAttempt on your base and create them."
+            )
+        return tables_for(found[-1])
+
+    def deliveries(self, engine: AsyncEngine) -> DeliveryLog:
+        """The delivery log of this registry's tables, writing through `engine`."""
+        table = self.tables().delivery_table
+        return delivery_log(engine, table, self.settings.outbox_process_chunk_size)
+
+    async def publish(self, event: WorkflowEvent, *, session: Transaction | None = None) -> bool:
+        """Store `event` in the outbox (in `session`'s transaction when given); False.
+
+        With DULY_ASYNC off and no session, it routes inline (`publish_sync`).
+        """
+        if session is None and not self.settings.async_delivery:
+            return await self.publish_sync(event)
+        await self.publish_many([event], session=session)
+        return False
+
+    async def publish_many(
+        self, events: Iterable[WorkflowEvent], *, session: Transaction | None = None
+    ) -> list[str]:
+        """Store `events` in one statement; the ids newly stored (duplicates left out)."""
+        statement, params = self._publish(list(events), in_hand=False)
+        if params is None:
+            return []
+        if session is not None:
+            rows = (await session.execute(statement, params)).all()
+        else:
+            connection = current_connection()
+            async with connection.autocommit.connect() as conn:
+                rows = (await conn.execute(statement, params)).all()
+        stored = [row.event_id for row in rows]
+        duplicates_ignored("database", len(params["event_id"]) - len(stored))
+        if stored and session is None:
+            current_connection().kick(self.tables().outbox_table.name)
+        return stored
+
+    def publish_in(self, connection: Connection, events: Sequence[WorkflowEvent]) -> list[str]:
+        """Store `events` through a synchronous connection's transaction (a flush's, say)."""
+        statement, params = self._publish(list(events), in_hand=False)
+        if params is None:
+            return []
+        stored = [row.event_id for row in connection.execute(statement, params)]
+        duplicates_ignored("database", len(params["event_id"]) - len(stored))
+        return stored
+
+    async def publish_sync(self, event: WorkflowEvent) -> bool:
+        """Commit `event`, then route it now; True when a handler completed for it in this call."""
+        tables = self.tables()
+        statement, params = self._publish([event], in_hand=True)
+        connection = current_connection()
+        async with connection.autocommit.connect() as conn:
+            stored = (await conn.execute(statement, params)).first() is not None
+        if not stored:
+            duplicates_ignored("database")
+        routes = self.routes.matching(event)
+        verdict = await drain_event(
+            event,
+            routes,
+            self.settings,
+            self.deliveries(connection.autocommit),
+            route_attempts=0,
+            first_drain=stored,
+        )
+        if stored:
+            async with connection.autocommit.connect() as conn:
+                await conn.execute(settle_statement(tables), settle_params(event, verdict))
+        return verdict.completed_now
+
+    async def replay_dead_letters(self, event_ids: Iterable[str] | None = None) -> list[str]:
+        """Make dead-lettered events due again (all, or those of `event_ids`); their ids."""
+        ids = None if event_ids is None else list(event_ids)
+        connection = current_connection()
+        async with connection.autocommit.connect() as conn:
+            rows = (
+                await conn.execute(replay_statement(self.tables(), ids is not None), {"ids": ids})
+            ).all()
+        replayed = [row.event_id for row in rows]
+        if replayed:
+            connection.kick(self.tables().outbox_table.name)
+        return replayed
+
+    def _publish(
+        self, events: list[WorkflowEvent], *, in_hand: bool
+    ) -> tuple[Executable, dict[str, Any] | None]:
+        tables = self.tables()
+        statement = publish_statement(tables, in_hand)
+        if not events:
+            return statement, None
+        params: dict[str, list[Any]] = {name: [] for name, _ in EVENT_FIELDS}
+        for event in events:
+            for name, value in event_values(event).items():
+                params[name].append(value)
+        if in_hand:
+            return statement, {**params, "lease": self.settings.outbox_claim_ttl_seconds}
+        return statement, params
+
+
+def event_values(event: WorkflowEvent) -> dict[str, Any]:
+    """An event's columns as the publish statement takes them; EventError when it cannot be."""
+    if not isinstance(event, WorkflowEvent):
+        raise EventError(f"Only a WorkflowEvent can be published, not {type(event).__name__}.")
+    if not isinstance(event.occurred_at, datetime) or event.occurred_at.tzinfo is None:
+        raise EventError(f"Event {event.event_id}: occurred_at must be an aware datetime.")
+    encoded = {}
+    for name in ("payload", "metadata"):
+        try:
+            encoded[name] = json.dumps(dict(getattr(event, name)))
+        except (TypeError, ValueError) as exc:
+            raise EventError(f"Event {event.event_id}: its {name} is not JSON: {exc}.") from exc
+    return {
+        "event_id": str(event.event_id),
+        "event_type": event.event_type,
+        "event_name": event.event_name,
+        "source": event.source,
+        "occurred_at": event.occurred_at,
+        **encoded,
+    }
+
+
+def event_json(record: Any) -> ColumnElement[Any]:
+    """An event record's columns as the JSON object the outbox's step takes."""
+    return func.jsonb_build_object(
+        "event_id", record.event_id,
+        "event_type", record.event_type,
+        "event_name", record.event_name,
+        "source", record.source,
+        "occurred_at", record.occurred_at,
+        "payload", record.payload,
+        "metadata", record.metadata,
+    )  # fmt: skip
+
+
+def route_arguments(record: Any) -> ColumnElement[Any]:
+    """The outbox step's arguments (as `Call.encoded` spells them) for an event record."""
+    return func.jsonb_build_object("kwargs", func.jsonb_build_object("event", event_json(record)))
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
+    """Store events and queue their outbox rows from arrays: one statement for a batch.
+
+    Records that already exist (a duplicate id) are skipped, and so are
+    their outbox rows; only the rows queued are announced. `in_hand` queues
+    them leased for :lease seconds instead of due now (publish_sync).
+    """
+    records, outbox = tables.record_table, tables.outbox_table
+    arrays = [
+        cast(bindparam(name, type_=ARRAY(type_)), ARRAY(type_)) for name, type_ in EVENT_FIELDS
+    ]
+    given = func.unnest(*arrays).table_valued(*(name for name, _ in EVENT_FIELDS))
+    given = given.render_derived(name="given", with_types=False)
+    c = given.c
+    stored = (
+        insert(records)
+        .from_select(
+            [
+                "event_id",
+                "event_type",
+                "event_name",
+                "source",
+                "occurred_at",
+                "payload",
+                "metadata",
+            ],
+            select(
+                c.event_id,
+                c.event_type,
+                c.event_name,
+                c.source,
+                c.occurred_at,
+                cast(c.payload, JSONB),
+                cast(c.metadata, JSONB),
+            ),
+        )
+        .on_conflict_do_nothing(index_elements=[records.c.event_id])
+        .returning(*records.c)
+        .cte("stored")
+    )
+    now = db_now()
+    # A row in hand is leased to its publisher: due (to a drain) only once the lease ends.
+    until = now + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lease", type_=Float))
+    queued = (
+        insert(outbox)
+        .from_select(
+            [
+                "event_id",
+                "event_type",
+                "event_name",
+                "status",
+                "route_attempts",
+                "next_step",
+                "next_args",
+                "wake_at",
+                "claimed_until",
+                "attempts",
+                "wf_version",
+            ],
+            select(
+                stored.c.event_id,
+                stored.c.event_type,
+                stored.c.event_name,
+                literal(PENDING),
+                literal(0),
+                literal(ROUTE_STEP),
+                route_arguments(stored.c),
+                until if in_hand else now,
+                until if in_hand else null(),
+                literal(0),
+                # A row in hand is as if claimed once: a drain that takes it over reads its
+                # deliveries (see WorkflowOutbox.route).
+                literal(1 if in_hand else 0),
+            ),
+        )
+        .on_conflict_do_nothing()
+        .returning(outbox.c.event_id)
+        .cte("queued")
+    )
+    if in_hand:
+        return select(queued.c.event_id)
+    return select(queued.c.event_id, announcement(outbox.name).label("duly_notified"))
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def settle_statement(tables: EventTables) -> Executable:
+    """What `publish_sync` writes once it has routed its row in hand, fenced on that hand.
+
+    A failed row goes back to its step, due after the backoff; any other is settled.
+    """
+    outbox = tables.outbox_table
+    failed = bindparam("new_status", type_=Text) == FAILED
+    now = db_now()
+    retry_at = now + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("new_retry_in", type_=Float))
+    return (
+        update(outbox)
+        .where(outbox.c.event_id == bindparam("new_event_id", type_=Text))
+        .where(outbox.c.wf_version == 1)
+        .values(
+            status=bindparam("new_status", type_=Text),
+            route_attempts=bindparam("new_route_attempts"),
+            error=bindparam("new_error", type_=Text),
+            settled_at=now,
+            next_step=case((failed, outbox.c.next_step), else_=None),
+            next_args=case((failed, outbox.c.next_args), else_=None),
+            wake_at=case((failed, retry_at), else_=None),
+            claimed_until=None,
+            wf_version=outbox.c.wf_version + 1,
+        )
+    )
+
+
+def settle_params(event: WorkflowEvent, verdict: Verdict) -> dict[str, Any]:
+    """The parameters of `settle_statement` for `verdict`."""
+    retry_in = verdict.retry_in.total_seconds() if verdict.retry_in is not None else 0.0
+    return {
+        "new_event_id": event.event_id,
+        "new_status": verdict.status,
+        "new_route_attempts": verdict.route_attempts,
+        "new_error": verdict.error,
+        "new_retry_in": retry_in,
+    }
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def replay_statement(tables: EventTables, chosen: bool) -> Executable:
+    """Dead-lettered outbox rows due again from their event records, their dead routes failed.
+
+    `chosen`: only the rows whose ids are in :ids. A row that is not dead
+    (replayed already, or never dead) is left alone.
+    """
+    records, outbox, deliveries = tables.record_table, tables.outbox_table, tables.delivery_table
+    now = db_now()
+    where = [outbox.c.status == DEAD_LETTER, records.c.event_id == outbox.c.event_id]
+    if chosen:
+        where.append(outbox.c.event_id == func.any(bindparam("ids", type_=ARRAY(Text))))
+    replayed = (
+        update(outbox)
+        .where(*where)
+        .values(
+            status=PENDING,
+            route_attempts=0,
+            error=None,
+            settled_at=None,
+            next_step=ROUTE_STEP,
+            next_args=route_arguments(records.c),
+            wake_at=now,
+            attempts=0,
+            last_error=None,
+            claimed_until=None,
+            wf_version=outbox.c.wf_version + 1,
+        )
+        .returning(outbox.c.event_id)
+        .cte("replayed")
+    )
+    revived = (
+        update(deliveries)
+        .where(deliveries.c.status == DEAD_LETTER)
+        .where(deliveries.c.event_id.in_(select(replayed.c.event_id)))
+        .values(status=FAILED, updated_at=now)
+        .returning(deliveries.c.event_id)
+        .cte("revived")
+    )
+    return select(replayed.c.event_id, announcement(outbox.name).label("duly_notified")).add_cte(
+        revived
+    )

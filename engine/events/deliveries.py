@@ -1,0 +1,192 @@
+"""Delivery attempts: what became of each route for each event, written as soon as it is known.
+
+A route that succeeded is recorded before its drain goes on, so a drain
+killed later in the same event does not run that handler again. Recording
+costs one round trip per *batch*: concurrent drains hand their rows to the
+log, and whoever finds no write in progress writes everything gathered (at
+most the outbox's chunk size a statement) while the others wait for it. So
+a quiet drain writes its row at once and a busy one shares the statement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Integer, Table, Text, bindparam, cast, func, select
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import Executable
+
+from engine.clock import db_now
+from engine.events.routing import Registration, callable_identity
+from engine.telemetry import deliveries_recorded
+
+STATEMENT_CACHE_SIZE = 64
+
+
+def route_id(reg: Registration) -> str:
+    """A registration's identity as a short stable digest (the delivery row's key)."""
+    return hashlib.sha256(repr(reg.identity).encode()).hexdigest()[:32]
+
+
+def handler_name(reg: Registration) -> str:
+    """What a person reads for a route's handler: `module.qualname`."""
+    return callable_identity(reg.handler) or "?"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One route's result for one event, to record."""
+
+    event_id: str
+    route: str
+    event_key: str
+    handler: str
+    status: str
+    attempts: int  # handler calls this drain made
+    error: str | None = None
+
+    @classmethod
+    def of(
+        cls, event_id: str, reg: Registration, status: str, attempts: int, error: str | None
+    ) -> Delivery:
+        """The record of `reg`'s result for the event `event_id`."""
+        return cls(
+            event_id, route_id(reg), reg.event_key, handler_name(reg), status, attempts, error
+        )
+
+
+ARRAY_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("event_id", Text),
+    ("route", Text),
+    ("event_key", Text),
+    ("handler", Text),
+    ("status", Text),
+    ("attempts", Integer),
+    ("error", Text),
+)
+
+Pending = tuple[list[Delivery], "asyncio.Future[None]"]
+
+_logs: weakref.WeakKeyDictionary[AsyncEngine, dict[Table, DeliveryLog]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def delivery_log(engine: AsyncEngine, table: Table, chunk_size: int) -> DeliveryLog:
+    """The one delivery log of `table` through `engine` (autocommit) in this process.
+
+    One per engine and table, so every drain of the process shares its statements.
+    """
+    logs = _logs.setdefault(engine, {})
+    found = logs.get(table)
+    if found is None:
+        found = logs[table] = DeliveryLog(engine, table, chunk_size)
+    return found
+
+
+class DeliveryLog:
+    """Records delivery attempts in shared statements, and reads an event's back."""
+
+    def __init__(self, engine: AsyncEngine, table: Table, chunk_size: int) -> None:
+        self._engine = engine  # autocommit: each statement its own transaction
+        self._table = table
+        self._chunk_size = max(1, chunk_size)
+        self._pending: list[Pending] = []
+        self._writing = False
+        self.statements = 0
+
+    async def record(self, deliveries: list[Delivery]) -> None:
+        """Write `deliveries` (with whatever others are recording now); return once written."""
+        if not deliveries:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((deliveries, future))
+        if not self._writing:
+            self._writing = True
+            try:
+                while self._pending:
+                    batch, self._pending = self._pending, []
+                    await self._write(batch)
+            finally:
+                self._writing = False
+        await future
+
+    async def statuses(self, event_id: str) -> dict[str, str]:
+        """Each recorded route of `event_id` and its status."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(statuses_statement(self._table), {"event_id": event_id})
+            return {row.route: row.status for row in rows}
+
+    async def _write(self, batch: list[Pending]) -> None:
+        merged = merge([d for deliveries, _ in batch for d in deliveries])
+        try:
+            for start in range(0, len(merged), self._chunk_size):
+                chunk = merged[start : start + self._chunk_size]
+                columns = {name: [getattr(d, name) for d in chunk] for name, _ in ARRAY_FIELDS}
+                async with self._engine.connect() as conn:
+                    await conn.execute(record_statement(self._table), columns)
+                self.statements += 1
+                deliveries_recorded([d.status for d in chunk])
+        except BaseException as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for _, future in batch:
+            if not future.done():
+                future.set_result(None)
+
+
+def merge(deliveries: Sequence[Delivery]) -> list[Delivery]:
+    """One row per (event, route), the later result winning and the calls added.
+
+    An upsert may not touch a row twice in one statement.
+    """
+    kept: dict[tuple[str, str], Delivery] = {}
+    for d in deliveries:
+        key = (d.event_id, d.route)
+        earlier = kept.get(key)
+        if earlier is not None:
+            d = Delivery(**{**vars(d), "attempts": d.attempts + earlier.attempts})
+        kept[key] = d
+    return list(kept.values())
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def record_statement(table: Table) -> Executable:
+    """Upsert delivery attempts from arrays: the status and error replaced, the calls added."""
+    arrays = [
+        cast(bindparam(name, type_=ARRAY(type_)), ARRAY(type_)) for name, type_ in ARRAY_FIELDS
+    ]
+    given = func.unnest(*arrays).table_valued(*(name for name, _ in ARRAY_FIELDS))
+    given = given.render_derived(name="given", with_types=False)
+    names = [name for name, _ in ARRAY_FIELDS]
+    stmt = insert(table).from_select(
+        [*names, "updated_at"], select(*(given.c[name] for name in names), db_now())
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c.event_id, table.c.route],
+        set_={
+            "status": stmt.excluded.status,
+            "error": stmt.excluded.error,
+            "attempts": table.c.attempts + stmt.excluded.attempts,
+            "updated_at": stmt.excluded.updated_at,
+        },
+    )
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def statuses_statement(table: Table) -> Executable:
+    """The recorded routes of one event and their statuses."""
+    return select(table.c.route, table.c.status).where(
+        table.c.event_id == bindparam("event_id", type_=Text)
+    )

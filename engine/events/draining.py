@@ -1,0 +1,217 @@
+"""Routing one stored event: its routes, its delivery records, and what becomes of its row.
+
+The outbox's step (`engine.events.outbox`) and `publish_sync` both route
+through `drain_event`, which returns a `Verdict`; each applies it to the
+outbox row its own way. The rules, from the seed:
+
+- A route that succeeded for this event before is not run again; it counts
+  as a successful route. A route dead-lettered before is not run again.
+- A validator's refusal dead-letters its route at once (no retry), and does
+  not count as a failed drain.
+- A handler failure (after the route's own retries), a predicate or
+  `retry_on` that raised, or a handler running past
+  `DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS`: the route failed this drain.
+- With a failed route and a successful one, the row is processed and the
+  failed route dead-lettered. With failed routes and no successful one, the
+  drain failed: the row's `route_attempts` grows by one, and it is due again
+  after `DULY_RETRY_BACKOFF_SECONDS x route_attempts`, or dead-lettered
+  (its failed routes with it) once `route_attempts` reaches
+  `DULY_MAX_RETRIES` if dead letters are enabled.
+- A dead-letter callback that raises is a failed drain too: the route stays
+  failed (its dead-letter handling is owed), and the row is due again, or
+  dead once it is out of drains.
+- A row with no applicable route, or whose routes all succeeded, is
+  processed; one whose only results are refusals is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine.events.deliveries import Delivery, DeliveryLog, handler_name, route_id
+from engine.events.event import WorkflowEvent
+from engine.events.records import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
+from engine.events.routing import Registration, maybe_await, route
+from engine.events.settings import EventSettings
+from engine.telemetry import outbox_drained
+
+log = logging.getLogger("duly.events")
+
+MAX_ERROR_LENGTH = 4000  # characters of the errors a row keeps
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one drain decided for an outbox row."""
+
+    status: str  # processed, failed or dead_letter
+    route_attempts: int
+    error: str | None
+    retry_in: timedelta | None  # when failed: how long until the row is due again
+    completed: bool  # a route completed for the event (in this drain or an earlier one)
+    completed_now: bool  # a route completed in this drain
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A route that did not complete in this drain."""
+
+    reg: Registration
+    attempts: int  # handler calls made
+    error: BaseException
+
+    def describe(self) -> str:
+        """The route and its error, for the row's error text."""
+        route = f"{self.reg.event_key} → {handler_name(self.reg)}"
+        return f"{route}: {type(self.error).__name__}: {self.error}"
+
+
+async def drain_event(
+    event: WorkflowEvent,
+    routes: Sequence[Registration],
+    settings: EventSettings,
+    deliveries: DeliveryLog,
+    *,
+    route_attempts: int,
+    first_drain: bool,
+) -> Verdict:
+    """Route `event` through `routes` once, record each route's result, and judge the row.
+
+    `first_drain` says no drain of this event can have recorded anything yet,
+    which saves reading its delivery records.
+    """
+    began = time.perf_counter()
+    settled = {} if first_drain else await deliveries.statuses(event.event_id)
+    completed = completed_now = False
+    failed: list[Failure] = []
+    refused: list[Failure] = []
+    for reg in routes:
+        status = settled.get(route_id(reg))
+        if status == SUCCEEDED:
+            completed = True
+            continue
+        if status == DEAD_LETTER:
+            continue
+        try:
+            async with asyncio.timeout(settings.delivery_running_timeout_seconds):
+                result = await route(event, reg)
+        except TimeoutError:
+            limit = settings.delivery_running_timeout_seconds
+            error = TimeoutError(f"the handler ran longer than {limit} s")
+            failed.append(Failure(reg, 1, error))
+            continue
+        except Exception as exc:  # the predicate or retry_on raised
+            failed.append(Failure(reg, 0, exc))
+            continue
+        if not result.applicable:
+            continue
+        if result.completed:
+            completed = completed_now = True
+            # Recorded before the next route runs: a drain killed later does not redo it.
+            await deliveries.record(
+                [Delivery.of(event.event_id, reg, SUCCEEDED, result.attempts, None)]
+            )
+        elif result.error is not None:
+            failure = Failure(reg, result.attempts, result.error)
+            (refused if result.attempts == 0 else failed).append(failure)
+    verdict = await _judge(event, settings, deliveries, completed, failed, refused, route_attempts)
+    outbox_drained(verdict.status, time.perf_counter() - began)
+    return replace(verdict, completed_now=completed_now)
+
+
+async def _judge(
+    event: WorkflowEvent,
+    settings: EventSettings,
+    deliveries: DeliveryLog,
+    completed: bool,
+    failed: list[Failure],
+    refused: list[Failure],
+    route_attempts: int,
+) -> Verdict:
+    dead = list(refused)
+    retrying: list[Failure] = []
+    attempts = route_attempts
+    if failed and completed:
+        dead += failed  # the event had a successful route: the row is done
+        status = PROCESSED
+    elif failed:
+        attempts += 1
+        if attempts >= settings.max_retries and settings.dead_letter_enabled:
+            dead += failed
+            status = DEAD_LETTER
+        else:
+            retrying = failed
+            status = FAILED
+    else:
+        status = PROCESSED if completed or not refused else DEAD_LETTER
+
+    broken = await _dead_letter(event, dead)
+    if broken:
+        # The dead-letter handling is owed: those routes stay failed and the drain failed.
+        dead = [f for f in dead if f not in broken]
+        retrying += broken
+        if attempts == route_attempts:
+            attempts += 1
+        out_of_drains = attempts >= settings.max_retries and settings.dead_letter_enabled
+        status = DEAD_LETTER if out_of_drains else FAILED
+
+    await deliveries.record(
+        [Delivery.of(event.event_id, f.reg, DEAD_LETTER, f.attempts, _text(f)) for f in dead]
+        + [Delivery.of(event.event_id, f.reg, FAILED, f.attempts, _text(f)) for f in retrying]
+    )
+    errors = [f.describe() for f in (*failed, *refused)] + [
+        f"dead-letter handler of {f.reg.event_key} → {handler_name(f.reg)} raised" for f in broken
+    ]
+    retry_in = settings.retry_backoff_seconds * attempts if status == FAILED else None
+    return Verdict(
+        status=status,
+        route_attempts=attempts,
+        error="\n".join(errors)[:MAX_ERROR_LENGTH] or None,
+        retry_in=timedelta(seconds=retry_in) if retry_in is not None else None,
+        completed=completed,
+        completed_now=False,
+    )
+
+
+async def _dead_letter(event: WorkflowEvent, dead: list[Failure]) -> list[Failure]:
+    """Tell each dead route's dead-letter handler; return the routes whose handler raised."""
+    broken = []
+    for failure in dead:
+        handler = failure.reg.dead_letter
+        if handler is None:
+            log.warning(
+                "event %s (%s): dead-lettered for %s",
+                event.event_id,
+                event.event_type,
+                failure.describe(),
+            )
+            continue
+        try:
+            await maybe_await(handler(event, failure.error))
+        except Exception:
+            log.exception("event %s: a dead-letter handler raised", event.event_id)
+            broken.append(failure)
+    return broken
+
+
+def _text(failure: Failure) -> str:
+    return f"{type(failure.error).__name__}: {failure.error}"[:MAX_ERROR_LENGTH]
+
+
+def event_from_json(data: dict[str, Any]) -> WorkflowEvent:
+    """The event an outbox row carries in its step's arguments."""
+    return WorkflowEvent(
+        event_type=data["event_type"],
+        event_name=data["event_name"],
+        payload=data.get("payload") or {},
+        event_id=data["event_id"],
+        occurred_at=datetime.fromisoformat(data["occurred_at"]),
+        source=data.get("source"),
+        metadata=data.get("metadata") or {},
+    )

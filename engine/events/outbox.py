@@ -1,0 +1,60 @@
+"""The outbox as a workflow: each row is a run of one step, `route`, which the workers claim.
+
+An outbox row is due work like any workflow row, so the engine's one claim
+takes it (`FOR UPDATE SKIP LOCKED`, a lease, the fencing version, the due
+index), `run_workflows` drains it, and a failed row's retry time is its
+`wake_at`: the next-due instant `on_idle` reports counts it, and a
+serverless deployment is woken for an event's retry and not before. The
+claim's lease is the seed's claim TTL (`duly drain` leases for
+`DULY_OUTBOX_CLAIM_TTL_SECONDS`), renewed while the routes run.
+
+The step carries its event in its arguments (written with the row when it
+was published), so a claimed row is all a drain reads, and the arguments
+are gone once the row is settled: the event record keeps the event.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.connection import current_connection
+from engine.directives import WakeIn, wake_in
+from engine.events.configure import get_event_registry, routing_of
+from engine.events.deliveries import delivery_log
+from engine.events.draining import drain_event, event_from_json
+from engine.events.records import OutboxColumns, tables_for
+from engine.steps import step
+from engine.workflow import Workflow
+
+FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing recorded yet
+
+
+class WorkflowOutbox(OutboxColumns, Workflow):
+    """Map onto your base: the outbox, whose rows the workers route to their handlers."""
+
+    @step
+    async def route(self, event: dict[str, Any]) -> WakeIn | None:
+        """Route the row's event once; settle the row, or come back after the backoff."""
+        stored = event_from_json(event)
+        routes, settings = routing_of(get_event_registry())
+        deliveries = delivery_log(
+            current_connection().autocommit,
+            tables_for(type(self)).delivery_table,
+            settings.outbox_process_chunk_size,
+        )
+        verdict = await drain_event(
+            stored,
+            routes.matching(stored),
+            settings,
+            deliveries,
+            route_attempts=self.route_attempts,
+            first_drain=self.wf_version == FIRST_CLAIM,
+        )
+        self.status = verdict.status
+        self.route_attempts = verdict.route_attempts
+        self.error = verdict.error
+        self.settled_at = datetime.now(UTC)
+        if verdict.retry_in is None:
+            return None
+        return wake_in(type(self).route(event), verdict.retry_in)

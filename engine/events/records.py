@@ -1,0 +1,171 @@
+"""The event layer's tables, as mixins the application maps on its own base.
+
+    class Event(Base, WorkflowEventRecord):       __tablename__ = "duly_events"
+    class Outbox(Base, WorkflowOutbox):           __tablename__ = "duly_outbox"
+    class Delivery(Base, WorkflowDeliveryAttempt): __tablename__ = "duly_deliveries"
+
+- An *event record* is the event as published, never changed: identity,
+  type and name, source, when it occurred, payload and metadata.
+- An *outbox row* is its routing state: `pending`, `processed`, `failed`
+  (due again later) or `dead_letter`, how many drains failed and the last
+  error. It is a workflow run of the engine's own (`engine.events.outbox`):
+  its engine columns make it due work, claimed by the workers' one claim.
+- A *delivery attempt* is one row per route (registration) and event:
+  `succeeded`, `failed` or `dead_letter`, how many times its handler was
+  called and its last error. A route that succeeded for an event is never
+  routed that event again.
+
+This module holds their columns and finds the three classes that belong
+together (the ones mapped on the outbox's own metadata).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Index, Integer, String, Table, Text, func
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from engine.errors import ConfigurationError
+
+PENDING = "pending"
+PROCESSED = "processed"
+FAILED = "failed"
+DEAD_LETTER = "dead_letter"
+CLAIMED = "claimed"  # not stored: a pending or failed row whose claim is running
+OUTBOX_STATUSES = (PENDING, PROCESSED, FAILED, DEAD_LETTER)
+
+SUCCEEDED = "succeeded"
+DELIVERY_STATUSES = (SUCCEEDED, FAILED, DEAD_LETTER)
+STATUS_LENGTH = 16
+
+_record_classes: list[type[Any]] = []
+_outbox_classes: list[type[Any]] = []
+_delivery_classes: list[type[Any]] = []
+
+
+def _mapped_table(cls: type[Any]) -> Table | None:
+    table = cls.__dict__.get("__table__")
+    return table if isinstance(table, Table) else None
+
+
+class WorkflowEventRecord:
+    """Map onto your base to keep every published event, as published."""
+
+    event_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    event_type: Mapped[str] = mapped_column(Text)
+    event_name: Mapped[str] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text, default=None)
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # `metadata` is the declarative base's own attribute; the column keeps the seed's name.
+    event_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if _mapped_table(cls) is not None:
+            _record_classes.append(cls)
+
+
+class OutboxColumns:
+    """The outbox's own columns; `WorkflowOutbox` adds the engine's and the routing step."""
+
+    event_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    event_type: Mapped[str] = mapped_column(Text)
+    event_name: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(STATUS_LENGTH), default=PENDING)
+    route_attempts: Mapped[int] = mapped_column(Integer, default=0)  # failed drains so far
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    settled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        table = _mapped_table(cls)
+        if table is not None:
+            # The views count by status; failed and dead rows are the ones people look for.
+            Index(f"ix_{table.name}_status"[:63], table.c.status, table.c.created_at)
+            _outbox_classes.append(cls)
+
+
+class WorkflowDeliveryAttempt:
+    """Map onto your base to keep one row per route and event: the idempotency record."""
+
+    event_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    route: Mapped[str] = mapped_column(String(64), primary_key=True)  # the route's digest
+    event_key: Mapped[str] = mapped_column(Text)
+    handler: Mapped[str] = mapped_column(Text)  # module.qualname, to read
+    status: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # handler calls, every drain
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        table = _mapped_table(cls)
+        if table is not None:
+            Index(f"ix_{table.name}_status"[:63], table.c.status, table.c.handler)
+            _delivery_classes.append(cls)
+
+
+@dataclass(frozen=True)
+class EventTables:
+    """The three tables of one application's event layer."""
+
+    record: type[Any]
+    outbox: type[Any]
+    delivery: type[Any]
+
+    @property
+    def record_table(self) -> Table:
+        """The event records' table."""
+        return self.record.__table__  # type: ignore[no-any-return]
+
+    @property
+    def outbox_table(self) -> Table:
+        """The outbox's table."""
+        return self.outbox.__table__  # type: ignore[no-any-return]
+
+    @property
+    def delivery_table(self) -> Table:
+        """The delivery attempts' table."""
+        return self.delivery.__table__  # type: ignore[no-any-return]
+
+
+def outbox_classes() -> list[type[Any]]:
+    """Every outbox class mapped in this process, in the order they were mapped."""
+    return list(_outbox_classes)
+
+
+def tables_for(outbox: type[Any]) -> EventTables:
+    """The event record and delivery classes mapped on the same metadata as `outbox`."""
+    found = _tables.get(outbox)
+    if found is None:
+        found = _tables[outbox] = _find_tables(outbox)
+    return found
+
+
+_tables: dict[type[Any], EventTables] = {}
+
+
+def _find_tables(outbox: type[Any]) -> EventTables:
+    metadata = outbox.__table__.metadata
+
+    def sibling(classes: list[type[Any]], mixin: str) -> type[Any]:
+        found = [cls for cls in classes if cls.__table__.metadata is metadata]
+        if not found:
+            raise ConfigurationError(
+                f"{outbox.__name__} has no {mixin} mapped beside it: map one on the same base "
+                f"(class Event(Base, {mixin}): ...)."
+            )
+        return found[-1]
+
+    return EventTables(
+        record=sibling(_record_classes, "WorkflowEventRecord"),
+        outbox=outbox,
+        delivery=sibling(_delivery_classes, "WorkflowDeliveryAttempt"),
+    )
