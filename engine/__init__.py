@@ -27,6 +27,13 @@ from engine.errors import (
     WorkflowExecutionNotFoundError,
 )
 from engine.events.actions import Action, ActionRegistry
+from engine.events.bridge import (
+    bridge_connected,
+    connect_bridge,
+    connect_bridge_from_settings,
+    disconnect_bridge,
+    model_change_event,
+)
 from engine.events.configure import (
     configure_event_registry,
     configure_event_registry_from_settings,
@@ -92,13 +99,18 @@ __all__ = [
     "WorkflowExecutionNotFoundError",
     "WorkflowOutbox",
     "WorkflowState",
+    "bridge_connected",
     "child",
     "configure_event_registry",
     "configure_event_registry_from_settings",
+    "connect_bridge",
+    "connect_bridge_from_settings",
     "connect_workflows",
+    "disconnect_bridge",
     "every",
     "fan_out",
     "get_event_registry",
+    "model_change_event",
     "model_created_event",
     "model_deleted_event",
     "model_updated_event",
