@@ -50,6 +50,13 @@ from engine.events.outbox import WorkflowOutbox
 from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Registration
 from engine.events.settings import EventSettings
+from engine.executions.configure import (
+    WorkflowEngine,
+    configure_workflow_engine,
+    configure_workflow_engine_from_settings,
+    get_workflow_engine,
+)
+from engine.executions.durable import DurableWorkflowEngine, WorkflowExecutionRecord
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
 from engine.executions.state import WorkflowDefinition, WorkflowExecution, WorkflowState
 from engine.fanout import child, fan_out
@@ -72,6 +79,7 @@ __all__ = [
     "Cron",
     "DatabaseEventRegistry",
     "DulyError",
+    "DurableWorkflowEngine",
     "EventError",
     "EventRegistry",
     "EventSettings",
@@ -92,17 +100,21 @@ __all__ = [
     "Workflow",
     "WorkflowDefinition",
     "WorkflowDeliveryAttempt",
+    "WorkflowEngine",
     "WorkflowEvent",
     "WorkflowEventRecord",
     "WorkflowExecution",
     "WorkflowExecutionError",
     "WorkflowExecutionNotFoundError",
+    "WorkflowExecutionRecord",
     "WorkflowOutbox",
     "WorkflowState",
     "bridge_connected",
     "child",
     "configure_event_registry",
     "configure_event_registry_from_settings",
+    "configure_workflow_engine",
+    "configure_workflow_engine_from_settings",
     "connect_bridge",
     "connect_bridge_from_settings",
     "connect_workflows",
@@ -110,6 +122,7 @@ __all__ = [
     "every",
     "fan_out",
     "get_event_registry",
+    "get_workflow_engine",
     "model_change_event",
     "model_created_event",
     "model_deleted_event",

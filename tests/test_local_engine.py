@@ -222,3 +222,10 @@ async def test_unknown_ids_are_not_found() -> None:
             await call
         assert isinstance(missing.value, NotFoundError)
         assert missing.value.execution_id == "nope"
+
+
+def test_register_is_accepted_for_symmetry_with_the_durable_engine() -> None:
+    engine = LocalWorkflowEngine()
+    definition = WorkflowDefinition("approval")
+    assert engine.register(definition) is definition
+    assert engine.registered == {"approval": definition}

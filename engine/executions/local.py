@@ -53,7 +53,8 @@ class LocalWorkflowEngine:
 
     def __init__(self) -> None:
         self._executions: dict[str, WorkflowExecution] = {}
-        self._definitions: dict[str, WorkflowDefinition] = {}
+        self._definitions: dict[str, WorkflowDefinition] = {}  # by execution id
+        self.registered: dict[str, WorkflowDefinition] = {}  # by workflow id
         self._by_correlation: dict[tuple[str, str], str] = {}
         self._starting: dict[tuple[str, str], asyncio.Future[WorkflowExecution]] = {}
 
@@ -94,6 +95,14 @@ class LocalWorkflowEngine:
             raise
         finally:
             del self._starting[key]
+
+    def register(self, definition: WorkflowDefinition) -> WorkflowDefinition:
+        """Accepted for symmetry with `DurableWorkflowEngine.register` (whose workers need it).
+
+        A local engine runs the definition `start` is given, so there is nothing to find.
+        """
+        self.registered[definition.workflow_id] = definition
+        return definition
 
     async def status(self, execution_id: str) -> WorkflowExecution:
         """The execution as it stands."""

@@ -1,0 +1,140 @@
+"""The process's workflow engine: which one `get_workflow_engine()` answers.
+
+`configure_workflow_engine(engine)` sets the process's active engine, and
+None clears it. `get_workflow_engine()` reuses the active engine; without
+one it reads the settings and installs one default for later calls:
+`DULY_WORKFLOW_ENGINE` (an instance, dotted path, class, factory or
+`{"class", "options"}` JSON, as `engine.resolve` reads them) or, when that
+is unset, by `DULY_MODE`: a `DurableWorkflowEngine` in production, a
+`LocalWorkflowEngine` otherwise. A value that names something other than a
+workflow engine is a `ConfigurationError`; import, factory and constructor
+errors propagate.
+
+The settings are anything with `workflow_engine` and `production` (the event
+layer's `EventSettings` is one); without any, the two variables are read
+here, since the execution engines do not import the event layer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.executions.durable import DurableWorkflowEngine
+from engine.executions.local import LocalWorkflowEngine
+from engine.executions.state import WorkflowDefinition, WorkflowExecution
+from engine.resolve import resolve_object
+
+PRODUCTION = "production"
+ENGINE_OPERATIONS = ("start", "status", "resume", "cancel")
+
+
+class WorkflowEngine(Protocol):
+    """What every execution engine does (LocalWorkflowEngine, DurableWorkflowEngine)."""
+
+    async def start(
+        self,
+        definition: WorkflowDefinition,
+        input_data: Mapping[str, Any] | None = None,
+        *,
+        correlation_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WorkflowExecution: ...
+
+    async def status(self, execution_id: str) -> WorkflowExecution: ...
+
+    async def resume(self, execution_id: str, signal: Any = None) -> WorkflowExecution: ...
+
+    async def cancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution: ...
+
+
+class EngineSettings(Protocol):
+    """The two settings the choice of engine reads."""
+
+    @property
+    def workflow_engine(self) -> str | None: ...
+
+    @property
+    def production(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class WorkflowEngineSettings:
+    """DULY_WORKFLOW_ENGINE as written, and whether DULY_MODE says production."""
+
+    workflow_engine: str | None = None
+    mode: str = "local"
+
+    @property
+    def production(self) -> bool:
+        """Whether the mode is production (the durable engine by default)."""
+        return self.mode == PRODUCTION
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowEngineSettings:
+        """Read the two variables (os.environ unless given), as EventSettings reads them."""
+        env = os.environ if environ is None else environ
+        production = env.get("DULY_MODE", "").strip().lower() == PRODUCTION
+        return cls(
+            workflow_engine=env.get("DULY_WORKFLOW_ENGINE", "").strip() or None,
+            mode=PRODUCTION if production else "local",
+        )
+
+
+_lock = threading.Lock()
+_active: WorkflowEngine | None = None
+
+
+def get_workflow_engine() -> WorkflowEngine:
+    """The active engine; without one, the settings' engine, installed for later calls."""
+    global _active
+    engine = _active
+    if engine is not None:
+        return engine
+    with _lock:  # one default per process, however many callers race for it
+        if _active is None:
+            settings = WorkflowEngineSettings.from_env()
+            _active = resolve_workflow_engine(settings.workflow_engine, settings)
+        return _active
+
+
+def configure_workflow_engine(engine: WorkflowEngine | None) -> None:
+    """Make `engine` the process's active engine; None clears it (the settings choose again).
+
+    The engine is trusted to be one (the type hint is not checked at runtime).
+    """
+    global _active
+    with _lock:
+        _active = engine
+
+
+def configure_workflow_engine_from_settings(
+    settings: EngineSettings | None = None,
+) -> WorkflowEngine:
+    """Choose the engine from DULY_WORKFLOW_ENGINE, or by DULY_MODE when it is unset."""
+    chosen: EngineSettings = settings if settings is not None else WorkflowEngineSettings.from_env()
+    engine = resolve_workflow_engine(chosen.workflow_engine, chosen)
+    configure_workflow_engine(engine)
+    return engine
+
+
+def resolve_workflow_engine(value: Any, settings: EngineSettings) -> WorkflowEngine:
+    """The engine `value` names; None means the mode's default."""
+    if value is None:
+        if settings.production:
+            return DurableWorkflowEngine()
+        return LocalWorkflowEngine()
+    engine: WorkflowEngine = resolve_object(
+        value, accepts=is_workflow_engine, what="workflow engine"
+    )
+    return engine
+
+
+def is_workflow_engine(value: Any) -> bool:
+    """Whether `value` is an engine instance: it can start, status, resume and cancel."""
+    if isinstance(value, type):
+        return False
+    return all(callable(getattr(value, name, None)) for name in ENGINE_OPERATIONS)
