@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -160,10 +161,58 @@ async def check_no_failures(db: BenchDatabase, table: str) -> None:
         raise RuntimeError(f"{failed} runs of {table} failed an attempt; see the worker's log.")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` so far; 0.0 where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(server: EmbeddedPostgres) -> dict[int, float]:
+    """CPU seconds (user + system) of each of the server's processes now, by pid.
+
+    Its backends and background processes are the postmaster's children; the
+    difference of two readings is the server's CPU between them (a backend
+    that exited in between is missed: the worker's pooled ones do not). Empty
+    where there is no /proc.
+    """
+    postmaster = server.postmaster_pid
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    if postmaster is None:
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone since the listing
+        fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+        if int(fields[1]) == postmaster:  # fields[1] is the parent pid
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def cpu_since(server: EmbeddedPostgres, before: dict[int, float]) -> float:
+    """The server's CPU seconds since the `before` reading of server_cpu()."""
+    return sum(now - before.get(pid, 0.0) for pid, now in server_cpu(server).items())
+
+
 class WorkerProcess:
     """One `bench.worker_process` subprocess, stopped (or killed) however the block ends."""
 
-    def __init__(self, db: BenchDatabase, workflows: Sequence[str], pool_size: int | None) -> None:
+    def __init__(
+        self,
+        db: BenchDatabase,
+        workflows: Sequence[str],
+        pool_size: int | None,
+        concurrency: int = WORKER_CONCURRENCY,
+        options: Sequence[str] = (),
+    ) -> None:
         self.command = [
             sys.executable,
             "-m",
@@ -171,7 +220,8 @@ class WorkerProcess:
             db.url,
             *workflows,
             "--concurrency",
-            str(WORKER_CONCURRENCY),
+            str(concurrency),
+            *options,  # worker_process's own (--events, --profile PATH)
         ]
         if pool_size is not None:
             self.command += ["--pool-size", str(pool_size)]
@@ -181,6 +231,7 @@ class WorkerProcess:
         self.passes: int | None = None  # claim passes it made, printed as it stops
         self.cpu_seconds: float | None = None  # its CPU time (user + system), likewise
         self.connections: int | None = None  # connections its SQLAlchemy pool opened, likewise
+        self.statements: int | None = None  # statements its SQLAlchemy engine sent, likewise
 
     async def __aenter__(self) -> WorkerProcess:
         self.process = await asyncio.create_subprocess_exec(
@@ -201,6 +252,10 @@ class WorkerProcess:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    def cpu_now(self) -> float:
+        """Its CPU seconds so far, read from /proc while it runs (0.0 before it starts)."""
+        return 0.0 if self.process is None else process_cpu(self.process.pid)
 
     @property
     def exit_code(self) -> int | None:
@@ -240,3 +295,5 @@ class WorkerProcess:
                 self.cpu_seconds = float(value)
             elif word == "connections":
                 self.connections = int(value)
+            elif word == "statements":
+                self.statements = int(value)

@@ -29,7 +29,9 @@ from bench.harness import (
     BenchDatabase,
     WorkerProcess,
     check_no_failures,
+    cpu_since,
     insert_due_runs,
+    server_cpu,
     wait_until_done,
     wait_until_none,
 )
@@ -137,7 +139,10 @@ async def measure_throughput(
     async with BenchDatabase(server, f"bench_{table}") as db:
         await insert_due_runs(db, model, first_step, runs)
         async with WorkerProcess(db, [model.__name__], pool_size) as worker:
+            before, worker_before = server_cpu(server), worker.cpu_now()
             done_at = await wait_until_done(db, table, worker)
+            server_seconds = cpu_since(server, before)
+            worker_seconds = worker.cpu_now() - worker_before
         await check_no_failures(db, table)
     seconds = done_at - worker.ready_at
     return {
@@ -149,6 +154,11 @@ async def measure_throughput(
         "worker_cpu_seconds": worker.cpu_seconds,
         # By its SQLAlchemy pool: far more than max_concurrency means the pool churns.
         "worker_connections_opened": worker.connections,
+        # Every statement its engine sent (start-up included): runs per statement shows batching.
+        "worker_statements": worker.statements,
+        # The worker's and the server's CPU from the bench seeing "ready" to the last run.
+        "worker_cpu_in_window_seconds": worker_seconds,
+        "server_cpu_seconds": server_seconds,
     }
 
 

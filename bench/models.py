@@ -9,10 +9,25 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import Float, Integer
+from sqlalchemy import Float, Integer, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import Limit, Step, Workflow, child, fan_out, step, wait_for, wake_in
+from engine import (
+    Limit,
+    Step,
+    Workflow,
+    WorkflowDeliveryAttempt,
+    WorkflowEvent,
+    WorkflowEventRecord,
+    WorkflowOutbox,
+    child,
+    fan_out,
+    step,
+    wait_for,
+    wake_in,
+)
+
+BENCH_EVENT_TYPE = "bench.noop"  # the one event type the outbox figure publishes and routes
 
 
 class Base(DeclarativeBase):
@@ -139,8 +154,45 @@ class FanChild(Base, Workflow):
         return None
 
 
+class BenchEvent(Base, WorkflowEventRecord):
+    """The event records: every published event, as published."""
+
+    __tablename__ = "bench_events"
+
+
+class BenchOutbox(Base, WorkflowOutbox):
+    """The outbox: one row per event, a run of the engine's own `route` step."""
+
+    __tablename__ = "bench_outbox"
+
+
+class BenchDelivery(Base, WorkflowDeliveryAttempt):
+    """The delivery attempts: one row per route and event, which the bench checks."""
+
+    __tablename__ = "bench_deliveries"
+
+
+class BenchOrder(Base):
+    """A small plain business table: what a caller writes beside the events it publishes."""
+
+    __tablename__ = "bench_orders"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    note: Mapped[str] = mapped_column(Text)
+
+
+def bench_event(i: int) -> WorkflowEvent:
+    """The `i`th event of a run: small, as a domain event is."""
+    return WorkflowEvent(event_type=BENCH_EVENT_TYPE, event_name="bench_noop", payload={"i": i})
+
+
+def ignore_event(event: WorkflowEvent) -> None:
+    """The outbox figure's one handler: does nothing, so the figure is the routing's cost."""
+
+
 WORKFLOWS: dict[str, type[Workflow]] = {
-    cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild)
+    cls.__name__: cls
+    for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild, BenchOutbox)
 }
 
 

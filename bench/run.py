@@ -1,10 +1,12 @@
 """duly's benchmark: what one worker process does per second, and how soon and how late it runs.
 
     python bench/run.py [--quick] [--json PATH] [--only noop,latency,idle] [--pool-size N]
+                        [--statement-log DIR | --profile DIR]
 
 It starts its own embedded PostgreSQL (fsync on: every figure pays for real
 commits) and measures, each in a fresh database: plain UPDATE commits/s (the
-ceiling for one commit per step), no-op steps/s, three-step chains/s,
+ceiling for one commit per step), no-op steps/s, the events the outbox routes
+a second and what publishing adds to a transaction, three-step chains/s,
 start-to-run latency, wake_in lateness, deliveries/s to waiting runs and the
 time a fan-out of many children takes, the queries an idle worker sends and
 what a wake() that finds nothing due takes. bench/README.md says how each is
@@ -35,13 +37,17 @@ from bench import measures  # noqa: E402
 from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
 from bench.harness import WORKER_CONCURRENCY  # noqa: E402
 from bench.models import Chain, NoOp  # noqa: E402
+from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
+from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
 REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
 MEASUREMENTS = (
     "reference",
     "noop",
+    "outbox",
+    "publish",
     "chain",
     "latency",
     "timer",
@@ -58,6 +64,9 @@ PEER_CHAINS = "pgqueuer ~370-420 (its jobs/s / 3)"
 PEER_LATENCY = "pgqueuer, procrastinate: 1-3 ms"
 PEER_LATENESS = "pgqueuer ~140 ms; procrastinate ~3.3 s"
 NO_PEER = "—"  # the peers have no wait-for-event, fan-out or wake() to compare with
+# The outbox worker's max_concurrency: the seed's outbox batch size (rows a drain claims),
+# then the no-op line's, so the two figures compare like for like.
+OUTBOX_CONCURRENCY = (EventSettings().outbox_batch_size, WORKER_CONCURRENCY)
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,9 @@ class Sizes:
 
     update_seconds: float
     noop_runs: int
+    outbox_events: int
+    publish_transactions: int  # timed transactions of each kind
+    publish_warmup: int  # and left out before them
     chain_runs: int
     latency_runs: int
     timer_runs: int
@@ -81,6 +93,9 @@ class Sizes:
 FULL = Sizes(
     update_seconds=3.0,
     noop_runs=5000,
+    outbox_events=5000,
+    publish_transactions=500,
+    publish_warmup=50,
     chain_runs=2000,
     latency_runs=300,
     timer_runs=300,
@@ -95,6 +110,9 @@ FULL = Sizes(
 QUICK = Sizes(
     update_seconds=0.6,
     noop_runs=1000,
+    outbox_events=1000,
+    publish_transactions=100,
+    publish_warmup=10,
     chain_runs=400,
     latency_runs=60,
     timer_runs=60,
@@ -114,6 +132,8 @@ async def run_all(
     only: set[str],
     pool_size: int | None,
     progress: Callable[[str], None],
+    diagnostics: Path | None = None,
+    profile: bool = False,
 ) -> Report:
     """Every chosen measurement in turn, each on a fresh database."""
     report = Report(await machine_info(server, WORKER_CONCURRENCY), asdict(sizes))
@@ -121,6 +141,7 @@ async def run_all(
     # Before the latency and timer runs; the warm-up fan-out has as many children.
     report.details["warmup_runs"] = measures.WARMUP_RUNS
     ceiling = ""
+    noop_rate: float | None = None  # the outbox's figures are read beside it
 
     async def attempt(name: str, description: str, measure: Awaitable[None]) -> None:
         # One broken measurement (a stuck engine, say) must not cost the others.
@@ -153,8 +174,62 @@ async def run_all(
     async def noop() -> None:
         found = await measures.measure_throughput(server, NoOp, "run", sizes.noop_runs, pool_size)
         report.details["noop"] = found
+        nonlocal noop_rate
+        noop_rate = found["runs_per_s"]
         report.add(
             "noop_steps_per_s", "No-op steps/s", found["runs_per_s"], "steps/s", PEER_JOBS + ceiling
+        )
+
+    async def outbox() -> None:
+        found: dict[str, Any] = {}
+        report.details["outbox"] = found
+        for concurrency in OUTBOX_CONCURRENCY:
+            case = await measure_outbox(
+                server, sizes.outbox_events, concurrency, pool_size, diagnostics, profile
+            )
+            found[f"max_concurrency_{concurrency}"] = case
+            rate = case["events_per_s"]
+            beside = NO_PEER
+            if noop_rate:
+                beside = f"no-op steps/s this run: {noop_rate:,.0f} (x{rate / noop_rate:.2f})"
+            report.add(
+                f"outbox_events_per_s_{concurrency}",
+                f"Outbox events/s (max_concurrency={concurrency})",
+                rate,
+                "events/s",
+                beside,
+            )
+
+    async def publish() -> None:
+        found = await measure_publish_cost(server, sizes.publish_transactions, sizes.publish_warmup)
+        report.details["publish"] = found
+        kinds = [
+            ("insert_only", "one INSERT", found["business_insert_only_ms"]),
+            ("1_event", "INSERT + publish_many(1 event)", found["with_1_event_ms"]),
+            ("100_events", "INSERT + publish_many(100 events)", found["with_100_events_ms"]),
+        ]
+        for key, what, cut in kinds:
+            for p in ("p50", "p95"):
+                report.add(
+                    f"publish_txn_{key}_{p}_ms", f"Transaction, {what}: {p}", cut[p], "ms", NO_PEER
+                )
+        for label, what in (("1_event", "1 event"), ("100_events", "100 events")):
+            added = found[f"added_by_{label}_ms"]
+            for p in ("p50", "p95"):
+                report.add(
+                    f"publish_added_{label}_{p}_ms",
+                    f"Publish cost, {what}: added {p}",
+                    added[p],
+                    "ms",
+                    NO_PEER,
+                )
+        most = max(found["statements_per_publish"].values())
+        report.add(
+            "publish_statements_per_call",
+            "publish_many: statements per call (1 or 100 events)",
+            most,
+            "statements",
+            NO_PEER,
         )
 
     async def chain() -> None:
@@ -276,6 +351,16 @@ async def run_all(
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
+        "outbox": (
+            f"{sizes.outbox_events} published events routed by one worker, at max_concurrency "
+            f"{' then '.join(map(str, OUTBOX_CONCURRENCY))}",
+            outbox,
+        ),
+        "publish": (
+            f"{sizes.publish_transactions} transactions of each kind (after "
+            f"{sizes.publish_warmup}): an INSERT, with publish_many of 0, 1 and 100 events",
+            publish,
+        ),
         "chain": (f"{sizes.chain_runs} three-step runs", chain),
         "latency": (
             f"{sizes.latency_runs} starts, {measures.START_EVERY * 1000:.0f} ms apart",
@@ -325,6 +410,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pool-size", type=int, help="the worker's SQLAlchemy pool_size (default: SQLAlchemy's 5)"
     )
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--statement-log",
+        type=Path,
+        metavar="DIR",
+        help="the outbox workers' statements by kind, size and time, to DIR",
+    )
+    chosen.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="as --statement-log, and the outbox workers run under cProfile (stats to DIR)",
+    )
     args = parser.parse_args(argv)
     args.only = {name.strip() for name in args.only.split(",") if name.strip()}
     if unknown := args.only - set(MEASUREMENTS):
@@ -347,7 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     progress("starting embedded PostgreSQL (fsync on)")
     server = start_embedded()
     try:
-        report = asyncio.run(run_all(server, sizes, args.only, args.pool_size, progress))
+        diagnostics = args.profile or args.statement_log
+        if diagnostics is not None:
+            diagnostics.mkdir(parents=True, exist_ok=True)
+        report = asyncio.run(
+            run_all(
+                server,
+                sizes,
+                args.only,
+                args.pool_size,
+                progress,
+                diagnostics,
+                profile=args.profile is not None,
+            )
+        )
     except KeyboardInterrupt:
         progress("interrupted: worker processes and the server are stopped")
         return 130

@@ -1,10 +1,10 @@
-"""The fast path for step outcomes that change only the engine's columns.
+"""The fast path for step outcomes: one short UPDATE driven by arrays.
 
 Most steps that finish together under load (no-op steps, steps that only
-choose what comes next) touch no column of their own row. Their outcomes go
-in one short UPDATE driven by arrays, whose text never changes with the
-number of rows, so PostgreSQL plans it once (psycopg prepares it) and
-psycopg converts it once:
+choose what comes next, the outbox's drains) touch no column of their own
+row, or only plain ones. Their outcomes go in one short UPDATE driven by
+arrays, whose text never changes with the number of rows, so PostgreSQL
+plans it once (psycopg prepares it) and psycopg converts it once:
 
     WITH moved AS (
         UPDATE t SET ... FROM unnest(:keys, :versions, ...) AS v(...)
@@ -15,6 +15,13 @@ psycopg converts it once:
 
 What an outcome means for the columns is `outcomes.outcome_values`, as on
 the typed path (`commits.fenced_writes`), which takes everything else.
+
+A write may change the row's own columns here when each is of a plain type
+(`array_type`): whole numbers, floats, booleans, dates and times, and text
+of any length, passed as an array of `text` and assigned to the column, so
+PostgreSQL checks a `varchar(n)`'s length as an assignment does (a cast
+would truncate). Writes go together only when they change the same
+columns: the columns are part of the statement's shape.
 """
 
 from __future__ import annotations
@@ -24,13 +31,21 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Boolean, Integer, Row, bindparam, case, cast, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy import Boolean, Integer, Row, case, cast, func, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.attempt_log import log_attempts
 from engine.clock import db_now
+from engine.companions import (
+    CompanionShape,
+    array_parameter,
+    array_type,
+    companion_insert,
+    companion_parameters,
+    companion_shapes,
+)
 from engine.notify import announcement
 from engine.outcomes import (
     FIELD_TYPES,
@@ -53,19 +68,27 @@ ROW_FIELDS: list[tuple[str, Any]] = [
 
 
 def takes(write: Write) -> bool:
-    """Whether the fast path alone can commit this write: engine-only, touching no other row."""
-    return engine_only(write) and not write.needs_transaction
+    """Whether the fast path alone can commit this write: it fits, touching no other row."""
+    return bulk_columns(write) is not None and not write.needs_transaction
 
 
-def engine_only(write: Write) -> bool:
-    """Whether this outcome fits the fast path: no user columns, no wait, no event key."""
+def bulk_columns(write: Write) -> tuple[str, ...] | None:
+    """The user columns this write changes if the fast path can write it, else None.
+
+    It can when it arms no wait, takes no event key, is logged, and changes only
+    columns of plain types.
+    """
     outcome = write.outcome
-    return (
-        not outcome.changes
-        and write.record is not None
-        and outcome.pending != "wait"
-        and outcome.recent_event_keys is None
-    )
+    if write.record is None or outcome.pending == "wait" or outcome.recent_event_keys is not None:
+        return None
+    changed = tuple(sorted(outcome.changes))
+    return changed if all_plain(write.claim.info, changed) else None
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def all_plain(info: WorkflowInfo, changed: tuple[str, ...]) -> bool:
+    """Whether every column of `changed` can travel as an array (asked once per shape)."""
+    return all(array_type(info.table.c[name]) is not None for name in changed)
 
 
 async def bulk_fenced_writes(
@@ -73,8 +96,12 @@ async def bulk_fenced_writes(
 ) -> list[Row[Any] | None]:
     """Commit engine-only outcomes to rows of one table in one short statement."""
     info = writes[0].claim.info
+    changed = tuple(sorted(writes[0].outcome.changes))
+    if any(bulk_columns(write) != changed for write in writes):
+        raise ValueError("bulk_fenced_writes() takes writes that change the same plain columns.")
     columns: dict[str, list[Any]] = {f"key{i}": [] for i in range(len(info.mapper.primary_key))}
     columns.update({name: [] for name, _ in ROW_FIELDS})
+    columns.update({f"set_{name}": [] for name in changed})
     for position, write in enumerate(writes):
         for i, value in enumerate(write.claim.key):
             columns[f"key{i}"].append(value)
@@ -84,7 +111,18 @@ async def bulk_fenced_writes(
         fields.update(announce=write.announce, position=position)
         for name, _ in ROW_FIELDS:
             columns[name].append(fields[name])
-    statement = bulk_statement(info, attempt_log)  # type: ignore[arg-type]
+        for name in changed:
+            columns[f"set_{name}"].append(write.outcome.changes[name])
+    shapes = companion_shapes([c for write in writes for c in write.companions])
+    for index, shape in enumerate(shapes):
+        attached = [
+            (position, c)
+            for position, write in enumerate(writes)
+            for c in write.companions
+            if c.shape == shape
+        ]
+        columns.update(companion_parameters(shape, f"c{index}_", attached))
+    statement = bulk_statement(info, attempt_log, changed, shapes)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
     for row in (await conn.execute(statement, columns)).all():
         written[row.v_position] = row
@@ -92,15 +130,29 @@ async def bulk_fenced_writes(
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Executable:
-    """The array-driven fenced UPDATE of one table (and its log INSERT), built once."""
+def bulk_statement(
+    info: WorkflowInfo,
+    attempt_log: type[Any] | None,
+    changed: tuple[str, ...] = (),
+    companions: tuple[CompanionShape, ...] = (),
+) -> Executable:
+    """The array-driven fenced UPDATE of one table (and its log INSERT), built once.
+
+    `changed` are the user columns every write of the statement sets;
+    `companions` the shapes of the rows its writes attached (written for the
+    writes that land: `engine.companions`).
+    """
     table = info.table
     keys = list(info.mapper.primary_key)
-    arrays = [
-        cast(bindparam(f"key{i}", type_=ARRAY(column.type)), ARRAY(column.type))
-        for i, column in enumerate(keys)
-    ] + [cast(bindparam(name, type_=ARRAY(type_)), ARRAY(type_)) for name, type_ in ROW_FIELDS]
-    names = [f"v_key{i}" for i in range(len(keys))] + [f"v_{name}" for name, _ in ROW_FIELDS]
+    sets = [(f"set_{name}", array_type(table.c[name])) for name in changed]
+    arrays = [array_parameter(f"key{i}", column.type) for i, column in enumerate(keys)] + [
+        array_parameter(name, type_) for name, type_ in (*ROW_FIELDS, *sets)
+    ]
+    names = (
+        [f"v_key{i}" for i in range(len(keys))]
+        + [f"v_{name}" for name, _ in ROW_FIELDS]
+        + [f"v_{name}" for name, _ in sets]
+    )
     v = func.unnest(*arrays).table_valued(*names).render_derived(name="v", with_types=False)
 
     def value(name: str) -> Any:
@@ -112,8 +164,21 @@ def bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Executa
         # The fence, row by row: each row is ours only at the version we claimed.
         .where(*(column == v.c[f"v_key{i}"] for i, column in enumerate(keys)))
         .where(table.c.wf_version == v.c.v_version)
-        .values(outcome_values(table, value, db_now()))
-        .returning(*table.c, *(v.c[name] for name in names if not name.startswith("v_key")))
+        .values(
+            {
+                **outcome_values(table, value, db_now()),
+                # Assigned, not cast: PostgreSQL checks the column's own limits.
+                **{table.c[name]: v.c[f"v_set_{name}"] for name in changed},
+            }
+        )
+        .returning(
+            *table.c,
+            # What the statement reads back: where each write goes, whether it is announced,
+            # and (for the log) its attempt record; nothing else, so rows come back narrow.
+            v.c.v_position,
+            v.c.v_announce,
+            *((v.c[f"v_{name}"] for name in LOG_FIELDS) if attempt_log is not None else ()),
+        )
         .cte("moved")
     )
     notified = case((moved.c.v_announce, announcement(table.name)), else_=None)
@@ -121,4 +186,7 @@ def bulk_statement(info: WorkflowInfo, attempt_log: type[Any] | None) -> Executa
     if attempt_log is not None:
         records = log_values(lambda name: moved.c[f"v_{name}"])
         query = query.add_cte(log_attempts(attempt_log, table.name, records, moved).cte("logged"))
+    for index, shape in enumerate(companions):
+        written = companion_insert(shape, f"c{index}_", select(moved.c.v_position))
+        query = query.add_cte(written.cte(f"companion_{index}"))
     return query

@@ -21,8 +21,9 @@ from sqlalchemy import Row
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.bulk_commits import bulk_fenced_writes, engine_only, takes
+from engine.bulk_commits import bulk_columns, bulk_fenced_writes, takes
 from engine.commits import fenced_writes
+from engine.companions import companion_shapes, write_companions
 from engine.fanout import children_finished, count_children, start_children
 from engine.outcomes import Write
 
@@ -87,13 +88,20 @@ class Committer:
     async def _flush(self, batch: list[Pending]) -> None:
         # One statement per table and path, at most MAX_WRITES_PER_STATEMENT writes each:
         # the cost of building a statement grows faster than its length.
-        groups: dict[tuple[str, str, int], list[Pending]] = {}
+        # The fast path's statements are shaped by the user columns their writes change too.
+        groups: dict[tuple[str, str, int, Any], list[Pending]] = {}
         for pending in batch:
             write = pending[0]
             path = _path(write)
             alone = id(write) if path == "fan-out" else 0  # a fan-out commits on its own
-            groups.setdefault((write.claim.info.table.fullname, path, alone), []).append(pending)
-        for (_, path, _), group in groups.items():
+            shape = (
+                (bulk_columns(write), companion_shapes(write.companions))
+                if path == "bulk"
+                else None
+            )
+            key = (write.claim.info.table.fullname, path, alone, shape)
+            groups.setdefault(key, []).append(pending)
+        for (_, path, _, _), group in groups.items():
             for start in range(0, len(group), MAX_WRITES_PER_STATEMENT):
                 await self._settle_group(path, group[start : start + MAX_WRITES_PER_STATEMENT])
 
@@ -117,9 +125,17 @@ class Committer:
     async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
         """Outcomes with the children they start or the parents they finish, in one commit."""
         # The outcomes themselves take the fast path when they can, as outside a transaction.
-        write_rows = bulk_fenced_writes if all(map(engine_only, writes)) else fenced_writes
+        shapes = {(bulk_columns(w), companion_shapes(w.companions)) for w in writes}
+        fits = len(shapes) == 1 and all(columns is not None for columns, _ in shapes)
+        write_rows = bulk_fenced_writes if fits else fenced_writes
         async with self._transactions.begin() as conn:
             rows = await write_rows(conn, writes, attempt_log=self._attempt_log)
+            if not fits:
+                # The typed path carries no companions: they follow, for the writes that landed.
+                landed = [
+                    c for w, row in zip(writes, rows, strict=True) if row for c in w.companions
+                ]
+                await write_companions(conn, landed)
             finished = []
             for write, row in zip(writes, rows, strict=True):
                 if row is None:
@@ -140,7 +156,7 @@ class Committer:
         writes = [write for write, _ in group]
         while True:
             try:
-                if path in ("fan-out", "finishing"):
+                if path in ("fan-out", "finishing", "companions"):
                     rows = await self._write_in_transaction(writes)
                     break
                 async with self._engine.connect() as conn:
@@ -162,12 +178,15 @@ class Committer:
 
 
 def _path(write: Write) -> str:
-    """How a write is committed: its own transaction, with parents, fast path, or CTEs."""
+    """How a write is committed: its own transaction, with parents, fast path, CTEs, or
+    CTEs and then its companions in one transaction."""
     if write.fan_out is not None:
         return "fan-out"
     if write.finishes_child_of is not None:
         return "finishing"
-    return "bulk" if takes(write) else "typed"
+    if takes(write):
+        return "bulk"
+    return "companions" if write.companions else "typed"
 
 
 def _settle(future: asyncio.Future[Row[Any] | None], exc: BaseException) -> None:

@@ -23,6 +23,7 @@ from engine import telemetry
 from engine.attempt_log import run_key
 from engine.claims import Claim
 from engine.committer import TRANSIENT_ERRORS, Committer
+from engine.companions import collecting
 from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
 from engine.fanout import FanOut
@@ -71,7 +72,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
-        with telemetry.step_span(info.name, name, failures + 1, row):
+        with telemetry.step_span(info.name, name, failures + 1, row), collecting() as attached:
             result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
@@ -100,6 +101,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         announce=isinstance(directive, RunNow) and not keep,
         fan_out=directive if isinstance(directive, FanOut) else None,
         finishes_child_of=_parent_if_final(row, outcome),
+        companions=tuple(attached),
     )
     try:
         written = await ctx.committer.write(write)

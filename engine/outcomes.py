@@ -19,6 +19,7 @@ from sqlalchemy import Boolean, DateTime, Integer, Interval, Table, Text, case, 
 
 from engine.attempt_log import RECORD_FIELDS
 from engine.claims import Claim
+from engine.companions import Companion
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Write:
     announce: bool = False  # NOTIFY: this write leaves work ready for any worker
     fan_out: Any = None  # a FanOut whose children start in this same commit
     finishes_child_of: dict[str, Any] | None = None  # the parent this run was the child of
+    companions: tuple[Companion, ...] = ()  # rows written only if this write lands
 
     @property
     def needs_transaction(self) -> bool:

@@ -40,6 +40,9 @@ METRICS = prometheus_client is not None
 OUTCOMES = ("ok", "retry", "failed", "fenced")
 
 _tracer: Any = trace.get_tracer("duly") if trace is not None else None
+NO_PROVIDER: tuple[type[Any], ...] = (
+    (trace.ProxyTracerProvider, trace.NoOpTracerProvider) if trace is not None else ()
+)
 
 if prometheus_client is not None:
     CLAIMED_ROWS: Any = prometheus_client.Histogram(
@@ -91,10 +94,24 @@ if prometheus_client is not None:
     )
 
 
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, kept: prometheus-client's own lookup takes a lock every call."""
+    key = (id(metric), labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
 @contextlib.contextmanager
 def step_span(workflow: str, step: str, attempt: int, row: object) -> Iterator[None]:
     """A span around one attempt of a step's body on `row` (nothing without tracing)."""
-    if _tracer is None:
+    # Until the application sets a tracer provider, a span would be a no-op that still
+    # costs a context switch per attempt: skip it (FastAPI installs the API, not a provider).
+    if _tracer is None or isinstance(trace.get_tracer_provider(), NO_PROVIDER):
         yield
         return
     attributes = {
@@ -111,8 +128,8 @@ def attempt_finished(workflow: str, step: str, outcome: str, took_ms: float) -> 
     """Count an attempt's outcome and time its body (nothing without metrics)."""
     if prometheus_client is None:
         return
-    STEP_ATTEMPTS.labels(workflow, step, outcome).inc()
-    STEP_SECONDS.labels(workflow, step).observe(took_ms / 1000)
+    _child(STEP_ATTEMPTS, workflow, step, outcome).inc()
+    _child(STEP_SECONDS, workflow, step).observe(took_ms / 1000)
 
 
 def latest_metrics() -> tuple[bytes, str] | None:
@@ -125,20 +142,20 @@ def latest_metrics() -> tuple[bytes, str] | None:
 def rows_claimed(workflow: str, rows: int) -> None:
     """Record one claim's size for `workflow`."""
     if prometheus_client is not None:
-        CLAIMED_ROWS.labels(workflow).observe(rows)
+        _child(CLAIMED_ROWS, workflow).observe(rows)
 
 
 def outbox_backlog(counts: dict[str, int]) -> None:
     """Set the outbox gauges from a summary's counts by status."""
     if prometheus_client is not None:
         for status, rows in counts.items():
-            OUTBOX_BACKLOG.labels(status).set(rows)
+            _child(OUTBOX_BACKLOG, status).set(rows)
 
 
 def outbox_drained(status: str, seconds: float) -> None:
     """Count one drain of an outbox row by the status it left, and time it."""
     if prometheus_client is not None:
-        OUTBOX_SETTLED.labels(status).inc()
+        _child(OUTBOX_SETTLED, status).inc()
         OUTBOX_SECONDS.observe(seconds)
 
 
@@ -146,16 +163,16 @@ def deliveries_recorded(statuses: list[str]) -> None:
     """Count delivery attempts recorded, by status."""
     if prometheus_client is not None:
         for status in statuses:
-            DELIVERIES.labels(status).inc()
+            _child(DELIVERIES, status).inc()
 
 
 def duplicates_ignored(registry: str, count: int = 1) -> None:
     """Count published events ignored as duplicates."""
     if prometheus_client is not None and count:
-        DUPLICATES.labels(registry).inc(count)
+        _child(DUPLICATES, registry).inc(count)
 
 
 def execution_state(engine: str, state: str) -> None:
     """Count an execution entering `state`."""
     if prometheus_client is not None:
-        EXECUTIONS.labels(engine, state).inc()
+        _child(EXECUTIONS, engine, state).inc()

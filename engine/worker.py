@@ -187,9 +187,12 @@ class Worker:
         """Make passes until one finds nothing due and no step is left running.
 
         Tests use it (through `engine.testing.drain`) to take one deterministic
-        step of the world: no listener, no sleeping, no clock of its own.
+        step of the world: no listener, no sleeping, no clock of its own; and
+        `duly drain` routes the outbox with it. Running steps' leases are renewed.
         """
         self._committer.start()
+        # Leases are kept here too: `duly drain` runs this way, and its routes may run long.
+        keeper = asyncio.create_task(self._leases.keep())
         claimed_before = self.steps_started
         try:
             while True:
@@ -204,6 +207,8 @@ class Worker:
                 # A step claimed by this pass may have finished (and made its next step
                 # due) while the pass went on to ask what is due next: look again.
         finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
             await self._committer.stop()
         return self.steps_started - claimed_before
 

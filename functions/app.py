@@ -1,10 +1,15 @@
-"""The one FastAPI app: health, read-only views of runs and history, and the API docs.
+"""The one FastAPI app: health, read-only views of runs and history, the outbox, the API docs.
 
 Each route parses its request, calls the engine and shapes the reply. The
 engine's errors become HTTP statuses here and only here: a NotFoundError names
 something that does not exist (404), any other DulyError is the client's
 mistake (400), and anything else is a bug: a 500 whose traceback is logged.
 This module is what deploys; the dev routes live in `functions/dev.py`.
+
+The outbox routes read the event tables (`engine.events.views`) and replay
+dead letters. A database without an outbox table answers them 404; replaying
+one event that is not dead-lettered is a 409 (the request is well formed,
+the event's state refuses it).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
@@ -22,11 +27,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import DulyError, NotFoundError, connect_workflows, run_workflows
+from engine import (
+    ConfigurationError,
+    DatabaseEventRegistry,
+    DulyError,
+    EventSettings,
+    NotFoundError,
+    connect_workflows,
+    get_event_registry,
+    run_workflows,
+)
+from engine.events import views
+from engine.events.records import EventTables, OutboxColumns, tables_for
 from engine.registry import ENGINE_COLUMNS
 from engine.telemetry import latest_metrics
 
@@ -50,6 +67,11 @@ DOCS_ASSETS_URL = "/docs/assets"
 # Swagger UI 5 and ReDoc, shipped in a wheel so /docs works offline.
 DOCS_ASSETS_PACKAGE = ("fastapi_offline", "static")
 SERVER_ERROR = "Internal server error: the traceback is in the server's log."
+MAX_EVENT_ID = 200  # characters of an event id in a request
+MAX_REPLAY_IDS = 10_000  # event ids in one replay request
+# The statuses of engine.events.views.VIEW_STATUSES, for validation and the schema.
+OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter"]
+EventId = Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID)]
 
 router = APIRouter()
 docs_router = APIRouter(include_in_schema=False)
@@ -284,6 +306,107 @@ def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
         expected = f"expected {kind.__name__}"
         message = f"{value!r} is not a valid {column.name} for {info.name}: {expected}."
         raise HTTPException(400, message) from None
+
+
+# -- the outbox -------------------------------------------------------------------------
+
+
+class ReplayRequest(BaseModel):
+    """Which dead-lettered events to replay; all of them when event_ids is absent."""
+
+    model_config = ConfigDict(extra="forbid")
+    event_ids: list[EventId] | None = Field(None, max_length=MAX_REPLAY_IDS)
+
+
+@router.get("/outbox")
+async def outbox_summary(request: Request) -> dict[str, Any]:
+    """Outbox rows by status, the next due instant, and handlers with failing routes."""
+    summary = await views.outbox_summary(event_tables(request), engine=_reads(request))
+    return jsonable_encoder(summary)
+
+
+@router.get("/outbox/events")
+async def list_outbox_events(
+    request: Request,
+    status: OutboxStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    before: Annotated[str | None, Query(min_length=1, max_length=MAX_EVENT_ID)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """Outbox rows newest first; `before` (the last id of a page) or `offset` pages on."""
+    page = await views.list_outbox(
+        event_tables(request),
+        status,
+        limit=limit,
+        before=before,
+        offset=offset,
+        engine=_reads(request),
+    )
+    return {"events": jsonable_encoder(page.rows), "next_before": page.next_before}
+
+
+@router.get("/outbox/events/{event_id}")
+async def outbox_event(request: Request, event_id: str) -> dict[str, Any]:
+    """One event as published, its outbox row and each route's delivery record."""
+    detail = await views.event_detail(event_tables(request), event_id, engine=_reads(request))
+    return jsonable_encoder(detail)
+
+
+@router.post("/outbox/dead-letters/replay")
+async def replay_dead_letters(
+    request: Request, body: ReplayRequest | None = None
+) -> dict[str, Any]:
+    """Make dead-lettered events due again: those of event_ids, or every one."""
+    ids = None if body is None else body.event_ids
+    replayed = await database_registry(event_tables(request)).replay_dead_letters(ids)
+    return {"replayed": replayed, "count": len(replayed)}
+
+
+@router.post("/outbox/events/{event_id}/replay")
+async def replay_event(request: Request, event_id: str) -> dict[str, Any]:
+    """Make one dead-lettered event due again; 409 when it is not dead-lettered."""
+    tables = event_tables(request)
+    replayed = await database_registry(tables).replay_dead_letters([event_id])
+    if not replayed:
+        detail = await views.event_detail(tables, event_id, engine=_reads(request))
+        status = detail.outbox.status if detail.outbox is not None else "without an outbox row"
+        raise HTTPException(
+            409, f"Event {event_id!r} is {status}, not dead_letter: there is nothing to replay."
+        )
+    return {"replayed": replayed, "count": len(replayed)}
+
+
+def event_tables(request: Request) -> EventTables:
+    """The event tables of the outbox in this app's database; NotFoundError when it has none."""
+    found = [
+        info.cls for info in connection_of(request).workflows if issubclass(info.cls, OutboxColumns)
+    ]
+    if not found:
+        raise NotFoundError(
+            "This database has no outbox table: map WorkflowOutbox, WorkflowEventRecord and "
+            "WorkflowDeliveryAttempt on your base and create their tables."
+        )
+    try:
+        return tables_for(found[-1])
+    except ConfigurationError as exc:  # the outbox is there, its record or delivery class not
+        raise NotFoundError(str(exc)) from None
+
+
+def database_registry(tables: EventTables) -> DatabaseEventRegistry:
+    """The configured DatabaseEventRegistry, else one for `tables`.
+
+    Used to publish and replay, neither of which reads a setting, so the
+    environment's are not parsed for it.
+    """
+    registry = get_event_registry()
+    if isinstance(registry, DatabaseEventRegistry):
+        return registry
+    return DatabaseEventRegistry(outbox=tables.outbox, settings=EventSettings())
+
+
+def _reads(request: Request) -> AsyncEngine:
+    # Each read its own transaction: no BEGIN and COMMIT round trips.
+    return connection_of(request).autocommit
 
 
 # -- API docs, served from a wheel rather than a CDN -----------------------------------

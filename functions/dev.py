@@ -1,9 +1,11 @@
 """The dev app: the API of `functions/app.py` plus helpers a deployment must not have.
 
 `duly dev` serves this; a deployed app serves `create_app` alone. The dev
-routes move the database clock (so days of workflow time pass at once) and
-start the example's Onboarding run; the demo run `duly dev` starts at first
-is one of those.
+routes move the database clock (so days of workflow time pass at once),
+start the example's Onboarding run (the demo run `duly dev` starts at first
+is one of those), and publish the example's `expense.submitted` event
+through the outbox, so the outbox row (`/outbox/events`) and then the
+Expense run its handler starts (`/runs/expense`) can be watched.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import NotFoundError, connect_workflows
+from engine import NotFoundError, WorkflowEvent, connect_workflows
 from engine.testing import move_clock, reset_clock
-from functions.app import connection_of, create_app
+from functions.app import connection_of, create_app, database_registry, event_tables
 
 if TYPE_CHECKING:
     from engine.connection import WorkflowConnection
@@ -30,6 +32,8 @@ MAX_CLOCK_MOVE = timedelta(days=36_500)  # per request: far enough, and far from
 EXAMPLES_MODULE = "functions.examples"  # named, not imported: the dev app serves any app
 DEMO_USER = "demo"
 DEMO_EMAIL = "demo@example.com"
+EXPENSE_SUBMITTED = "expense.submitted"  # the examples' event, named like the module
+MAX_EXPENSE_ID = 2**31 - 1  # the expense table's integer key
 
 dev_router = APIRouter(prefix="/dev", tags=["dev"])
 
@@ -64,6 +68,14 @@ class NewOnboarding(BaseModel):
     email: str = Field(min_length=1, max_length=320)
 
 
+class NewExpense(BaseModel):
+    """An expense to submit: the example's handler starts its Expense run."""
+
+    model_config = ConfigDict(extra="forbid")
+    expense_id: int = Field(ge=1, le=MAX_EXPENSE_ID)
+    amount: int = Field(ge=0, le=MAX_EXPENSE_ID)
+
+
 @dev_router.post("/clock")
 async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
     """Move the database clock; the new shift from PostgreSQL's own time, in seconds."""
@@ -91,6 +103,28 @@ async def dev_start_onboarding(request: Request, new: NewOnboarding) -> dict[str
     return {"started": started, "id": key}
 
 
+@dev_router.post("/expenses")
+async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any]:
+    """Publish `expense.submitted` through the outbox; the worker's drain starts the run.
+
+    Submitting the same expense again publishes another event, whose
+    delivery finds the run already started and starts none.
+    """
+    connection = connection_of(request)
+    example_class(connection, "Expense")
+    tables = event_tables(request)
+    event = WorkflowEvent(
+        event_type=EXPENSE_SUBMITTED,
+        event_name="expense_submitted",
+        payload={"expense_id": new.expense_id, "amount": new.amount},
+        source="duly dev",
+    )
+    # In a transaction, as a business change would publish it: announced when it commits.
+    async with connection.sessionmaker() as session, session.begin():
+        await database_registry(tables).publish(event, session=session)
+    return {"event_id": event.event_id, "expense_id": new.expense_id}
+
+
 async def start_onboarding(
     connection: WorkflowConnection, user_id: str, email: str
 ) -> tuple[bool, Any]:
@@ -106,12 +140,17 @@ async def start_onboarding(
 
 def example_onboarding(connection: WorkflowConnection) -> Any:
     """The example app's Onboarding class, if this connection serves it."""
+    return example_class(connection, "Onboarding")
+
+
+def example_class(connection: WorkflowConnection, name: str) -> Any:
+    """The example app's workflow class `name`, if this connection serves it."""
     for info in connection.workflows:
-        if info.cls.__module__ == EXAMPLES_MODULE and info.cls.__name__ == "Onboarding":
+        if info.cls.__module__ == EXAMPLES_MODULE and info.cls.__name__ == name:
             return info.cls
     raise NotFoundError(
-        "The example app is not loaded: starting an Onboarding run needs "
-        f"DULY_APP={EXAMPLES_MODULE}."
+        f"The example app is not loaded: this needs its {name} table, and DULY_APP="
+        f"{EXAMPLES_MODULE}."
     )
 
 

@@ -5,6 +5,13 @@ written, but for the imports (and `Expense.escalate` and the columns of
 `Lookup`, which the seed names but does not show); the services they call
 (`send_email`, `has_activated`, `notify_manager`, `email_digest`,
 `lookup_provider`) are stubs that log, so a local run shows every step.
+
+The event layer's three tables are mapped here too (`duly_events`,
+`duly_outbox`, `duly_deliveries`), and `event_registry` routes
+`expense.submitted` to `start_expense`, which starts the Expense run for the
+expense it names, once. Importing the module configures nothing: `duly dev`
+and `duly drain` configure `event_registry` (see `functions.cli`), and
+`POST /dev/expenses` publishes the event through the outbox.
 """
 
 from __future__ import annotations
@@ -19,8 +26,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from engine import (
     AttemptLog,
     Cron,
+    DatabaseEventRegistry,
     Limit,
     Workflow,
+    WorkflowDeliveryAttempt,
+    WorkflowEvent,
+    WorkflowEventRecord,
+    WorkflowOutbox,
     child,
     every,
     fan_out,
@@ -189,3 +201,49 @@ class Lookup(Base, Workflow):
 
 class WorkflowAttempt(Base, AttemptLog):
     __tablename__ = "workflow_attempt"
+
+
+# -- events ------------------------------------------------------------------------------
+
+EXPENSE_SUBMITTED = "expense.submitted"
+
+
+class Event(Base, WorkflowEventRecord):
+    __tablename__ = "duly_events"
+
+
+class Outbox(Base, WorkflowOutbox):
+    __tablename__ = "duly_outbox"
+
+
+class Delivery(Base, WorkflowDeliveryAttempt):
+    __tablename__ = "duly_deliveries"
+
+
+def is_expense(event: WorkflowEvent) -> bool:
+    """An `expense.submitted` payload names a whole-number expense id and amount.
+
+    A payload that does not is dead-lettered at once: retrying cannot mend it.
+    """
+    payload = event.payload
+    return all(
+        isinstance(payload.get(name), int) and not isinstance(payload.get(name), bool)
+        for name in ("expense_id", "amount")
+    )
+
+
+async def start_expense(event: WorkflowEvent) -> None:
+    """Start the Expense run the event asks for; a second delivery starts nothing.
+
+    The run's key is the expense id, so `start()` finds a run already there
+    (a unique conflict) and returns False: the handler is idempotent.
+    """
+    expense = Expense(id=event.payload["expense_id"], amount=event.payload["amount"])
+    if await expense.start(Expense.request_approval):
+        log.info("expense %s: approval requested (event %s)", expense.id, event.event_id)
+    else:
+        log.info("expense %s has its run already; event %s starts none", expense.id, event.event_id)
+
+
+event_registry = DatabaseEventRegistry(outbox=Outbox)
+event_registry.register(EXPENSE_SUBMITTED, start_expense, validator=is_expense)

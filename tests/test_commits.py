@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
@@ -22,6 +23,7 @@ from engine.outcomes import AttemptRecord, Outcome, Write
 from engine.registry import ENGINE_COLUMNS, workflow_info
 from functions import examples
 from functions.examples import Onboarding, WorkflowAttempt
+from tests.apps import bounded
 from tests.conftest import Database
 
 LEASE = timedelta(minutes=5)
@@ -40,6 +42,11 @@ OUTCOMES = {
     ),
     "gave up": Outcome(None, None, attempts=4, last_error="RuntimeError: no", pending="discard"),
     "next step, announced": Outcome("activated", {"a": [1, 2]}, wake_after=timedelta(0)),
+    # The row's own plain columns, which the fast path takes as arrays too.
+    "own columns changed": Outcome(
+        "check", {}, wake_after=timedelta(hours=1), changes={"nudges": 3, "status": "nudged"}
+    ),
+    "own column, run finished": Outcome(None, None, pending="discard", changes={"status": "done"}),
 }
 
 
@@ -70,6 +77,7 @@ async def test_both_paths_write_the_same_row_and_attempt_record(
         [bulk] = await bulk_fenced_writes(conn, [writes["bulk"]], attempt_log=WorkflowAttempt)
     assert typed is not None and bulk is not None
     assert engine_columns(typed._mapping) == engine_columns(bulk._mapping)
+    assert own_columns(typed._mapping) == own_columns(bulk._mapping)
     assert typed.wf_version == claimed["typed"].wf_version + 1
     assert typed.duly_notified == bulk.duly_notified
     logged = db.sql(
@@ -114,3 +122,40 @@ async def two_runs(db: Database) -> async_sessionmaker[AsyncSession]:
 
 def engine_columns(row: Any) -> dict[str, Any]:
     return {name: row[name] for name in ENGINE_COLUMNS}
+
+
+def own_columns(row: Any) -> dict[str, Any]:
+    return {name: row[name] for name in ("nudges", "status")}
+
+
+async def test_the_fast_path_assigns_text_so_a_length_limit_is_checked_not_truncated(
+    db: Database,
+) -> None:
+    Session = await db.create(bounded.Base.metadata)
+    info = workflow_info(bounded.Bounded)
+    async with connect_workflows(Session, workflows=[bounded.Bounded]):
+        assert await bounded.Bounded(code="ok").start(bounded.Bounded.go)
+    engine = Session.kw["bind"]
+    async with engine.begin() as conn:
+        [row] = await claim_due(conn, info, 1, LEASE)
+    write = Write(
+        Claim(info, (row.id,), row.wf_version),
+        Outcome(None, None, pending="discard", changes={"code": "much too long"}),
+        AttemptRecord(str(row.id), "go", 1, "ok", None, 1.0),
+    )
+    assert takes(write)
+    with pytest.raises(DBAPIError, match="too long"):
+        async with engine.begin() as conn:
+            await bulk_fenced_writes(conn, [write], attempt_log=None)
+    assert db.sql("SELECT code FROM bounded") == [("ok",)]
+
+
+def test_columns_of_other_types_take_the_typed_path() -> None:
+    info = workflow_info(bounded.Bounded)
+    for changes in ({"tags": ["a"]}, {"kind": "big"}):
+        write = Write(
+            Claim(info, (1,), 1),
+            Outcome(None, None, changes=changes),
+            AttemptRecord("1", "go", 1, "ok", None, 1.0),
+        )
+        assert not takes(write), changes

@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql import ColumnElement, Executable
 
 from engine.clock import db_now
+from engine.companions import array_parameter
 from engine.connection import current_connection
 from engine.errors import ConfigurationError, EventError
 from engine.events.deliveries import DeliveryLog, delivery_log
@@ -202,6 +203,7 @@ class DatabaseEventRegistry:
             route_attempts=0,
             first_drain=stored,
         )
+        await self.deliveries(connection.autocommit).record(list(verdict.deliveries))
         if stored:
             async with connection.autocommit.connect() as conn:
                 await conn.execute(settle_statement(tables), settle_params(event, verdict))
@@ -285,9 +287,7 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
     them leased for :lease seconds instead of due now (publish_sync).
     """
     records, outbox = tables.record_table, tables.outbox_table
-    arrays = [
-        cast(bindparam(name, type_=ARRAY(type_)), ARRAY(type_)) for name, type_ in EVENT_FIELDS
-    ]
+    arrays = [array_parameter(name, type_) for name, type_ in EVENT_FIELDS]
     given = func.unnest(*arrays).table_valued(*(name for name, _ in EVENT_FIELDS))
     given = given.render_derived(name="given", with_types=False)
     c = given.c

@@ -5,7 +5,9 @@ killed later in the same event does not run that handler again. Recording
 costs one round trip per *batch*: concurrent drains hand their rows to the
 log, and whoever finds no write in progress writes everything gathered (at
 most the outbox's chunk size a statement) while the others wait for it. So
-a quiet drain writes its row at once and a busy one shares the statement.
+a quiet drain writes its row at once (after one turn of the event loop, in
+which the drains finishing at the same moment join it) and a busy one shares
+the statement.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
-from sqlalchemy import Integer, Table, Text, bindparam, cast, func, select
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import Table, Text, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
-from engine.clock import db_now
+from engine.companions import (
+    Companion,
+    CompanionShape,
+    companion_parameters,
+    companion_statement,
+)
 from engine.events.routing import Registration, callable_identity
 from engine.telemetry import deliveries_recorded
 
@@ -62,15 +67,26 @@ class Delivery:
         )
 
 
-ARRAY_FIELDS: tuple[tuple[str, Any], ...] = (
-    ("event_id", Text),
-    ("route", Text),
-    ("event_key", Text),
-    ("handler", Text),
-    ("status", Text),
-    ("attempts", Integer),
-    ("error", Text),
-)
+COLUMNS = ("event_id", "route", "event_key", "handler", "status", "attempts", "error")
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def delivery_shape(table: Table) -> CompanionShape:
+    """Delivery rows as companions: upserted on (event, route), calls added, time stamped."""
+    return CompanionShape(
+        table,
+        COLUMNS,
+        conflict=("event_id", "route"),
+        summed=("attempts",),
+        stamped=("updated_at",),
+    )
+
+
+def delivery_rows(table: Table, deliveries: Sequence[Delivery]) -> Companion:
+    """`deliveries` as rows of `table`, to write alone or with a step's commit."""
+    rows = tuple(tuple(getattr(d, name) for name in COLUMNS) for d in merge(deliveries))
+    return Companion(delivery_shape(table), rows)
+
 
 Pending = tuple[list[Delivery], "asyncio.Future[None]"]
 
@@ -111,6 +127,8 @@ class DeliveryLog:
         if not self._writing:
             self._writing = True
             try:
+                # One turn of the loop first: drains finishing in this same turn join in.
+                await asyncio.sleep(0)
                 while self._pending:
                     batch, self._pending = self._pending, []
                     await self._write(batch)
@@ -126,12 +144,15 @@ class DeliveryLog:
 
     async def _write(self, batch: list[Pending]) -> None:
         merged = merge([d for deliveries, _ in batch for d in deliveries])
+        shape = delivery_shape(self._table)
         try:
             for start in range(0, len(merged), self._chunk_size):
                 chunk = merged[start : start + self._chunk_size]
-                columns = {name: [getattr(d, name) for d in chunk] for name, _ in ARRAY_FIELDS}
+                rows = [(0, delivery_rows(self._table, chunk))]
                 async with self._engine.connect() as conn:
-                    await conn.execute(record_statement(self._table), columns)
+                    await conn.execute(
+                        companion_statement(shape), companion_parameters(shape, "", rows)
+                    )
                 self.statements += 1
                 deliveries_recorded([d.status for d in chunk])
         except BaseException as exc:
@@ -159,29 +180,6 @@ def merge(deliveries: Sequence[Delivery]) -> list[Delivery]:
             d = Delivery(**{**vars(d), "attempts": d.attempts + earlier.attempts})
         kept[key] = d
     return list(kept.values())
-
-
-@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def record_statement(table: Table) -> Executable:
-    """Upsert delivery attempts from arrays: the status and error replaced, the calls added."""
-    arrays = [
-        cast(bindparam(name, type_=ARRAY(type_)), ARRAY(type_)) for name, type_ in ARRAY_FIELDS
-    ]
-    given = func.unnest(*arrays).table_valued(*(name for name, _ in ARRAY_FIELDS))
-    given = given.render_derived(name="given", with_types=False)
-    names = [name for name, _ in ARRAY_FIELDS]
-    stmt = insert(table).from_select(
-        [*names, "updated_at"], select(*(given.c[name] for name in names), db_now())
-    )
-    return stmt.on_conflict_do_update(
-        index_elements=[table.c.event_id, table.c.route],
-        set_={
-            "status": stmt.excluded.status,
-            "error": stmt.excluded.error,
-            "attempts": table.c.attempts + stmt.excluded.attempts,
-            "updated_at": stmt.excluded.updated_at,
-        },
-    )
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,6 +56,9 @@ class Verdict:
     retry_in: timedelta | None  # when failed: how long until the row is due again
     completed: bool  # a route completed for the event (in this drain or an earlier one)
     completed_now: bool  # a route completed in this drain
+    # What to record with the row's settlement: the last route's success, and every route
+    # that failed or was dead-lettered in this drain (earlier successes are recorded already).
+    deliveries: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,8 @@ async def drain_event(
     completed = completed_now = False
     failed: list[Failure] = []
     refused: list[Failure] = []
-    for reg in routes:
+    succeeded: list[Delivery] = []  # the last route's success, recorded with the verdict
+    for index, reg in enumerate(routes):
         status = settled.get(route_id(reg))
         if status == SUCCEEDED:
             completed = True
@@ -113,23 +117,28 @@ async def drain_event(
             continue
         if result.completed:
             completed = completed_now = True
-            # Recorded before the next route runs: a drain killed later does not redo it.
-            await deliveries.record(
-                [Delivery.of(event.event_id, reg, SUCCEEDED, result.attempts, None)]
-            )
+            success = Delivery.of(event.event_id, reg, SUCCEEDED, result.attempts, None)
+            if index + 1 < len(routes):
+                # Recorded before the next route runs: a drain killed later does not redo it.
+                await deliveries.record([success])
+            else:
+                succeeded.append(success)
         elif result.error is not None:
             failure = Failure(reg, result.attempts, result.error)
             (refused if result.attempts == 0 else failed).append(failure)
-    verdict = await _judge(event, settings, deliveries, completed, failed, refused, route_attempts)
+    verdict = await _judge(
+        event, settings, completed, completed_now, succeeded, failed, refused, route_attempts
+    )
     outbox_drained(verdict.status, time.perf_counter() - began)
-    return replace(verdict, completed_now=completed_now)
+    return verdict
 
 
 async def _judge(
     event: WorkflowEvent,
     settings: EventSettings,
-    deliveries: DeliveryLog,
     completed: bool,
+    completed_now: bool,
+    succeeded: list[Delivery],
     failed: list[Failure],
     refused: list[Failure],
     route_attempts: int,
@@ -161,10 +170,9 @@ async def _judge(
         out_of_drains = attempts >= settings.max_retries and settings.dead_letter_enabled
         status = DEAD_LETTER if out_of_drains else FAILED
 
-    await deliveries.record(
-        [Delivery.of(event.event_id, f.reg, DEAD_LETTER, f.attempts, _text(f)) for f in dead]
-        + [Delivery.of(event.event_id, f.reg, FAILED, f.attempts, _text(f)) for f in retrying]
-    )
+    records = list(succeeded)
+    records += [Delivery.of(event.event_id, f.reg, DEAD_LETTER, f.attempts, _text(f)) for f in dead]
+    records += [Delivery.of(event.event_id, f.reg, FAILED, f.attempts, _text(f)) for f in retrying]
     errors = [f.describe() for f in (*failed, *refused)] + [
         f"dead-letter handler of {f.reg.event_key} → {handler_name(f.reg)} raised" for f in broken
     ]
@@ -175,7 +183,8 @@ async def _judge(
         error="\n".join(errors)[:MAX_ERROR_LENGTH] or None,
         retry_in=timedelta(seconds=retry_in) if retry_in is not None else None,
         completed=completed,
-        completed_now=False,
+        completed_now=completed_now,
+        deliveries=tuple(records),
     )
 
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.companions import commit_with
 from engine.connection import current_connection
 from engine.directives import WakeIn, wake_in
 from engine.events.configure import get_event_registry, routing_of
-from engine.events.deliveries import delivery_log
+from engine.events.deliveries import delivery_log, delivery_rows
 from engine.events.draining import drain_event, event_from_json
 from engine.events.records import OutboxColumns, tables_for
 from engine.steps import step
+from engine.telemetry import deliveries_recorded
 from engine.workflow import Workflow
 
 FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing recorded yet
@@ -38,10 +40,9 @@ class WorkflowOutbox(OutboxColumns, Workflow):
         """Route the row's event once; settle the row, or come back after the backoff."""
         stored = event_from_json(event)
         routes, settings = routing_of(get_event_registry())
+        table = tables_for(type(self)).delivery_table
         deliveries = delivery_log(
-            current_connection().autocommit,
-            tables_for(type(self)).delivery_table,
-            settings.outbox_process_chunk_size,
+            current_connection().autocommit, table, settings.outbox_process_chunk_size
         )
         verdict = await drain_event(
             stored,
@@ -51,6 +52,10 @@ class WorkflowOutbox(OutboxColumns, Workflow):
             route_attempts=self.route_attempts,
             first_drain=self.wf_version == FIRST_CLAIM,
         )
+        if verdict.deliveries:
+            # Written by this step's own commit, so they land exactly when the row settles.
+            commit_with(delivery_rows(table, verdict.deliveries))
+            deliveries_recorded([d.status for d in verdict.deliveries])
         self.status = verdict.status
         self.route_attempts = verdict.route_attempts
         self.error = verdict.error
