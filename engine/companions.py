@@ -107,13 +107,19 @@ class Companion:
     rows: tuple[tuple[Any, ...], ...]  # values in the order of shape.columns
 
     def __post_init__(self) -> None:
-        table = self.shape.table
-        plain = [name for name in self.shape.columns if array_type(table.c[name]) is not None]
-        if len(plain) != len(self.shape.columns):
-            raise TypeError(
-                f"A companion of {table.name} can carry only plain columns, not "
-                f"{sorted(set(self.shape.columns) - set(plain))}."
-            )
+        check_shape(self.shape)
+
+
+@lru_cache(maxsize=256)
+def check_shape(shape: CompanionShape) -> None:
+    """Refuse a shape with a column that cannot travel as an array (checked once a shape)."""
+    table = shape.table
+    plain = [name for name in shape.columns if array_type(table.c[name]) is not None]
+    if len(plain) != len(shape.columns):
+        raise TypeError(
+            f"A companion of {table.name} can carry only plain columns, not "
+            f"{sorted(set(shape.columns) - set(plain))}."
+        )
 
 
 _attached: ContextVar[list[Companion] | None] = ContextVar("duly_companions", default=None)

@@ -35,8 +35,13 @@ from engine.telemetry import deliveries_recorded
 STATEMENT_CACHE_SIZE = 64
 
 
+@lru_cache(maxsize=4096)
 def route_id(reg: Registration) -> str:
-    """A registration's identity as a short stable digest (the delivery row's key)."""
+    """A registration's identity as a short stable digest (the delivery row's key).
+
+    Kept per registration (registrations are compared by identity, and live as
+    long as their registry).
+    """
     return hashlib.sha256(repr(reg.identity).encode()).hexdigest()[:32]
 
 
