@@ -122,6 +122,10 @@ class Committer:
             for _, future in group:
                 _settle(future, exc)
 
+    def _log_for(self, writes: list[Write]) -> type[Any] | None:
+        """The attempt log for writes to one table: none for a workflow that keeps no log."""
+        return self._attempt_log if writes[0].claim.info.logged else None
+
     async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
         """Outcomes with the children they start or the parents they finish, in one commit."""
         # The outcomes themselves take the fast path when they can, as outside a transaction.
@@ -129,7 +133,7 @@ class Committer:
         fits = len(shapes) == 1 and all(columns is not None for columns, _ in shapes)
         write_rows = bulk_fenced_writes if fits else fenced_writes
         async with self._transactions.begin() as conn:
-            rows = await write_rows(conn, writes, attempt_log=self._attempt_log)
+            rows = await write_rows(conn, writes, attempt_log=self._log_for(writes))
             if not fits:
                 # The typed path carries no companions: they follow, for the writes that landed.
                 landed = [
@@ -154,6 +158,7 @@ class Committer:
         deadline = time.monotonic() + self._lease
         delay = FIRST_RECONNECT_DELAY
         writes = [write for write, _ in group]
+        attempt_log = self._log_for(writes)
         while True:
             try:
                 if path in ("fan-out", "finishing", "companions"):
@@ -161,9 +166,9 @@ class Committer:
                     break
                 async with self._engine.connect() as conn:
                     if path == "bulk":
-                        rows = await bulk_fenced_writes(conn, writes, attempt_log=self._attempt_log)
+                        rows = await bulk_fenced_writes(conn, writes, attempt_log=attempt_log)
                     else:
-                        rows = await fenced_writes(conn, writes, attempt_log=self._attempt_log)
+                        rows = await fenced_writes(conn, writes, attempt_log=attempt_log)
                 break
             except TRANSIENT_ERRORS:
                 if time.monotonic() + delay > deadline:

@@ -46,6 +46,7 @@ class WorkflowInfo:
     mapper: Mapper[Any]
     steps: dict[str, Step[Any, Any]]
     limit: Limit | None = None  # from the class's __workflow_limit__
+    logged: bool = True  # from __workflow_attempt_log__: whether its attempts are logged
 
     @property
     def name(self) -> str:
@@ -93,7 +94,10 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
         leased = table.c.claimed_until.isnot(None)
         _index_once(table, f"running_by_{limit.by}", column, where=leased)
     declare_clock_table(table.metadata)
-    info = WorkflowInfo(cls=cls, table=table, mapper=mapper, steps=steps, limit=limit)
+    logged = bool(getattr(cls, "__workflow_attempt_log__", True))
+    info = WorkflowInfo(
+        cls=cls, table=table, mapper=mapper, steps=steps, limit=limit, logged=logged
+    )
     _registry[cls] = info
     return info
 

@@ -35,6 +35,9 @@ class WorkflowMethods:
 
     __workflow_abstract__: ClassVar[bool] = True
     __workflow_limit__: ClassVar[Limit | None] = None
+    # False: this workflow's attempts are not written to the attempt log (a workflow that
+    # keeps its own record of what its steps did, as the outbox keeps delivery attempts).
+    __workflow_attempt_log__: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -69,6 +69,10 @@ Replay
 - replay by id touches only those rows, and never a row that is not dead:
   test_replay_by_id_touches_only_dead_rows_named
 
+Logging
+- the outbox's drains are not written to the attempt log (its delivery attempts are its
+  log), while other workflows' are: test_drains_write_delivery_rows_not_attempt_log_rows
+
 Batching
 - delivery rows are written in statements of at most the chunk size:
   test_delivery_rows_are_written_in_chunks
@@ -769,3 +773,19 @@ async def test_drains_deliveries_duplicates_and_claims_are_counted(
     assert sample("duly_event_duplicates_total", registry="database") == before["duplicates"] + 1
     assert sample("duly_outbox_route_seconds_count") == before["timed"] + 2
     assert sample("duly_claim_rows_sum", workflow="duly_outbox") == before["claims"] + 2
+
+
+async def test_drains_write_delivery_rows_not_attempt_log_rows(
+    Session: Sessions, registry: DatabaseEventRegistry
+) -> None:
+    calls = Calls()
+    registry.register("order.placed", calls.ok)
+    await registry.publish_many([placed(), placed()])
+    async with connect_workflows(Session):
+        order = app.Order(reference="logged")
+        assert await order.start(app.Order.place)
+    assert await drain(Session) == 3
+    assert await count(Session, app.Delivery) == 2
+    async with Session() as session:
+        logged = (await session.execute(select(app.Log.workflow))).scalars().all()
+    assert logged == ["orders"]

@@ -35,6 +35,9 @@ FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing reco
 class WorkflowOutbox(OutboxColumns, Workflow):
     """Map onto your base: the outbox, whose rows the workers route to their handlers."""
 
+    # Its delivery attempts are its log: a route step's attempt log row would say less.
+    __workflow_attempt_log__ = False
+
     @step
     async def route(self, event: dict[str, Any]) -> WakeIn | None:
         """Route the row's event once; settle the row, or come back after the backoff."""
