@@ -97,7 +97,8 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     write = Write(
         claim,
         outcome,
-        AttemptRecord(run_key(row), name, failures + 1, "ok", None, took),
+        # The record's key is text the attempt log keeps; a workflow without a log needs none.
+        AttemptRecord(run_key(row) if info.logged else "", name, failures + 1, "ok", None, took),
         announce=isinstance(directive, RunNow) and not keep,
         fan_out=directive if isinstance(directive, FanOut) else None,
         finishes_child_of=_parent_if_final(row, outcome),

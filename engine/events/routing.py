@@ -28,6 +28,7 @@ from engine.telemetry import duplicates_ignored
 log = logging.getLogger("duly.events")
 
 MAX_SEEN_EVENT_IDS = 10_000  # event ids an in-memory registry remembers, oldest evicted
+MAX_MATCHING_KEPT = 1024  # (type, name) pairs whose routes are kept
 
 Handler = Callable[[WorkflowEvent], Awaitable[object] | object]
 Predicate = Callable[[WorkflowEvent], bool]
@@ -113,6 +114,7 @@ class Routes:
         self._lock = threading.RLock()
         self._registrations: list[Registration] = []
         self._by_identity: dict[tuple[Any, ...], Registration] = {}
+        self._matching: dict[tuple[str, str], tuple[Registration, ...]] = {}  # by (type, name)
 
     def register(
         self,
@@ -139,15 +141,26 @@ class Routes:
             kept = self._by_identity.setdefault(registration.identity, registration)
             if kept is registration:
                 self._registrations.append(registration)
+                self._matching.clear()
             return kept
 
     def matching(self, event: WorkflowEvent) -> list[Registration]:
-        """The routes for `event`, as of now: type routes first, each bucket in order."""
+        """The routes for `event`, as of now: type routes first, each bucket in order.
+
+        Kept per (type, name) until the next registration: a drain asks this
+        once per event, and events of one kind share their routes.
+        """
+        key = (event.event_type, event.event_name)
         with self._lock:
-            snapshot = list(self._registrations)
-        by_type = [r for r in snapshot if r.routes_by_type and r.matches(event)]
-        by_name = [r for r in snapshot if not r.routes_by_type and r.matches(event)]
-        return by_type + by_name
+            found = self._matching.get(key)
+            if found is None:
+                snapshot = self._registrations
+                by_type = [r for r in snapshot if r.routes_by_type and r.matches(event)]
+                by_name = [r for r in snapshot if not r.routes_by_type and r.matches(event)]
+                if len(self._matching) >= MAX_MATCHING_KEPT:
+                    self._matching.clear()  # many kinds of events: start over, never grow
+                found = self._matching[key] = tuple(by_type + by_name)
+        return list(found)
 
     def __len__(self) -> int:
         with self._lock:
