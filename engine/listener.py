@@ -4,6 +4,13 @@ It is an optimisation only. What a worker asked the database before sleeping
 covers every timer, retry and lease, so a lost listener costs the latency of
 work another process writes meanwhile, nothing else; it reconnects with a
 backoff that grows to the worker's longest idle wait.
+
+The connection is made by a SQLAlchemy engine (the worker's, or its
+`listen_engine`), so whatever that engine does to connect applies: its
+`connect_args`, `do_connect` hooks (an RDS IAM token, say) and
+`application_name`. It is checked out of that engine's pool for as long as
+it listens and thrown away afterwards (never returned with LISTEN still on).
+A connection that names no application is named `duly-listener`.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
-import psycopg
-from sqlalchemy.engine import URL
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.notify import CHANNEL, EVERYONE
 
@@ -23,16 +31,13 @@ FIRST_RETRY_DELAY = 0.1  # seconds
 LISTEN = f"LISTEN {CHANNEL}"  # the listener's one statement: news that work is ready
 
 
-def libpq_conninfo(url: URL) -> str:
-    """A libpq connection string for a SQLAlchemy URL of any PostgreSQL driver."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 class Listener:
     """Holds one LISTEN connection and reports each notification's payload."""
 
-    def __init__(self, url: URL, on_notify: Callable[[str], None], max_retry_delay: float) -> None:
-        self._conninfo = libpq_conninfo(url)
+    def __init__(
+        self, engine: AsyncEngine, on_notify: Callable[[str], None], max_retry_delay: float
+    ) -> None:
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._on_notify = on_notify
         self._max_retry_delay = max_retry_delay
         self.connected = asyncio.Event()
@@ -43,22 +48,33 @@ class Listener:
         delay = FIRST_RETRY_DELAY
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, application_name="duly-listener"
-                ) as conn:
-                    await conn.execute(LISTEN)
-                    self.connected.set()
-                    delay = FIRST_RETRY_DELAY
-                    # Whatever was announced while we were not listening: look once.
-                    self._on_notify(EVERYONE)
-                    async for notification in conn.notifies():
-                        self._on_notify(notification.payload)
-                    raise ConnectionError("the notification stream ended")
+                async with self._engine.connect() as conn:
+                    try:
+                        await self._listen(conn)
+                    finally:
+                        # Never back into the pool with LISTEN on: the next user would
+                        # receive our notifications.
+                        await conn.invalidate()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure of the connection: back off and retry
+                if self.connected.is_set():
+                    delay = FIRST_RETRY_DELAY  # it had been listening: start the backoff over
                 self.connected.clear()
                 self.reconnects += 1
                 log.warning("listener lost its connection (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._max_retry_delay)
+
+    async def _listen(self, conn: Any) -> None:
+        named = (await conn.execute(text("SELECT current_setting('application_name')"))).scalar()
+        if not named:
+            await conn.execute(text("SET application_name = 'duly-listener'"))
+        await conn.execute(text(LISTEN))
+        raw = (await conn.get_raw_connection()).driver_connection  # psycopg's own connection
+        self.connected.set()
+        # Whatever was announced while we were not listening: look once.
+        self._on_notify(EVERYONE)
+        async for notification in raw.notifies():
+            self._on_notify(notification.payload)
+        raise ConnectionError("the notification stream ended")

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -71,7 +70,7 @@ class WorkerOptions:
     shutdown_timeout: timedelta = SHUTDOWN_TIMEOUT
     listen: bool = True
     on_idle: OnIdle | None = None
-    listen_url: URL | None = None  # LISTEN here instead of on the session's engine
+    listen_engine: AsyncEngine | None = None  # LISTEN through this engine, not the session's
     lanes: frozenset[str] = frozenset({DEFAULT_LANE})  # the lanes whose steps it takes
 
     def __post_init__(self) -> None:
@@ -152,7 +151,7 @@ class Worker:
         """Start the pass loop, the lease keeper and (if listening) the listener."""
         if self.options.listen and self.tables:
             self.listener = Listener(
-                self.options.listen_url or self._engine.url,
+                self.options.listen_engine or self._engine,
                 self.kick,
                 self.options.max_idle_interval.total_seconds(),
             )
@@ -420,7 +419,7 @@ async def run_workflows(
         shutdown_timeout=shutdown_timeout,
         listen=not suspends_when_idle,
         on_idle=on_idle,
-        listen_url=listen_engine.url if listen_engine is not None else None,
+        listen_engine=listen_engine,
         lanes=frozenset([lanes] if isinstance(lanes, str) else lanes),
     )
     connection = await open_connection(Session, workflows)

@@ -7,7 +7,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event as sa_event
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from engine import NotRunningError, run_workflows, wake
 from engine import worker as worker_module
@@ -158,6 +161,36 @@ async def test_listen_engine_holds_the_listen_connection(db: Database) -> None:
         assert applications[0][0] >= 1
 
 
+async def test_the_listen_connection_is_made_by_the_listen_engine(db: Database) -> None:
+    """Its connect_args and do_connect hooks apply (an RDS IAM token would be set there)."""
+    Session = await db.create(behaviour.Base.metadata)
+    hooked: list[str] = []
+    listen_engine = create_async_engine(
+        db.url, connect_args={"application_name": "my-listener"}, poolclass=NullPool
+    )
+
+    @sa_event.listens_for(listen_engine.sync_engine, "do_connect")
+    def token(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        hooked.append(cparams.get("application_name", ""))
+
+    try:
+        async with run_workflows(Session, workflows=[Timer], listen_engine=listen_engine) as worker:
+            assert worker.listener is not None
+            await asyncio.wait_for(worker.listener.connected.wait(), 5)
+            listening = db.sql(
+                "SELECT application_name FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = 'LISTEN duly'"
+            )
+            assert listening == [("my-listener",)]
+            assert hooked == ["my-listener"]
+            # And it still hears: a start elsewhere is announced and taken at once.
+            async with Session() as session:
+                await session.execute(text("NOTIFY duly, 'timer'"))
+                await session.commit()
+    finally:
+        await listen_engine.dispose()
+
+
 async def test_a_platform_that_sleeps_until_on_idle_drives_onboarding_to_completion(
     db: Database,
 ) -> None:
@@ -238,11 +271,11 @@ async def test_wake_is_not_true_until_on_idle_has_been_told(db: Database) -> Non
 
 
 async def test_a_listener_that_cannot_connect_backs_off_to_the_idle_interval() -> None:
-    from sqlalchemy.engine import make_url
-
     from engine.listener import Listener
 
-    nowhere = make_url("postgresql+psycopg://nobody@/nowhere?host=/nonexistent-socket-dir")
+    nowhere = create_async_engine(
+        "postgresql+psycopg://nobody@/nowhere?host=/nonexistent-socket-dir"
+    )
     listener = Listener(nowhere, lambda payload: None, max_retry_delay=0.4)
     task = asyncio.create_task(listener.run())
     await asyncio.sleep(2.0)
