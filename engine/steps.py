@@ -3,19 +3,39 @@
 `@step` turns an `async def` method into a `Step`. On the class, `Model.check`
 is the step itself (usable bare when it takes no arguments) and
 `Model.activated("pro")` builds a `Call` without running anything: arguments
-are bound to the step's signature and serialised to JSON right there, so a
-mistake is a `StepError` (a `TypeError`) at the line that made it, before any
-row is written.
+are bound to the step's signature, serialised to JSON and checked against the
+step's annotations right there, so a mistake is a `StepError` (a `TypeError`)
+at the line that made it, before any row is written.
+
+The annotations are checked with pydantic, in strict JSON mode, on the JSON
+the run will be handed: `"lots"` (or `"12"`) for an `int` is refused, a JSON
+number is not turned into text, an ISO string fits a `datetime` (the step
+still receives the string: arguments are stored and passed as JSON). An
+unannotated parameter, `Any`, and an annotation that cannot be resolved
+(a name defined inside a function, say) accept anything. The model is built
+once per step, at its first call, so names defined after the class resolve.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    TypeVar,
+    get_type_hints,
+    overload,
+)
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from engine.errors import StepError
 
@@ -25,6 +45,10 @@ if TYPE_CHECKING:
 DEFAULT_LANE = "default"
 DEFAULT_BACKOFF = timedelta(seconds=1)  # first retry delay; doubles each attempt
 DEFAULT_MAX_BACKOFF = timedelta(hours=1)
+MAX_SHOWN_ERRORS = 3  # argument errors named in one StepError
+MAX_SHOWN_VALUE = 60  # characters of a refused value in a message
+# Strict: "12" is not an int and 12 is not a str; extra names are refused (the API's bodies).
+ARGUMENTS_CONFIG = ConfigDict(strict=True, extra="forbid")
 
 W = TypeVar("W", bound="WorkflowMethods")
 P = ParamSpec("P")
@@ -67,6 +91,7 @@ class Step(Generic[W, P]):
         self.signature = inspect.signature(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self._arguments: StepArguments | None = None
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
         self.owner = owner
@@ -85,7 +110,30 @@ class Step(Generic[W, P]):
         owner = self.owner.__name__ if self.owner is not None else "<unbound>"
         return f"{owner}.{self.name}"
 
+    @property
+    def arguments(self) -> StepArguments:
+        """The pydantic model of this step's parameters, built at first use and kept."""
+        if self._arguments is None:
+            self._arguments = StepArguments.of(self)
+        return self._arguments
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Call[W]:
+        return Call(self, _check_arguments(self, args, kwargs), args, dict(kwargs))
+
+    def call_named(self, named: Mapping[str, Any]) -> Call[W]:
+        """A call from arguments by parameter name, as an HTTP body gives them.
+
+        A `*args` parameter takes a list under its own name, a `**kwargs` one
+        an object; positional-only parameters are passed by position.
+        """
+        unknown = set(named) - set(list(self.signature.parameters)[1:])
+        if unknown:
+            raise StepError(
+                f"Step {self.qualname} has no parameter {', '.join(sorted(map(repr, unknown)))}."
+            )
+        first = next(iter(self.signature.parameters))
+        bound = inspect.BoundArguments(self.signature, {first: None, **named})
+        args, kwargs = bound.args[1:], bound.kwargs
         return Call(self, _check_arguments(self, args, kwargs), args, dict(kwargs))
 
     def __repr__(self) -> str:
@@ -144,21 +192,128 @@ def decode_arguments(encoded: dict[str, Any] | None) -> tuple[list[Any], dict[st
     return list(encoded.get("args", [])), dict(encoded.get("kwargs", {}))
 
 
+class StepArguments:
+    """A step's parameters as one pydantic model, which checks a call's arguments.
+
+    Each parameter is a field under an alias of its own name (`*args` a list,
+    `**kwargs` an object), so any parameter name works, `json` or `_x`
+    included. `checked` is False when every field accepts anything: calls
+    then skip validation.
+    """
+
+    def __init__(self, model: type[BaseModel], checked: bool) -> None:
+        self.model = model
+        self.checked = checked
+
+    @classmethod
+    def of(cls, step: Step[Any, Any]) -> StepArguments:
+        """The model of `step`'s parameters (after `self`), from its resolved annotations."""
+        parameters = list(step.signature.parameters.values())[1:]
+        hints = _resolved_hints(step.fn, parameters)
+        usable = {name: hint for name, hint in hints.items() if _usable(hint)}
+        fields: dict[str, Any] = {}
+        for number, parameter in enumerate(parameters):
+            hint: Any = usable.get(parameter.name, Any)
+            default: Any
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                hint, default = list[hint], []
+            elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+                hint, default = dict[str, hint], {}
+            elif parameter.default is inspect.Parameter.empty:
+                default = ...
+            else:
+                default = parameter.default if _is_json(parameter.default) else None
+            fields[f"p{number}"] = (hint, Field(default, alias=parameter.name))
+        name = step.qualname.replace(".", "_") + "_arguments"
+        model = create_model(name, __config__=ARGUMENTS_CONFIG, **fields)
+        return cls(model, checked=bool(usable))
+
+    def validate(self, named: Mapping[str, Any]) -> None:
+        """Check arguments by parameter name, as JSON; a ValidationError when they do not fit."""
+        self.model.model_validate_json(json.dumps(dict(named), allow_nan=False))
+
+
+def _resolved_hints(fn: Callable[..., Any], parameters: list[inspect.Parameter]) -> dict[str, Any]:
+    """The annotations of `parameters` that resolve; the unannotated and unresolvable are left out.
+
+    Annotations are text under `from __future__ import annotations`: they are
+    resolved in the function's module, all at once, else one by one.
+    """
+    annotated = {p.name: p.annotation for p in parameters if p.annotation is not p.empty}
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+        return {name: hints[name] for name in annotated if name in hints}
+    except Exception:  # a name that does not resolve: find which
+        pass
+    found = {}
+    for name, annotation in annotated.items():
+        holder = types.SimpleNamespace(__annotations__={name: annotation})
+        try:
+            found[name] = get_type_hints(holder, globalns=fn.__globals__, include_extras=True)[name]
+        except Exception:  # unresolvable: this parameter is not checked
+            continue
+    return found
+
+
+def _usable(hint: Any) -> bool:
+    """Whether pydantic can check values against `hint` (not Any, and a schema it can build)."""
+    if hint is Any or hint is object:
+        return False
+    try:
+        TypeAdapter(hint, config=ARGUMENTS_CONFIG)
+    except Exception:  # a class pydantic has no schema for: accepted unchecked
+        return False
+    return True
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _check_arguments(
     step: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     try:
-        step.signature.bind(None, *args, **kwargs)
+        bound = step.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
         raise StepError(f"Step {step.qualname} does not accept these arguments: {exc}.") from None
     encoded = {"args": list(args), "kwargs": kwargs}
     try:
-        json.dumps(encoded)
+        json.dumps(encoded, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StepError(
             f"Arguments to step {step.qualname} must be JSON-serializable: {exc}."
         ) from None
+    arguments = step.arguments
+    if arguments.checked:
+        named = dict(list(bound.arguments.items())[1:])
+        try:
+            arguments.validate(named)
+        except ValidationError as exc:
+            raise StepError(
+                f"Step {step.qualname} does not accept {describe_errors(exc)}."
+            ) from None
     return encoded
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """pydantic's errors as `name=value: why`, the first few, each value shortened."""
+    shown = []
+    for error in exc.errors()[:MAX_SHOWN_ERRORS]:
+        where = ".".join(str(part) for part in error["loc"]) or "the arguments"
+        value = repr(error.get("input"))
+        if len(value) > MAX_SHOWN_VALUE:
+            value = value[: MAX_SHOWN_VALUE - 1] + "…"
+        message = str(error["msg"])
+        shown.append(
+            f"{where}: {message}" if error["type"] == "missing" else f"{where}={value}: {message}"
+        )
+    more = exc.error_count() - len(shown)
+    return "; ".join(shown) + (f" (and {more} more)" if more > 0 else "")
 
 
 @overload

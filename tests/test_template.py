@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,22 @@ def test_four_functions_with_their_handlers() -> None:
     assert functions == HANDLERS
 
 
-def test_wake_function_has_an_iam_function_url() -> None:
+def test_the_http_api_has_an_iam_function_url() -> None:
     resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
-    url_config = resources["WakeFunction"]["Properties"]["FunctionUrlConfig"]
+    url_config = resources["PublishFunction"]["Properties"]["FunctionUrlConfig"]
     assert url_config["AuthType"] == "AWS_IAM"
+
+
+def test_every_handler_the_template_names_imports() -> None:
+    for handler in HANDLERS.values():
+        module_name, _, name = handler.rpartition(".")
+        assert callable(getattr(importlib.import_module(module_name), name)), handler
+
+
+def test_wake_has_a_safety_net_schedule_and_bounded_concurrency() -> None:
+    resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
+    wake = resources["WakeFunction"]["Properties"]
+    safety_net = wake["Events"]["SafetyNet"]
+    assert safety_net["Type"] == "ScheduleV2"
+    assert json.loads(safety_net["Properties"]["Input"]) == {"duly": "wake"}
+    assert wake["ReservedConcurrentExecutions"] == {"Ref": "WakeConcurrency"}

@@ -1,0 +1,363 @@
+"""What a Lambda container keeps between invocations: one event loop, one engine, the app.
+
+Everything here is made on first use and kept for the container's life, so
+a warm invocation pays for none of it:
+
+- one `asyncio.Runner` per container. An AsyncEngine's pool belongs to the
+  loop it first ran on, so one loop for the container's life lets a warm
+  invocation reuse the pooled connection; `asyncio.run` per invocation would
+  need a new engine (and connection) every time. Mangum runs the HTTP app on
+  this same loop (made the thread's current loop before it is called).
+- the engine: a pool of `POOL_SIZE` kept connections (overflow up to the
+  worker's concurrency, closed when returned), `pool_pre_ping` because a
+  frozen container's connection may have been closed by the server or the
+  pooler meanwhile, and `prepare_threshold=None`: no server-side prepared
+  statements, which PgBouncer in transaction mode cannot route.
+- the app module (DULY_APP), imported once, and the event registry its
+  outbox routes with (`functions.cli.configure_app_events`, as `duly drain`).
+- the workflow connection (which tables exist), the wake slots, the scheduler.
+- boto3 clients, each made on first use (boto3 itself is imported then):
+  `wake`, `drain` and `deliver` reach AWS only to move a schedule or invoke.
+- the HTTP app (FastAPI through mangum), built on the first HTTP event only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from engine import EventRegistry, get_event_registry
+from engine.connection import WorkflowConnection, activate, open_connection
+from engine.events.records import EventTables, outbox_classes, tables_for
+from engine.worker import MAX_CONCURRENCY
+from functions.cli import configure_app_events
+from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.scheduler import WakeScheduler
+from infra.schema import load_app
+from infra.settings import database_url
+from infra.wake_slots import WakeSlots
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+log = logging.getLogger("duly.lambda")
+
+T = TypeVar("T")
+
+WAKE_INPUT = {"duly": "wake"}  # what the scheduler and a kick send the wake function
+POOL_SIZE = 2  # connections kept between invocations
+POOL_RECYCLE = 300  # seconds: a kept connection older than this is replaced
+DEFAULT_REMAINING = 60.0  # seconds, when an invocation has no Lambda context (a local call)
+BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
+
+
+class Scheduler(Protocol):
+    """What the runtime needs of `infra.scheduler.WakeScheduler`."""
+
+    async def on_idle(self, at: datetime | None) -> None: ...
+    async def kick(self) -> None: ...
+
+
+SchedulerFactory = Callable[["Runtime", AsyncEngine], Scheduler]
+LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The time an invocation has: what was left at its start, and the margin kept at its end."""
+
+    remaining: float  # seconds left when the invocation started
+    margin: float  # seconds kept back at the end: stop claiming this long before the deadline
+    started: float  # time.monotonic() at the start
+
+    @classmethod
+    def of(cls, context: Any, margin: float) -> Budget:
+        """The budget of the invocation `context` belongs to (DEFAULT_REMAINING without one)."""
+        remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+        remaining = remaining_ms() / 1000 if callable(remaining_ms) else DEFAULT_REMAINING
+        return cls(float(remaining), float(margin), time.monotonic())
+
+    def left(self) -> float:
+        """Seconds until the invocation's deadline."""
+        return self.remaining - (time.monotonic() - self.started)
+
+    def until_stop(self) -> float:
+        """Seconds until claiming must stop (the deadline less the margin)."""
+        return self.left() - self.margin
+
+    def lease(self) -> timedelta:
+        """The claims' lease: no longer than the invocation, so a timeout strands nothing longer."""
+        return timedelta(seconds=max(1.0, self.remaining))
+
+    def shutdown(self) -> timedelta:
+        """How long running steps may finish once claiming stops: half the margin, at most 10 s."""
+        return timedelta(seconds=max(0.0, min(10.0, self.margin / 2)))
+
+
+@dataclass
+class Container:
+    """The database side of a container, made once on its loop."""
+
+    engine: AsyncEngine
+    Session: async_sessionmaker[AsyncSession]
+    connection: WorkflowConnection
+    app_module: str
+    registry: EventRegistry
+    tables: EventTables | None  # the app's outbox, if it maps one
+    slots: WakeSlots
+    scheduler: Scheduler
+
+
+def aws_scheduler(runtime: Runtime, engine: AsyncEngine) -> Scheduler:
+    """`infra.scheduler.WakeScheduler` for this deployment, on the runtime's clients."""
+    settings = runtime.settings
+    scheduler: Scheduler = WakeScheduler(
+        engine,
+        group=settings.schedule_group,
+        target_arn=settings.wake_function_arn,
+        role_arn=settings.scheduler_role_arn,
+        client=lambda: runtime.client("scheduler"),
+        invoke=runtime.invoke_wake,
+    )
+    return scheduler
+
+
+class Runtime:
+    """One container's state; the handlers use `runtime()`, tests make their own.
+
+    `scheduler`, `invoke` and `clients` replace the AWS pieces (tests, `duly
+    dev --serverless`): `invoke` is the asynchronous invocation of the wake
+    function, `clients(service)` makes a boto3 client.
+    """
+
+    def __init__(
+        self,
+        settings: AwsSettings | None = None,
+        *,
+        scheduler: SchedulerFactory = aws_scheduler,
+        invoke: Callable[[], Awaitable[None]] | None = None,
+        clients: Callable[[str], Any] | None = None,
+        max_concurrency: int = MAX_CONCURRENCY,
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._scheduler_factory = scheduler
+        self._invoke = invoke
+        self._client_factory = clients
+        self.max_concurrency = max_concurrency
+        self._engine_options = engine_options or {}
+        self._runner: asyncio.Runner | None = None
+        self._container: Container | None = None
+        self._container_lock: asyncio.Lock | None = None
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+        self._http: LambdaHandler | None = None
+        self.invoked_function_arn: str | None = None  # the last invocation's, for self-invokes
+        self.budget: Budget | None = None  # the current invocation's (HTTP /wake reads it)
+
+    # -- settings, loop, clients ------------------------------------------------------
+
+    @property
+    def settings(self) -> AwsSettings:
+        """The settings given, else the environment's (read once)."""
+        if self._settings is None:
+            self._settings = AwsSettings.from_env()
+        return self._settings
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The container's event loop."""
+        return self._loop_runner().get_loop()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` to its end on the container's loop."""
+        return self._loop_runner().run(coroutine)
+
+    def _loop_runner(self) -> asyncio.Runner:
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner
+
+    def client(self, service: str) -> Any:
+        """The container's boto3 client for `service`, made (and boto3 imported) on first use."""
+        with self._clients_lock:
+            found = self._clients.get(service)
+            if found is None:
+                found = self._clients[service] = self._make_client(service)
+            return found
+
+    def _make_client(self, service: str) -> Any:
+        if self._client_factory is not None:
+            return self._client_factory(service)
+        import boto3
+        from botocore.config import Config
+
+        return boto3.session.Session().client(service, config=Config(**BOTO_TIMEOUTS))
+
+    def close(self) -> None:
+        """Dispose of the engine and close the loop (tests; a container never needs it)."""
+        if self._runner is None:
+            return
+        if self._container is not None:
+            self.run(self._container.engine.dispose())
+            self._container = None
+        self._runner.close()
+        self._runner = None
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the database side ---------------------------------------------------------------
+
+    async def container(self) -> Container:
+        """The container's engine, app, registry, connection, slots and scheduler."""
+        if self._container is not None:
+            return self._container
+        if self._container_lock is None:
+            self._container_lock = asyncio.Lock()
+        async with self._container_lock:
+            if self._container is None:
+                self._container = await self._make_container()
+        return self._container
+
+    async def _make_container(self) -> Container:
+        settings = self.settings
+        url = self._database_url()
+        options: dict[str, Any] = {
+            "pool_size": POOL_SIZE,
+            # The worker's steps, its claim, commit and lease upkeep each hold one at times.
+            "max_overflow": self.max_concurrency + 4,
+            "pool_pre_ping": True,
+            "pool_recycle": POOL_RECYCLE,
+            "connect_args": {"prepare_threshold": None, "application_name": "duly-lambda"},
+            **self._engine_options,
+        }
+        engine = create_async_engine(url, **options)
+        Session = async_sessionmaker(engine, expire_on_commit=False)
+        app_module = settings.app_module
+        before = get_event_registry()
+        metadatas = load_app(app_module)
+        mapped = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+        tables = tables_for(mapped[-1]) if mapped else None
+        registry = configure_app_events(app_module, before, tables.outbox if tables else None)
+        connection = await open_connection(Session)
+        slots = WakeSlots(engine, max(1, int(settings.max_wakes)))
+        scheduler = self._scheduler_factory(self, engine)
+        return Container(
+            engine, Session, connection, app_module, registry, tables, slots, scheduler
+        )
+
+    def _database_url(self) -> str:
+        settings = self.settings
+        if settings.database_url:
+            url = database_url(settings.database_url)
+            assert url is not None
+            return url
+        return resolve_database_url(settings, lambda: self.client("secretsmanager"))
+
+    # -- waking ----------------------------------------------------------------------
+
+    async def invoke_wake(self) -> None:
+        """Invoke the wake function asynchronously (InvocationType Event): it runs elsewhere."""
+        if self._invoke is not None:
+            await self._invoke()
+            return
+        await asyncio.to_thread(self._invoke_wake_now)
+
+    def _invoke_wake_now(self) -> None:
+        target = self.settings.wake_function_arn or self.invoked_function_arn
+        if not target:
+            raise RuntimeError("No wake function to invoke: set DULY_WAKE_FUNCTION_ARN.")
+        self.client("lambda").invoke(
+            FunctionName=target,
+            InvocationType="Event",
+            Payload=json.dumps(WAKE_INPUT).encode(),
+        )
+
+    async def kick(self) -> None:
+        """Make sure a wake comes now: the scheduler's kick (debounced per process)."""
+        container = await self.container()
+        await container.scheduler.kick()
+
+    # -- HTTP ------------------------------------------------------------------------
+
+    def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Answer an HTTP event (Function URL, HTTP API 2.0) with the app, on this loop."""
+        handler = self._http if self._http is not None else self._make_http()
+        # Mangum runs the app with run_until_complete on the thread's current loop: make
+        # that the container's, where the engine and its pool live.
+        asyncio.set_event_loop(self.loop)
+        return handler(event, context)
+
+    def _make_http(self) -> LambdaHandler:
+        from mangum import Mangum
+
+        from functions.app import create_app
+        from functions.lambda_work import drain as drain_outbox
+        from functions.lambda_work import http_wake
+
+        container = self.run(self.container())
+        app = create_app(container.Session, run_worker=False)
+        # The lifespan is off under mangum (it would run on every invocation): set what it sets.
+        app.state.connection = container.connection
+
+        async def wake(timeout_seconds: float) -> bool:
+            return await http_wake(self, timeout_seconds)
+
+        async def drain() -> dict[str, Any]:
+            budget = self.budget or Budget.of(None, self.settings.wake_margin_seconds)
+            return await drain_outbox(self, {}, budget)
+
+        app.state.wake = wake
+        app.state.drain = drain
+        app.state.kick = self.kick  # after POST /events stored something
+
+        async def connected(scope: Any, receive: Any, send: Any) -> None:
+            async with activate(container.connection):
+                await app(scope, receive, send)
+
+        asyncio.set_event_loop(self.loop)
+        handler: LambdaHandler = Mangum(connected, lifespan="off")
+        self._http = handler
+        return handler
+
+
+_runtime: list[Runtime] = []
+
+
+def runtime() -> Runtime:
+    """The container's runtime, made on first use."""
+    if not _runtime:
+        _runtime.append(Runtime())
+    return _runtime[-1]
+
+
+def install(replacement: Runtime | None) -> Runtime | None:
+    """Make `replacement` the container's runtime (None: made afresh on next use); the old one."""
+    old = _runtime[-1] if _runtime else None
+    _runtime.clear()
+    if replacement is not None:
+        _runtime.append(replacement)
+    return old

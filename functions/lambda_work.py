@@ -1,0 +1,480 @@
+"""What the four Lambda functions do, as coroutines on a `Runtime`: publish, wake, drain, deliver.
+
+Each takes its direct event (already known not to be HTTP) and answers a
+small JSON-able dict. A mistake in the input is an `InputError` (or one of
+the engine's `DulyError`s), which the entry answers as `{"error", "type"}`;
+anything else (the database down) raises, so Lambda's retry applies.
+
+wake: take a slot (`functions.wake_slots`), run a worker over every table
+(`suspends_when_idle`, `on_idle` = the scheduler's, a lease no longer than
+the invocation) until `worker.wake()` says caught up or claiming must stop
+`wake_margin_seconds` before the deadline; the worker's stop hands back what
+it could not finish. While it works it invokes one more wake when work is
+due that it has no room for and a slot is free; when it stops before
+catching up it invokes its own successor, so a backlog is never left to the
+next schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement
+from sqlalchemy.exc import DataError
+
+from engine import (
+    DatabaseEventRegistry,
+    DulyError,
+    EventSettings,
+    NotFoundError,
+    WorkflowEvent,
+    run_workflows,
+)
+from engine.claims import served_steps
+from engine.connection import activate
+from engine.events.configure import routing_of
+from engine.events.database import event_values
+from engine.next_due import next_due
+from engine.registry import WorkflowInfo, registered_workflows
+from engine.worker import Worker
+from functions.lambda_runtime import Budget, Container, Runtime
+
+log = logging.getLogger("duly.lambda")
+
+MAX_EVENTS = 1000  # events in one publish
+MAX_ID = 200  # characters of an event id or an idempotency key
+EVENT_FIELDS = frozenset(
+    {"event_type", "event_name", "payload", "event_id", "occurred_at", "source", "metadata"}
+)
+DELIVERY_FIELDS = frozenset(
+    {"duly", "workflow", "key", "where", "step", "args", "idempotency_key", "restart"}
+)
+SPREAD_FIRST = 0.5  # seconds into a wake before it first asks whether to invoke another
+SPREAD_INTERVAL = 1.0  # seconds between those questions
+SPREAD_AFTER_INVOKE = 3.0  # seconds after invoking one before invoking another (cold starts)
+
+
+class InputError(ValueError):
+    """A direct invocation's input cannot be used as given; answered, never retried."""
+
+
+# -- input -------------------------------------------------------------------------------
+
+
+def check_command(event: Any, name: str) -> dict[str, Any]:
+    """The event as a dict; an InputError when it is not one or names another function."""
+    if event is None:
+        return {}
+    if not isinstance(event, dict):
+        raise InputError(f"The {name} function takes a JSON object, not {type(event).__name__}.")
+    command = event.get("duly", name)
+    if command != name:
+        raise InputError(
+            f"This is the {name} function, but the event asks for {command!r}: "
+            f"send it to the {command} function, or send {{'duly': {name!r}}}."
+        )
+    return event
+
+
+def parse_events(event: Any) -> list[WorkflowEvent]:
+    """The events of a publish: `{"events": [...]}` or one event object."""
+    body = check_command(event, "publish")
+    if "events" in body:
+        extra = sorted(set(body) - {"events", "duly"})
+        if extra:
+            raise InputError(f"A batch is {{'events': [...]}} alone; unexpected: {extra}.")
+        items = body["events"]
+        if not isinstance(items, list):
+            raise InputError("events must be a list of event objects.")
+        if not items:
+            raise InputError("events is empty: there is nothing to publish.")
+        if len(items) > MAX_EVENTS:
+            raise InputError(f"At most {MAX_EVENTS} events a publish, not {len(items)}.")
+        events = [parse_event(item, f"events[{i}]") for i, item in enumerate(items)]
+    else:
+        events = [parse_event({k: v for k, v in body.items() if k != "duly"}, "the event")]
+    for found in events:
+        event_values(found)  # what the database would refuse, refused before anything is written
+    return events
+
+
+def parse_event(item: Any, where: str) -> WorkflowEvent:
+    """One event object: event_type required, the rest optional."""
+    if not isinstance(item, dict):
+        raise InputError(f"{where} must be an object, not {type(item).__name__}.")
+    extra = sorted(set(item) - EVENT_FIELDS)
+    if extra:
+        raise InputError(f"{where} has unknown fields {extra}; known: {sorted(EVENT_FIELDS)}.")
+    event_type = item.get("event_type")
+    if not isinstance(event_type, str) or not event_type.strip():
+        raise InputError(f"{where}.event_type must be a non-empty string.")
+    values: dict[str, Any] = {"event_type": event_type}
+    for name in ("event_name", "source"):
+        value = item.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{where}.{name} must be a string.")
+    values["event_name"] = item.get("event_name") or ""
+    values["source"] = item.get("source")
+    for name in ("payload", "metadata"):
+        value = item.get(name, {})
+        if not isinstance(value, dict):
+            raise InputError(f"{where}.{name} must be an object.")
+        values[name] = value
+    if "event_id" in item:
+        event_id = item["event_id"]
+        if not isinstance(event_id, str) or not event_id or len(event_id) > MAX_ID:
+            raise InputError(f"{where}.event_id must be a string of 1 to {MAX_ID} characters.")
+        values["event_id"] = event_id
+    if "occurred_at" in item:
+        values["occurred_at"] = parse_time(item["occurred_at"], f"{where}.occurred_at")
+    return WorkflowEvent(**values)
+
+
+def parse_time(value: Any, where: str) -> datetime:
+    """An ISO 8601 time with its offset (`Z` or `+02:00`)."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            parsed = datetime.fromisoformat(value)
+            if parsed.tzinfo is not None:
+                return parsed
+    raise InputError(f"{where} must be an ISO 8601 time with an offset, such as 2025-01-31T09:00Z.")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What `deliver` was asked: which runs, which step with which arguments, which key."""
+
+    workflow: str
+    step: str
+    args: dict[str, Any]
+    key: Any = None
+    where: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    restart: bool = False
+
+
+def parse_delivery(event: Any) -> Delivery:
+    """`{"workflow", "key" | "where", "step", "args"?, "idempotency_key"?, "restart"?}`."""
+    body = check_command(event, "deliver")
+    extra = sorted(set(body) - DELIVERY_FIELDS)
+    if extra:
+        raise InputError(f"Unknown fields {extra}; known: {sorted(DELIVERY_FIELDS - {'duly'})}.")
+    for name in ("workflow", "step"):
+        if not isinstance(body.get(name), str) or not body[name]:
+            raise InputError(f"{name} must be a non-empty string.")
+    args = body.get("args", {})
+    if not isinstance(args, dict):
+        raise InputError("args must be an object: the step's arguments by name.")
+    has_key, where = "key" in body, body.get("where")
+    if has_key == (where is not None):
+        raise InputError("Name the runs with key (the run's primary key) or where, not both.")
+    if where is not None and (not isinstance(where, dict) or not where):
+        raise InputError("where must be a non-empty object of column: value.")
+    if has_key and body["key"] is None:
+        raise InputError("key must not be null.")
+    key = body.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID):
+        raise InputError(f"idempotency_key must be a string of 1 to {MAX_ID} characters.")
+    restart = body.get("restart", False)
+    if not isinstance(restart, bool):
+        raise InputError("restart must be true or false.")
+    return Delivery(
+        body["workflow"], body["step"], args, body.get("key"), where or {}, key, restart
+    )
+
+
+# -- publish -----------------------------------------------------------------------------
+
+
+async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
+    """Store the events in one transaction; their ids, which were new, whether a wake was kicked."""
+    events = parse_events(event)
+    container = await rt.container()
+    if container.tables is None:
+        raise NotFoundError(
+            f"{container.app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord "
+            "and WorkflowDeliveryAttempt on your base to publish events."
+        )
+    registry = container.registry
+    if not isinstance(registry, DatabaseEventRegistry):
+        # Publishing reads no setting: the environment's are not parsed for it.
+        registry = DatabaseEventRegistry(outbox=container.tables.outbox, settings=EventSettings())
+    async with activate(container.connection), container.Session.begin() as session:
+        stored = await registry.publish_many(events, session=session)
+    new = set(stored)
+    ids = [e.event_id for e in events]
+    if stored:
+        await rt.kick()  # an outbox row is due now: routed by a wake, which nothing runs yet
+    return {
+        "ids": ids,
+        "stored": stored,
+        "duplicates": [i for i in ids if i not in new],
+        "kicked": bool(stored),
+    }
+
+
+# -- wake ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Spread:
+    """How many more wakes this one invoked."""
+
+    invoked: int = 0
+
+
+async def wake(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
+    """Run due work until caught up or near the deadline; the next instant is registered."""
+    check_command(event, "wake")
+    return await wake_cycle(rt, budget)
+
+
+async def wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
+    """One wake: a slot, a worker until caught up or out of time, the slot freed."""
+    container = await rt.container()
+    result: dict[str, Any] = {"steps": 0, "caught_up": False, "slot": None, "invoked": 0}
+    if budget.until_stop() <= 0:
+        return {**result, "reason": "too little time left to claim anything"}
+    holder = uuid.uuid4().hex
+    slot = await container.slots.take(holder, budget.left())
+    if slot is None:
+        # Every slot is held: the holders were rung and look once more before leaving.
+        return {**result, "reason": "busy: every wake slot is held"}
+    spread = Spread()
+    caught_up = released = False
+    try:
+        async with run_workflows(
+            container.Session,
+            on_idle=container.scheduler.on_idle,
+            suspends_when_idle=True,
+            lease=budget.lease(),
+            shutdown_timeout=budget.shutdown(),
+            max_concurrency=rt.max_concurrency,
+            lanes=all_lanes(),
+        ) as worker:
+            spreading = asyncio.create_task(spread_work(rt, container, worker, budget, spread))
+            try:
+                while (left := budget.until_stop()) > 0:
+                    since = await container.slots.now()
+                    caught_up = await worker.wake(left)
+                    if not caught_up:
+                        break
+                    released = await container.slots.release(slot, holder, since)
+                    if released:
+                        break
+                    caught_up = False  # a wake was refused meanwhile: look once more
+            finally:
+                spreading.cancel()
+                await asyncio.gather(spreading, return_exceptions=True)
+            steps = worker.steps_started
+        # Leaving run_workflows stopped the worker: steps still running had the shutdown
+        # time, and what they could not finish was handed back, due now.
+    finally:
+        if not released:
+            await container.slots.release(slot, holder)
+    if not caught_up:
+        await (
+            rt.invoke_wake()
+        )  # what is left goes on in a fresh invocation, not at the next schedule
+        spread.invoked += 1
+    return {
+        **result,
+        "steps": steps,
+        "caught_up": caught_up,
+        "slot": slot,
+        "invoked": spread.invoked,
+    }
+
+
+async def spread_work(
+    rt: Runtime, container: Container, worker: Worker, budget: Budget, spread: Spread
+) -> None:
+    """Invoke one more wake whenever work is due that this one has no room for and a slot is free.
+
+    Work due now and not claimed after this worker's passes is work it cannot
+    take (or a limit holds back, which another wake would not help).
+    """
+    infos = list(worker.tables.values())
+    served = [served_steps(info, worker.options.lanes) for info in infos]
+    bucket = worker.connection.rate_bucket
+    table = bucket.__table__ if bucket is not None else None
+    await asyncio.sleep(SPREAD_FIRST)
+    while True:
+        pause = SPREAD_INTERVAL
+        try:
+            async with worker.connection.autocommit.connect() as conn:
+                upcoming = await next_due(conn, infos, served, table)
+            if (
+                upcoming is not None
+                and upcoming.seconds <= 0
+                and not upcoming.held
+                and await container.slots.free() > 0
+            ):
+                await rt.invoke_wake()
+                spread.invoked += 1
+                pause = SPREAD_AFTER_INVOKE
+        except Exception:
+            log.exception("wake: could not judge whether to invoke another wake")
+        await asyncio.sleep(pause)
+
+
+def all_lanes() -> set[str]:
+    """Every lane of every workflow mapped: on Lambda one wake function serves them all."""
+    return {step.lane for info in registered_workflows() for step in info.steps.values()} or {
+        "default"
+    }
+
+
+async def http_wake(rt: Runtime, timeout_seconds: float) -> bool:
+    """The app's POST /wake: a wake cycle within `timeout_seconds` and the invocation; caught up?"""
+    outer = rt.budget
+    margin = outer.margin if outer is not None else rt.settings.wake_margin_seconds
+    remaining = float(timeout_seconds) + margin
+    if outer is not None:
+        remaining = min(remaining, outer.left())
+    result = await wake_cycle(rt, Budget(remaining, margin, time.monotonic()))
+    return bool(result["caught_up"])
+
+
+# -- drain ---------------------------------------------------------------------------------
+
+
+async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
+    """Route the outbox rows due now (as `duly drain`), bounded by the deadline.
+
+    Also the safety net: when anything is due now that no wake has taken (a
+    lost wake-up, or more than the drain could route), it kicks a wake.
+    """
+    check_command(event, "drain")
+    container = await rt.container()
+    tables = container.tables
+    if tables is None:
+        raise NotFoundError(
+            f"{container.app_module} maps no outbox: there is nothing to drain. Map "
+            "WorkflowOutbox, WorkflowEventRecord and WorkflowDeliveryAttempt on your base."
+        )
+    try:
+        routes, settings = routing_of(container.registry)
+    except TypeError as exc:  # the app configured a registry a drain cannot route with
+        raise InputError(str(exc)) from None
+    if not len(routes):
+        raise InputError(
+            f"{container.app_module} registers no event handler: draining would settle every "
+            "event as processed without routing it."
+        )
+    routed, caught_up = 0, False
+    if budget.until_stop() > 0:
+        lease = min(budget.lease().total_seconds(), float(settings.outbox_claim_ttl_seconds))
+        async with run_workflows(
+            container.Session,
+            workflows=[tables.outbox],
+            suspends_when_idle=True,
+            lease=_seconds(lease),
+            shutdown_timeout=budget.shutdown(),
+            max_concurrency=settings.outbox_batch_size,
+        ) as worker:
+            caught_up = await worker.wake(budget.until_stop())
+            routed = worker.steps_started
+    kicked = not caught_up or await due_now(container)
+    if kicked:
+        await rt.kick()
+    return {"routed": routed, "caught_up": caught_up, "kicked": kicked}
+
+
+async def due_now(container: Container) -> bool:
+    """Whether any table has work due now that nobody holds."""
+    infos = container.connection.workflows
+    if not infos:
+        return False
+    async with container.connection.autocommit.connect() as conn:
+        upcoming = await next_due(conn, infos)
+    return upcoming is not None and upcoming.seconds <= 0
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=max(1.0, value))
+
+
+# -- deliver -------------------------------------------------------------------------------
+
+
+async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
+    """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked)."""
+    request = parse_delivery(event)
+    container = await rt.container()
+    info = find_workflow(container, request.workflow)
+    step = info.steps.get(request.step)
+    if step is None:
+        raise NotFoundError(
+            f"{info.name} has no step {request.step!r}; its steps: {', '.join(info.steps)}."
+        )
+    call = step(**request.args)  # a StepError (answered) when the arguments do not fit
+    where = runs_named(info, request)
+    async with activate(container.connection):
+        accepted = await info.cls.by(*where).deliver(
+            call, key=request.idempotency_key, restart=request.restart
+        )
+    if accepted:
+        await rt.kick()  # the accepted event's step is due now, and no worker runs here
+    return {"accepted": accepted, "workflow": info.name, "step": request.step}
+
+
+def find_workflow(container: Container, name: str) -> WorkflowInfo:
+    """The workflow whose table is `name`, among those in the database."""
+    for info in container.connection.workflows:
+        if info.name == name:
+            return info
+    known = ", ".join(info.name for info in container.connection.workflows) or "none"
+    raise NotFoundError(f"No workflow named {name!r}; the workflows are: {known}.")
+
+
+def runs_named(info: WorkflowInfo, request: Delivery) -> list[ColumnElement[bool]]:
+    """The WHERE clause of the runs a delivery names: its key, or its column values."""
+    if request.where:
+        clauses = []
+        for name, value in request.where.items():
+            column = info.table.c.get(name)
+            if column is None:
+                raise InputError(f"{info.name} has no column {name!r}.")
+            clauses.append(column == typed(info, column, value))
+        return clauses
+    columns = list(info.mapper.primary_key)
+    parts = request.key if len(columns) > 1 else [request.key]
+    if not isinstance(parts, list) or len(parts) != len(columns):
+        raise InputError(f"The key of {info.name} has {len(columns)} parts: give a list.")
+    return [c == typed(info, c, part) for c, part in zip(columns, parts, strict=True)]
+
+
+def typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
+    """`value` as the column's Python type (a key sent as text for an integer column, say)."""
+    try:
+        kind = column.type.python_type
+    except NotImplementedError:
+        return value
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, Mapping | list | bool):
+        raise InputError(f"{value!r} is not a valid {column.name} for {info.name}.")
+    try:
+        parse = getattr(kind, "fromisoformat", kind)
+        return parse(value if isinstance(value, str) else str(value))
+    except (TypeError, ValueError, ArithmeticError):
+        message = (
+            f"{value!r} is not a valid {column.name} for {info.name}: expected {kind.__name__}."
+        )
+        raise InputError(message) from None
+
+
+# -- errors --------------------------------------------------------------------------------
+
+# A client's mistake, answered as {"error", "type"}: a Lambda retry would repeat it. A
+# DataError is a value PostgreSQL refused (its statement wrote nothing).
+CLIENT_ERRORS: tuple[type[Exception], ...] = (InputError, DulyError, DataError)

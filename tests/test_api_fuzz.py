@@ -1,0 +1,223 @@
+"""The HTTP API fuzzed from its own OpenAPI schema, and its guards on writes.
+
+Schemathesis generates requests for every operation of the served app's
+schema (each workflow's start, deliver and run bodies included, with the
+arguments its steps take) and sends them, with a valid token, to the real
+app under uvicorn on a real database: whatever it sends, no answer is a 500.
+The guards are checked one by one: a write without a token or with a bad or
+stale signature is 401, a body over the limit 413 before it is read whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from functions import examples
+from functions.app import GuardSettings, WriteGuard, create_app, signature_of
+from tests.apps import api
+from tests.conftest import Database
+from tests.helpers import serving
+
+TOKEN = "fuzz-token"
+SECRET = "fuzz-secret"
+EXAMPLES_PER_OPERATION = 6  # about 50 operations: a few hundred requests, well under 60 s
+START = {"row": {"number": "Z-1", "total": 1}, "step": "chase"}
+
+
+@pytest.fixture
+async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
+    return await db.create(examples.Base.metadata, api.Base.metadata)
+
+
+@pytest.fixture
+def guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes need the token or a signature; bodies up to 4 KiB."""
+    monkeypatch.setenv("DULY_API_TOKEN", TOKEN)
+    monkeypatch.setenv("DULY_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setenv("DULY_MAX_BODY_BYTES", "4096")
+
+
+@pytest.fixture
+async def client(
+    Session: async_sessionmaker[AsyncSession], guarded: None
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(create_app(Session, run_worker=False)) as client:
+        yield client
+
+
+def fuzz(raw_schema: dict[str, Any], base_url: str) -> tuple[list[str], Counter[int]]:
+    """Send valid and invalid generated requests for every operation.
+
+    Returns each 500 found (as `METHOD path: body`) and how often each status came back.
+    """
+    schema = schemathesis.openapi.from_dict(raw_schema)
+    session = requests.Session()
+    session.trust_env = False  # no proxy between the test and the loopback port
+    failures: list[str] = []
+    statuses: Counter[int] = Counter()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        cases = st.one_of(
+            operation.as_strategy(GenerationMode.POSITIVE),
+            operation.as_strategy(GenerationMode.NEGATIVE),
+        )
+
+        @given(case=cases)
+        @settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        def check(case: Any) -> None:
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            response = case.call(base_url=base_url, session=session, headers=headers, timeout=30)
+            statuses[response.status_code] += 1
+            # 503 is an answer of its own: /wake without a worker, /drain without a drain.
+            if response.status_code >= 500 and response.status_code != 503:
+                failures.append(f"{case.method} {case.formatted_path}: {response.text[:300]}")
+
+        check()
+    return failures, statuses
+
+
+async def test_no_generated_request_is_answered_500(client: httpx.AsyncClient) -> None:
+    raw = (await client.get("/openapi.json")).json()
+    assert "/workflows/invoice/deliver" in raw["paths"]
+    started = time.monotonic()
+    # The fuzzer is synchronous: it runs in a thread while this loop serves the app.
+    failures, statuses = await asyncio.to_thread(fuzz, raw, str(client.base_url))
+    assert failures == []
+    # The fuzzer got past validation too: runs started, bodies refused, unknown names.
+    assert statuses[200] and statuses[201] and statuses[404] and statuses[422], statuses
+    assert time.monotonic() - started < 60
+
+
+async def test_writes_without_a_token_or_signature_are_401(client: httpx.AsyncClient) -> None:
+    for url, body in (
+        ("/workflows/invoice/start", START),
+        ("/events", {"event_type": "x.y"}),
+        ("/wake", None),
+        ("/drain", None),
+        ("/outbox/dead-letters/replay", {}),
+    ):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            reply = await client.post(url, json=body, headers=headers)
+            assert reply.status_code == 401, (url, headers, reply.text)
+            assert "This route writes" in reply.json()["detail"]
+            assert reply.headers["www-authenticate"] == "Bearer"
+    assert (await client.get("/workflows/invoice/runs")).status_code == 200  # reads are open
+    ok = await client.post(
+        "/workflows/invoice/start", json=START, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert ok.status_code == 201, ok.text
+
+
+def signed(body: bytes, at: float | None = None, secret: str = SECRET) -> dict[str, str]:
+    timestamp = str(int(time.time() if at is None else at))
+    return {
+        "X-Duly-Timestamp": timestamp,
+        "X-Duly-Signature": signature_of(secret, timestamp, body),
+        "Content-Type": "application/json",
+    }
+
+
+async def test_a_good_signature_is_taken_and_a_bad_or_stale_one_is_401(
+    client: httpx.AsyncClient,
+) -> None:
+    body = json.dumps(START).encode()
+    refused = {
+        "other secret": signed(body, secret="guess"),
+        "stale": signed(body, at=time.time() - 301),
+        "from the future": signed(body, at=time.time() + 301),
+        "not a time": {**signed(body), "X-Duly-Timestamp": "yesterday"},
+        "other body": signed(body.replace(b"Z-1", b"Z-2")),
+        "no prefix": {**signed(body), "X-Duly-Signature": signed(body)["X-Duly-Signature"][7:]},
+        "no timestamp": {k: v for k, v in signed(body).items() if k != "X-Duly-Timestamp"},
+    }
+    for name, headers in refused.items():
+        reply = await client.post("/workflows/invoice/start", content=body, headers=headers)
+        assert reply.status_code == 401, (name, reply.text)
+        assert reply.json()["detail"], name
+    reply = await client.post("/workflows/invoice/start", content=body, headers=signed(body))
+    assert reply.status_code == 201, reply.text
+
+
+async def test_an_oversized_body_is_413_before_it_is_read_whole(
+    client: httpx.AsyncClient,
+) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    big = {**START, "row": {**START["row"], "note": "x" * 5000}}
+    declared = await client.post("/workflows/invoice/start", json=big, headers=auth)
+    assert declared.status_code == 413
+    assert "DULY_MAX_BODY_BYTES" in declared.json()["detail"]
+    unauthenticated = await client.post("/events", json=big)
+    assert unauthenticated.status_code in (401, 413)
+
+    async def streamed() -> AsyncIterator[bytes]:  # chunked: no Content-Length to judge by
+        for _ in range(10):
+            yield b" " * 1024
+
+    reply = await client.post("/events", content=streamed(), headers=auth)
+    assert reply.status_code == 413
+    assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_the_guard_stops_reading_a_streamed_body_at_the_limit() -> None:
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    guard = WriteGuard(app, GuardSettings(max_body_bytes=4096))
+    pulled = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        return {"type": "http.request", "body": b" " * 1024, "more_body": pulled < 1000}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/events", "headers": []}
+    await guard(scope, receive, send)
+    assert (pulled, reached, sent[0]["status"]) == (5, [], 413)  # 5 KiB read of 1000
+
+
+async def test_unknown_workflows_and_steps_are_404_with_a_message(
+    client: httpx.AsyncClient,
+) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    nope = await client.post("/workflows/nope/run", json={"key": 1, "step": "x"}, headers=auth)
+    assert (nope.status_code, nope.json()) == (404, {"detail": "No workflow named 'nope'."})
+    step = await client.post(
+        "/workflows/invoice/start", json={**START, "step": "refund"}, headers=auth
+    )
+    assert step.status_code == 404
+    assert "Workflow invoice has no step 'refund'" in step.json()["detail"]
+    outbox = await client.post("/workflows/duly_outbox/cancel", json={"key": 1}, headers=auth)
+    assert outbox.status_code == 404 and "POST /events" in outbox.json()["detail"]
+
+
+def test_a_bad_body_limit_is_refused_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DULY_MAX_BODY_BYTES", "lots")
+    with pytest.raises(ValueError, match="DULY_MAX_BODY_BYTES"):
+        create_app(async_sessionmaker(), run_worker=False)
