@@ -45,6 +45,8 @@ from engine.steps import Call, Step, as_call, check_owner
 W = TypeVar("W")
 
 
+CANCELLED = "cancelled"  # the last_error of a cancelled run
+
 class Handle(Generic[W]):
     """The runs of one workflow that match a WHERE clause."""
 
@@ -178,7 +180,11 @@ def run_statement(
 
 
 def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> Executable:
-    """End the live matching runs where they stand; each one's parent, to count down."""
+    """End the live matching runs where they stand; each one's parent, to count down.
+
+    A cancelled run says so: `last_error` is `CANCELLED` (an error the engine
+    writes is always `Type: message`, so the word alone cannot be one).
+    """
     table = info.table
     return (
         update(table)
@@ -191,6 +197,8 @@ def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -
             claimed_until=None,
             waiting_for=None,
             pending_event=None,
+            attempts=0,
+            last_error=CANCELLED,
             wf_version=table.c.wf_version + 1,
         )
         .returning(table.c.parent)

@@ -86,6 +86,7 @@ from engine import (
 )
 from engine.events import views
 from engine.events.records import EventTables, OutboxColumns, tables_for
+from engine.handles import CANCELLED
 from engine.registry import ENGINE_COLUMNS, registered_workflows
 from engine.steps import Step
 from engine.telemetry import latest_metrics
@@ -123,7 +124,7 @@ MAX_IDEMPOTENCY_KEY = 200  # characters
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB
 SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed"]
+RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
 RunOrder = Literal["newest", "soonest"]
 WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "No valid token or signature"},
@@ -857,14 +858,7 @@ async def list_workflow_runs(
 
 @router.get("/workflows/{name}/runs/{key}")
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
-    """One run: its row, its state, what it waits for, and its history when a log is mapped.
-
-    A cancelled run's row is that of a finished one (cancel clears what was
-    scheduled and writes nothing else), so the row alone says `finished`;
-    with an attempt log, a run that ended right after a retry, or without
-    any attempt, is told `cancelled` (a finished run's last attempt is ok, a
-    failed one's failed).
-    """
+    """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
     info = _workflow(request, name)
     async with connection.sessionmaker() as session:
@@ -877,10 +871,6 @@ async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
         attempts = await row.history()
         shown = [c.key for c in connection.attempt_log.__table__.c if c.key not in RUN_COLUMNS]
         history = jsonable_encoder([{n: getattr(a, n) for n in shown} for a in attempts])
-        if summary["state"] in ("finished", "failed"):
-            last = attempts[-1].outcome if attempts else None
-            if last is None or last == "retry":
-                summary["state"] = "cancelled"
     return {**summary, "history": history}
 
 
@@ -899,20 +889,23 @@ def _state_condition(table: Any, state: str) -> ColumnElement[bool]:
             at_rest, c.waiting_for.is_(None), c.next_step.is_not(None), c.attempts > 0
         ),
         "finished": and_(ended, c.last_error.is_(None)),
-        "failed": and_(ended, c.last_error.is_not(None)),
+        "failed": and_(ended, c.last_error.is_not(None), c.last_error != CANCELLED),
+        "cancelled": and_(ended, c.last_error == CANCELLED),
     }
     return conditions[state]
 
 
 def run_state(row: Any) -> str:
     """running (leased), waiting (for an event), scheduled, retrying (after a failed
-    attempt), failed (gave up: an error and nothing next) or finished."""
+    attempt), failed (gave up: an error and nothing next), cancelled or finished."""
     if row.claimed_until is not None:
         return "running"
     if row.waiting_for is not None:
         return "waiting"
     if row.next_step is not None:
         return "retrying" if row.attempts else "scheduled"
+    if row.last_error == CANCELLED:
+        return "cancelled"
     return "failed" if row.last_error is not None else "finished"
 
 

@@ -118,6 +118,9 @@ async def test_cancel_ends_runs_where_they_stand_and_keeps_what_they_did(db: Dat
         stored = await fetch(Session, Timer, row.id)
         assert stored.fired == 0 and stored.next_step is None and stored.wake_at is None
         assert stored.key == row.key
+        # It says it was cancelled, which a run that finished or gave up never does.
+        assert (stored.last_error, stored.attempts) == ("cancelled", 0)
+    assert (await fetch(Session, Timer, rows[2].id)).last_error is None
 
 
 async def test_cancel_of_a_running_step_discards_its_commit(db: Database) -> None:
