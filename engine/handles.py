@@ -47,6 +47,7 @@ W = TypeVar("W")
 
 CANCELLED = "cancelled"  # the last_error of a cancelled run
 
+
 class Handle(Generic[W]):
     """The runs of one workflow that match a WHERE clause."""
 
