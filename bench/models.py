@@ -102,6 +102,23 @@ class Timer(Base, Workflow):
         self.fired_at = time.time()
 
 
+class Sleeper(Base, Workflow):
+    """Sleeps `delay_s` (hours) with wake_in, then ends: the scheduler calls per run's timer."""
+
+    __tablename__ = "bench_sleeper"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delay_s: Mapped[int] = mapped_column(Integer)
+
+    @step
+    async def arm(self) -> object:  # a wake_in(...) directive
+        return wake_in(Sleeper.finish, timedelta(seconds=self.delay_s))
+
+    @step
+    async def finish(self) -> None:
+        return None
+
+
 class Waiter(Base, Workflow):
     """Parks on an event; the event's step stores the value it carried."""
 

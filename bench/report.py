@@ -85,10 +85,10 @@ async def machine_info(server: EmbeddedPostgres, worker_concurrency: int) -> dic
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """Rates as whole numbers with separators, milliseconds to a tenth, seconds to a hundredth."""
+    """Rates as whole numbers with separators, ms to a tenth, seconds and ratios to a hundredth."""
     if value is None:
         return "failed"
-    if unit == "s":
+    if unit in ("s", "x"):  # seconds, and ratios
         return f"{value:,.2f}"
     return f"{value:,.1f}" if unit == "ms" else f"{value:,.0f}"
 

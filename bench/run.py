@@ -9,10 +9,12 @@ ceiling for one commit per step), no-op steps/s, the events the outbox routes
 a second and what publishing adds to a transaction, three-step chains/s,
 start-to-run latency, wake_in lateness, deliveries/s to waiting runs and the
 time a fan-out of many children takes, the queries an idle worker sends and
-what a wake() that finds nothing due takes. bench/README.md says how each is
-taken. The table goes to stdout, then the same figures as JSON. A measurement
-that fails is reported as failed, the others still run, and the exit status
-is 1.
+what a wake() that finds nothing due takes; and, serverless, the cold import
+of each Lambda entry beside the floor SQLAlchemy and psycopg set, a warm
+Lambda wake that finds nothing due, and the scheduler API calls per 1,000
+runs that sleep with wake_in. bench/README.md says how each is taken. The
+table goes to stdout, then the same figures as JSON. A measurement that
+fails is reported as failed, the others still run, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ if str(REPO_ROOT) not in sys.path:
 from bench import measures  # noqa: E402
 from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
 from bench.harness import WORKER_CONCURRENCY  # noqa: E402
+from bench.lambdas import (  # noqa: E402
+    CLAIMED_ENTRIES,
+    DIRECT_WITHIN,
+    ENTRIES,
+    measure_cold_imports,
+    measure_first_wake,
+    measure_lambda_wake,
+    measure_scheduler_calls,
+)
 from bench.models import Chain, NoOp  # noqa: E402
 from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
@@ -55,6 +66,9 @@ MEASUREMENTS = (
     "fanout",
     "idle",
     "claims",
+    "coldstart",
+    "lambdawake",
+    "schedulercalls",
 )
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
@@ -88,6 +102,11 @@ class Sizes:
     claim_backlogs: tuple[int, ...]  # waiting rows behind each claim-cost case
     claim_groups: tuple[int, ...]  # tenants they are spread over
     claims: int  # timed claims per case
+    cold_processes: int  # fresh processes timed per import kind
+    first_wake_processes: int  # fresh processes timed through their first wake
+    lambda_wakes: int  # timed warm wake invocations with nothing due
+    lambda_wake_warmup: int  # and left out before them
+    scheduler_runs: int  # wake_in runs the scheduler calls are counted over
 
 
 FULL = Sizes(
@@ -106,6 +125,11 @@ FULL = Sizes(
     claim_backlogs=(10_000, 1_000_000),
     claim_groups=(100, 10_000),
     claims=200,
+    cold_processes=7,
+    first_wake_processes=3,
+    lambda_wakes=50,
+    lambda_wake_warmup=5,
+    scheduler_runs=1000,
 )
 QUICK = Sizes(
     update_seconds=0.6,
@@ -123,6 +147,11 @@ QUICK = Sizes(
     claim_backlogs=(10_000, 100_000),
     claim_groups=(100,),
     claims=50,
+    cold_processes=3,
+    first_wake_processes=1,
+    lambda_wakes=10,
+    lambda_wake_warmup=2,
+    scheduler_runs=200,
 )
 
 
@@ -348,6 +377,104 @@ async def run_all(
         )
         report.details["claims"] = found
 
+    async def coldstart() -> None:
+        found = await asyncio.to_thread(measure_cold_imports, sizes.cold_processes)
+        report.details["coldstart"] = found
+        ms, ratio = found["median_ms"], found["ratio_to_floor"]
+        report.add(
+            "cold_import_floor_ms",
+            "Cold import: sqlalchemy.ext.asyncio + psycopg (the floor)",
+            ms["floor"],
+            "ms",
+            NO_PEER,
+        )
+        top = ", ".join(
+            f"{name} {value:.0f}"
+            for name, value in list(found["beyond_floor_importtime_ms"].items())[:3]
+        )
+        for name in ENTRIES:
+            if name in CLAIMED_ENTRIES:
+                verdict = "holds" if found["holds"][name] else "FAILS"
+                target = f"x{ratio[name]:.2f} the floor; issue 10: <= x{DIRECT_WITHIN}: {verdict}"
+            else:
+                target = f"x{ratio[name]:.2f} the floor"
+            report.add(
+                f"cold_import_{name}_ms",
+                f"Cold import: lambda_handlers.{name}",
+                ms[name],
+                "ms",
+                target,
+            )
+        report.add(
+            "cold_import_direct_entry_ratio",
+            "Cold import: slowest of wake, drain, deliver / floor",
+            max(ratio[name] for name in CLAIMED_ENTRIES),
+            "x",
+            f"issue 10: <= x{DIRECT_WITHIN}; beyond the floor (importtime ms): {top}",
+        )
+        report.add(
+            "cold_import_http_ms",
+            "Cold import: handlers + functions.app + mangum (HTTP)",
+            ms["http"],
+            "ms",
+            f"x{ratio['http']:.2f} the floor",
+        )
+        first = await measure_first_wake(server, sizes.first_wake_processes)
+        found["first_wake"] = first
+        imported = [m for m, seen in first["imported_after"].items() if seen]
+        report.add(
+            "cold_first_wake_beyond_import_ms",
+            "First direct wake in a fresh process, beyond import",
+            first["beyond_import_ms"],
+            "ms",
+            f"container {first['container_ms']:.0f} + wake {first['first_wake_ms']:.0f}; "
+            f"imported after: {', '.join(imported) or 'no fastapi, mangum, boto3'}",
+        )
+
+    async def lambdawake() -> None:
+        found = await measure_lambda_wake(server, sizes.lambda_wakes, sizes.lambda_wake_warmup)
+        report.details["lambdawake"] = found
+        beside = (
+            f"{found['tables_served']} tables; "
+            f"{found['statements_per_wake']:.0f} statements a wake; "
+            f"{found['sent']} scheduler calls in {found['wakes']} wakes"
+        )
+        for p in ("p50", "p95"):
+            report.add(
+                f"lambda_wake_nothing_due_{p}_ms",
+                f"Lambda wake (warm), nothing due: {p}",
+                found["ms"][p],
+                "ms",
+                beside if p == "p50" else "",
+            )
+
+    async def schedulercalls() -> None:
+        found = await measure_scheduler_calls(server, sizes.scheduler_runs)
+        report.details["schedulercalls"] = found
+        per = found["calls_per_1000_runs"]
+        for phase, what in (("first_steps", "wake_in of 1-6 h"), ("second_steps", "then end")):
+            counts = found[phase]
+            ops = ", ".join(f"{op} {n}" for op, n in counts["sent_by_operation"].items())
+            if phase == "first_steps":
+                check = (
+                    "one schedule, at the earliest"
+                    if found["registered_is_earliest"]
+                    else (
+                        f"registered {found['registered_after_first']}, earliest "
+                        f"{found['earliest_wake_at']}"
+                    )
+                )
+            else:
+                check = f"{found['schedules_left_at_end']} schedules left"
+            report.add(
+                f"scheduler_calls_per_1000_runs_{phase}",
+                f"Scheduler API calls per 1,000 runs: steps that {what}",
+                per[phase],
+                "calls",
+                f"{counts['sent']} in {found['runs']:,} runs ({ops or 'none'}); "
+                f"{counts['wakes']} wakes, {counts['on_idle_calls']} on_idle; " + check,
+            )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -386,6 +513,20 @@ async def run_all(
             f"{sizes.claims} claims of {CLAIM_SIZE} from backlogs of "
             f"{', '.join(f'{n:,}' for n in sizes.claim_backlogs)} rows, with a limit and without",
             claims,
+        ),
+        "coldstart": (
+            f"imports in {sizes.cold_processes} fresh processes each, then "
+            f"{sizes.first_wake_processes} first wakes",
+            coldstart,
+        ),
+        "lambdawake": (
+            f"{sizes.lambda_wakes} warm Lambda wakes with nothing due (after "
+            f"{sizes.lambda_wake_warmup})",
+            lambdawake,
+        ),
+        "schedulercalls": (
+            f"{sizes.scheduler_runs} wake_in runs woken through the Lambda wake, moto counting",
+            schedulercalls,
         ),
     }
     for name in MEASUREMENTS:
