@@ -4,6 +4,8 @@ duly dev [--host H] [--port P] [--no-demo] [--reset-clock]
 duly db-url
 duly drain [--database-url URL]
 duly replay-dead-letters [--database-url URL] [EVENT_ID ...]
+duly migrate [--database-url URL] [--directory DIR] [--revision REV] [--sql]
+             [--autogenerate -m MESSAGE] [--check]
 duly version
 
 `dev` and `db-url` need the `local` extra; this module imports it only when
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
@@ -41,8 +43,10 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import NullPool
 
 from engine import (
+    ConfigurationError,
     DatabaseEventRegistry,
     EventRegistry,
     EventSettings,
@@ -59,6 +63,9 @@ from engine.events.routing import Routes
 from engine.worker import WorkerOptions
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url
+
+if TYPE_CHECKING:
+    from infra.migrate import Migrations
 
 USAGE_ERROR = 2  # exit status for bad settings or arguments, or a missing extra
 FAILURE = 1  # exit status when the database cannot be reached or refuses
@@ -115,9 +122,40 @@ def build_parser() -> argparse.ArgumentParser:
         "event_ids", nargs="*", metavar="EVENT_ID", help="only these events (default: every one)"
     )
     replay.set_defaults(command=run_replay)
+    add_migrate(commands)
     show_version = commands.add_parser("version", help="print duly's version")
     show_version.set_defaults(command=print_version)
     return parser
+
+
+def add_migrate(commands: Any) -> None:
+    """`duly migrate` and its options (see run_migrate)."""
+    migrate = commands.add_parser(
+        "migrate", help="upgrade the database to DULY_APP's newest schema (Alembic revisions)"
+    )
+    add_database_url(migrate)
+    migrate.add_argument(
+        "--directory",
+        help="the app's revisions (default: DULY_MIGRATIONS; duly's own for functions.examples)",
+    )
+    migrate.add_argument(
+        "--revision", help="upgrade to this revision (default: head); with --sql, FROM:TO too"
+    )
+    migrate.add_argument(
+        "--sql", action="store_true", help="print the upgrade's SQL instead of running it"
+    )
+    migrate.add_argument(
+        "--autogenerate",
+        action="store_true",
+        help="write a revision with what the database lacks of DULY_APP's tables",
+    )
+    migrate.add_argument("-m", "--message", help="the new revision's title (with --autogenerate)")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if the database differs from DULY_APP's tables (after the last revision)",
+    )
+    migrate.set_defaults(command=run_migrate)
 
 
 def add_database_url(parser: argparse.ArgumentParser) -> None:
@@ -276,6 +314,148 @@ def run_replay(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
     return asyncio.run(on_database(app, command))
+
+
+# -- duly migrate ----------------------------------------------------------------------------
+
+
+class SecretUnreadable(Exception):
+    """Secrets Manager refused the database secret or cannot be reached."""
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """`duly migrate`: upgrade to the newest revision, print its SQL, write or check one.
+
+    The revisions are duly's own (infra/migrations/versions) for the examples,
+    else the app's directory (--directory or DULY_MIGRATIONS); infra/migrate.py
+    says why. Usage errors exit 2 naming what to change; a database that
+    refuses or cannot be reached, 1.
+    """
+    from alembic.util import CommandError as AlembicError
+
+    from infra.migrate import migrations_for
+
+    try:
+        check_migrate_options(args)
+        url = migrate_database_url(args)
+        app_module = os.environ.get("DULY_APP", "").strip() or DEFAULT_APP
+        put_cwd_on_path()
+        migrations = migrations_for(app_module, args.directory, url, stdout=sys.stdout)
+        if not args.autogenerate and not (migrations.versions.is_dir() and migrations.heads()):
+            raise CommandError(
+                f"{migrations.versions} holds no revision: write the first with duly migrate "
+                "--directory DIR --autogenerate -m 'initial schema'."
+            )
+        if args.sql:
+            migrations.upgrade_sql(args.revision or "head")
+            return 0
+    except (ValueError, LookupError, CommandError, AlembicError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except SecretUnreadable as exc:  # AWS refused or cannot be reached: not a usage error
+        print(f"duly: {exc}", file=sys.stderr)
+        return FAILURE
+    assert url is not None  # migrate_database_url answers one unless --sql
+    return asyncio.run(migrate_database(migrations, url, args))
+
+
+def check_migrate_options(args: argparse.Namespace) -> None:
+    """CommandError for options that do not go together."""
+    if args.autogenerate and not args.message:
+        raise CommandError("--autogenerate needs -m MESSAGE, the new revision's title.")
+    if args.message and not args.autogenerate:
+        raise CommandError("-m MESSAGE goes with --autogenerate.")
+    chosen = [name for name in ("sql", "autogenerate", "check") if getattr(args, name)]
+    if len(chosen) > 1:
+        raise CommandError(f"--{chosen[0]} and --{chosen[1]} do not go together.")
+    if args.revision and (args.autogenerate or args.check):
+        raise CommandError("--revision goes with an upgrade (or --sql) only.")
+
+
+def migrate_database_url(args: argparse.Namespace) -> str | None:
+    """--database-url, else DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's secret.
+
+    None only for --sql, which renders PostgreSQL's SQL without connecting.
+    """
+    given: str | None = args.database_url
+    raw = given if given is not None else os.environ.get("DULY_DATABASE_URL", "").strip() or None
+    try:
+        url = database_url(raw)
+    except ValueError as exc:
+        if given is None:
+            raise
+        raise ValueError(str(exc).replace("DULY_DATABASE_URL", "--database-url")) from None
+    secret = os.environ.get("DULY_DATABASE_SECRET_ARN", "").strip()
+    if url is not None or args.sql:
+        return url
+    if not secret:
+        raise CommandError(
+            "duly migrate needs the workflow database: pass --database-url or set "
+            "DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN (or print the SQL with --sql)."
+        )
+    return secret_database_url(secret)
+
+
+def secret_database_url(arn: str) -> str:
+    """The database URL in the Secrets Manager secret `arn`, as the AWS functions read it."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.aws_settings import AwsSettings, resolve_database_url
+
+    # Only the database fields matter to resolve_database_url.
+    settings = AwsSettings(
+        None, arn, wake_function_arn="", schedule_group="", scheduler_role_arn=""
+    )
+    try:
+        return resolve_database_url(settings, lambda: boto3.client("secretsmanager"))
+    except (BotoCoreError, ClientError) as exc:
+        raise SecretUnreadable(f"the database secret {arn} cannot be read: {exc}") from None
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from None
+
+
+async def migrate_database(migrations: Migrations, url: str, args: argparse.Namespace) -> int:
+    """Upgrade, autogenerate or check on the database at `url`; say what happened."""
+    from alembic.util import CommandError as AlembicError
+
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        if args.check:
+            diffs = await migrations.check(engine)
+            for diff in diffs:
+                print(f"  {diff}")
+            print(
+                f"duly migrate: {len(diffs)} differences between {migrations.versions.name}'s "
+                "newest revision and DULY_APP's tables."
+                if diffs
+                else "duly migrate: the database matches DULY_APP's tables."
+            )
+            return FAILURE if diffs else 0
+        if args.autogenerate:
+            path = await migrations.autogenerate(engine, args.message)
+            print(
+                f"duly migrate: wrote {path}; read it, then run duly migrate to apply it."
+                if path is not None
+                else "duly migrate: nothing to write, the database matches DULY_APP's tables."
+            )
+            return 0
+        before, after = await migrations.upgrade(engine, args.revision or "head")
+        print(
+            f"duly migrate: {engine.url.database} at {', '.join(after) or 'base'}"
+            + (f" (was {', '.join(before) or 'empty'})." if after != before else ", unchanged.")
+        )
+        return 0
+    except AlembicError as exc:
+        hint = " Run duly migrate first." if "not up to date" in str(exc) else ""
+        print(f"duly: {exc}{hint}", file=sys.stderr)
+        return USAGE_ERROR
+    except (SQLAlchemyError, OSError) as exc:
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
+        print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
+        return FAILURE
+    finally:
+        await engine.dispose()
 
 
 async def on_database(app: EventApp, command: DatabaseCommand) -> int:
