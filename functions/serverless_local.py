@@ -1,0 +1,460 @@
+"""`duly dev --serverless`: the AWS loop on this machine, with moto for EventBridge Scheduler.
+
+No worker runs in the HTTP app's lifespan. Instead, as on AWS:
+
+- the HTTP app is configured as the Lambda runtime configures it
+  (`app.state.wake`, `drain` and `kick` are a `Runtime`'s), so `POST /events`
+  or a start through the API kicks a wake;
+- the wake entry `functions.lambda_handlers.wake` runs in a second `Runtime`
+  (a second "container", on a thread of its own: its engine lives on that
+  thread's loop), with the real `WakeScheduler` writing to moto;
+- a kick (the asynchronous invoke of the wake function) is delivered to the
+  local firer instead of Lambda, and the firer invokes `wake` with a fake
+  Lambda context (`INVOCATION_SECONDS` to its deadline);
+- moto never fires a schedule, so the firer reads the registered one
+  (`get_schedule`) every `POLL_SECONDS` and, when its `at()` instant has
+  passed, invokes `wake` with the schedule's own `Target.Input`.
+
+When has the instant passed? The scheduler registers instants measured on the
+database clock (`engine.clock.db_now`: PostgreSQL's time plus the shift that
+`POST /dev/clock` moves), so the firer compares on that clock too: moving the
+clock three days makes a schedule three days out due at once, as the runs it
+stands for are. On AWS the shift is always zero and the two clocks agree.
+
+A schedule is fired once: after it fired, it stays registered until a wake
+moves or deletes it (`ActionAfterCompletion` NONE), and the firer does not
+fire the same registration again. Invocations run one at a time (one wake
+container); a wake's own invokes of more wakes queue behind it. Each is
+logged: `wake (kick): 1 step, caught up, next at 2026-01-04 09:00:00 UTC`.
+
+moto comes with duly's dev extra only: `functions/local.py` imports this
+module only for `--serverless`, and the deployable modules never import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import boto3
+from fastapi import FastAPI
+from moto.server import ThreadedMotoServer
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from engine.clock import db_now
+from functions import lambda_handlers
+from functions.dev import create_dev_app
+from functions.lambda_runtime import Budget, Runtime, install
+from functions.lambda_work import drain as drain_outbox
+from functions.lambda_work import http_wake
+from infra import scheduler as scheduler_tables
+from infra import wake_slots as slot_tables
+from infra.aws_settings import AwsSettings
+from infra.scheduler import DEFAULT_NAME, WAKE_INPUT, error_code, wake_schedule
+from infra.wake_slots import wake_slots
+
+log = logging.getLogger("duly.serverless")
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account
+WAKE_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:duly-dev-wake"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/duly-dev-scheduler"
+GROUP = "duly-dev"
+FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+POLL_SECONDS = 0.5  # how often the firer reads the schedule
+KICK_FOLD_SECONDS = 0.1  # kicks this close together are one invocation (the API kicks twice)
+INVOCATION_SECONDS = 60.0  # the fake Lambda context's time to its deadline
+STOP_GRACE_SECONDS = 5.0  # an invocation still running at Ctrl-C gets this long, then cancelled
+QUIET_LOGGERS = ("werkzeug",)  # moto's server logs every request (the firer polls)
+AT_EXPRESSION = re.compile(r"at\((\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\)")
+
+
+def local_settings(
+    url: str, app_module: str, environ: Mapping[str, str] | None = None
+) -> AwsSettings:
+    """The AWS functions' settings for this machine: the URL and app given, moto's fake ARNs.
+
+    DULY_MAX_WAKES and DULY_WAKE_MARGIN_SECONDS are read from the environment
+    as on AWS (a bad one is a ConfigurationError naming it).
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.pop("DULY_DATABASE_SECRET_ARN", None)
+    env.update(
+        DULY_DATABASE_URL=url,
+        DULY_WAKE_FUNCTION_ARN=WAKE_ARN,
+        DULY_SCHEDULE_GROUP=GROUP,
+        DULY_SCHEDULER_ROLE_ARN=ROLE_ARN,
+        DULY_APP=app_module,
+    )
+    return AwsSettings.from_env(env)
+
+
+# -- moto ----------------------------------------------------------------------------------
+
+
+class LocalAws:
+    """moto's server on a free loopback port, standing in for EventBridge Scheduler."""
+
+    def __init__(self) -> None:
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.endpoint = ""
+
+    def start(self) -> None:
+        """Serve (in milliseconds), and create the schedule group, as the template does on AWS."""
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        self.client("scheduler").create_schedule_group(Name=GROUP)
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for moto: fake credentials, never the developer's own AWS account.
+
+        A session per client: boto3's default session is not thread-safe, and
+        the HTTP app and the firer each make theirs on their own thread.
+        """
+        session = boto3.session.Session(region_name=REGION, **FAKE_CREDENTIALS)
+        return session.client(service, endpoint_url=self.endpoint)
+
+
+# -- the registered schedule -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The wake schedule as moto has it."""
+
+    at: datetime
+    input: Any  # the target's Input, parsed: what the scheduler would send
+    version: tuple[str, str]  # expression and last change: one registration, fired once
+
+    def describe(self) -> str:
+        return self.at.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def parse_at(expression: str, timezone: str) -> datetime | None:
+    """The instant of `at(yyyy-mm-ddThh:mm:ss)` in `timezone`; None for another expression."""
+    found = AT_EXPRESSION.fullmatch(expression.strip())
+    if found is None:
+        return None
+    return datetime.fromisoformat(found.group(1)).replace(tzinfo=ZoneInfo(timezone or "UTC"))
+
+
+def read_schedule(client: Any, group: str = GROUP, name: str = DEFAULT_NAME) -> Registered | None:
+    """The enabled `at()` schedule `name` of `group`, or None when there is none."""
+    try:
+        found = client.get_schedule(Name=name, GroupName=group)
+    except Exception as error:
+        if error_code(error) == "ResourceNotFoundException":
+            return None
+        raise
+    at = parse_at(found["ScheduleExpression"], found.get("ScheduleExpressionTimezone", "UTC"))
+    if at is None or found.get("State", "ENABLED") != "ENABLED":
+        return None
+    raw_input = found.get("Target", {}).get("Input")
+    version = (found["ScheduleExpression"], str(found.get("LastModificationDate")))
+    return Registered(at, json.loads(raw_input) if raw_input else {}, version)
+
+
+async def database_now(rt: Runtime) -> datetime:
+    """The database clock, as the scheduler measured the instants it registered."""
+    container = await rt.container()
+    async with container.engine.connect() as conn:
+        now = (await conn.execute(select(db_now()))).scalar_one()
+    assert isinstance(now, datetime)
+    return now
+
+
+# -- the firer --------------------------------------------------------------------------------
+
+
+@dataclass
+class LocalContext:
+    """A Lambda context: the deadline the wake invocation plans by, and the function's ARN."""
+
+    seconds: float = INVOCATION_SECONDS
+    invoked_function_arn: str = WAKE_ARN
+    function_name: str = "duly-dev-wake"
+    aws_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.seconds - (time.monotonic() - self.started)) * 1000))
+
+
+def describe_result(result: dict[str, Any], registered: Registered | None) -> str:
+    """One wake invocation in words: its steps, whether it caught up, what is registered next."""
+    if "error" in result:
+        return f"refused: {result['error']}"
+    steps = int(result.get("steps", 0))
+    parts = [f"{steps} step{'' if steps == 1 else 's'}"]
+    parts.append("caught up" if result.get("caught_up") else "not caught up")
+    if result.get("reason"):
+        parts.append(str(result["reason"]))
+    if result.get("invoked"):
+        parts.append(f"invoked {result['invoked']} more")
+    parts.append("nothing scheduled" if registered is None else f"next at {registered.describe()}")
+    return ", ".join(parts)
+
+
+class Firer:
+    """Invokes the wake entry on a thread of its own when a kick comes or the schedule is due.
+
+    The thread is the wake function's one container: its `Runtime` (engine,
+    loop, scheduler) lives there, installed as the process's `runtime()` so
+    the entry is called exactly as Lambda calls it.
+    """
+
+    def __init__(
+        self,
+        settings: AwsSettings,
+        clients: Any,
+        *,
+        poll: float = POLL_SECONDS,
+        invocation_seconds: float = INVOCATION_SECONDS,
+    ) -> None:
+        self.runtime = Runtime(settings, invoke=self.invoked, clients=clients)
+        self.poll = poll
+        self.invocation_seconds = invocation_seconds
+        self.invocations = 0
+        self._kicked = threading.Event()  # also set to stop, so the wait ends at once
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._reason: str | None = None  # why the kick waiting was asked for
+        self._lock = threading.Lock()
+        self._fired: tuple[str, str] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="duly-firer", daemon=True)
+
+    # -- from any thread --------------------------------------------------------------
+
+    def kick(self, reason: str = "kick") -> None:
+        """Ask for a wake invocation (Lambda's asynchronous invoke, delivered here)."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+        self._kicked.set()
+
+    async def invoked(self) -> None:
+        """The runtimes' `invoke`: the asynchronous invoke of the wake function."""
+        self.kick()
+
+    def start(self) -> None:
+        """Start the thread and make the wake container (its cold start); raise what failed."""
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+
+    def stop(self) -> None:
+        """Stop polling; an invocation still running gets a grace, then is cancelled."""
+        self._stopping.set()
+        self._kicked.set()
+        self._thread.join(STOP_GRACE_SECONDS)
+        loop = self._loop
+        if self._thread.is_alive() and loop is not None:
+            log.info("stopping the wake invocation still running")
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_cancel_all, loop)
+            self._thread.join(STOP_GRACE_SECONDS)
+
+    # -- on the firer's thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        rt = self.runtime
+        try:
+            install(rt)
+            rt.run(rt.container())
+            self._loop = rt.loop
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+            rt.close()
+            return
+        self._ready.set()
+        try:
+            while (due := self._next()) is not None:
+                self._invoke(*due)
+        except asyncio.CancelledError:
+            log.info("the wake invocation was cancelled; its leases come due again")
+        finally:
+            install(None)
+            rt.close()
+
+    def _next(self) -> tuple[str, Any] | None:
+        """Wait for a kick or the schedule's instant; why, and the event to invoke with."""
+        while not self._stopping.is_set():
+            if self._kicked.is_set():
+                self._stopping.wait(KICK_FOLD_SECONDS)
+                with self._lock:
+                    self._kicked.clear()
+                    reason, self._reason = self._reason or "kick", None
+                if self._stopping.is_set():
+                    break
+                return reason, dict(WAKE_INPUT)  # an invoke sends what the schedule does
+            due = self._due_schedule()
+            if due is not None:
+                return due
+            self._kicked.wait(self.poll)
+        return None
+
+    def _due_schedule(self) -> tuple[str, Any] | None:
+        """The schedule's reason and input, if it is registered, not fired yet, and due."""
+        try:
+            registered = read_schedule(self.runtime.client("scheduler"))
+            if registered is None:
+                self._fired = None
+                return None
+            if registered.version == self._fired:
+                return None
+            if registered.at > self.runtime.run(database_now(self.runtime)):
+                return None
+        except Exception:
+            log.exception("could not read the wake schedule; trying again")
+            return None
+        self._fired = registered.version
+        return f"schedule at {registered.describe()}", registered.input
+
+    def _invoke(self, reason: str, event: Any) -> None:
+        """One wake invocation, as Lambda makes it; logged with what it did."""
+        self.invocations += 1
+        started = time.monotonic()
+        try:
+            result = lambda_handlers.wake(event, LocalContext(self.invocation_seconds))
+        except Exception:
+            # Lambda would retry an asynchronous invoke twice; the next kick or schedule will.
+            log.exception("wake (%s) failed", reason)
+            return
+        try:
+            registered = read_schedule(self.runtime.client("scheduler"))
+        except Exception:
+            log.exception("could not read the wake schedule")
+            registered = None
+        took = time.monotonic() - started
+        log.info("wake (%s): %s, in %.2f s", reason, describe_result(result, registered), took)
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+# -- the HTTP app -----------------------------------------------------------------------------
+
+
+def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
+    """Give the dev app what `Runtime` gives the app it serves on Lambda.
+
+    `wake` and `drain` run in this container, as `POST /wake` and `/drain`
+    do on AWS; `kick` is the scheduler's kick, whose invoke the firer gets.
+    The /dev routes that start runs (`/dev/onboarding`) do not call
+    `app.state.kick`: the connection's commit kicks reach the firer instead,
+    as `kick_wake_after_commits` does for a `connect_workflows` process on AWS.
+    """
+
+    async def wake(timeout_seconds: float) -> bool:
+        return await http_wake(rt, timeout_seconds)
+
+    async def drain() -> dict[str, Any]:
+        budget = rt.budget or Budget.of(None, rt.settings.wake_margin_seconds)
+        return await drain_outbox(rt, {}, budget)
+
+    app.state.wake = wake
+    app.state.drain = drain
+    app.state.kick = rt.kick
+
+    def commit_kick(workflow: str) -> None:
+        firer.kick()
+
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(served: Any) -> AsyncIterator[Any]:
+        async with inner(served) as state:
+            connection = served.state.connection
+            connection.kicks.append(commit_kick)
+            try:
+                yield state
+            finally:
+                connection.kicks.remove(commit_kick)
+
+    app.router.lifespan_context = lifespan
+
+
+async def prepare_tables(engine: AsyncEngine) -> None:
+    """Create the schedule row's and the slots' tables; start from what a fresh moto holds.
+
+    No schedule registered, no wake slot held: the row would otherwise say an
+    earlier run's schedule exists, and a wake telling the same instant would
+    not register it again; a slot held by a `duly dev` that was killed would
+    refuse wakes until its lease ended.
+    """
+    async with engine.begin() as conn:
+        for metadata in (scheduler_tables.metadata, slot_tables.metadata):
+            await conn.run_sync(metadata.create_all)
+        await conn.execute(update(wake_schedule).values(at=None, owner=None))
+        await conn.execute(update(wake_slots).values(held_until=None, holder=None))
+
+
+@dataclass(frozen=True)
+class LocalServerless:
+    """What `duly dev --serverless` serves and shows."""
+
+    app: FastAPI
+    endpoint: str  # moto's URL
+    group: str
+    schedule: str
+    firer: Firer
+
+
+@contextlib.asynccontextmanager
+async def serverless(
+    engine: AsyncEngine, url: str, app_module: str
+) -> AsyncIterator[LocalServerless]:
+    """moto, the wake container and its firer, and the HTTP app on this loop; stopped after.
+
+    `engine` is the schema's (the tables exist); the app gets a `Runtime`
+    container of its own on this loop, configured as on Lambda.
+    """
+    settings = local_settings(url, app_module)
+    await prepare_tables(engine)
+    aws = LocalAws()
+    aws.start()
+    try:
+        firer = Firer(settings, aws.client)
+        await asyncio.to_thread(firer.start)
+        try:
+            rt = Runtime(settings, invoke=firer.invoked, clients=aws.client)
+            container = await rt.container()
+            try:
+                app = create_dev_app(container.Session, run_worker=False)
+                configure_like_lambda(app, rt, firer)
+                # Runs started before (the demo, an earlier session's) were never kicked:
+                # on AWS the safety-net schedule would find them, here this first wake does.
+                firer.kick("start")
+                yield LocalServerless(app, aws.endpoint, GROUP, DEFAULT_NAME, firer)
+            finally:
+                await container.engine.dispose()
+        finally:
+            await asyncio.to_thread(firer.stop)
+    finally:
+        aws.stop()

@@ -1,0 +1,171 @@
+"""`duly dev --serverless`: the AWS loop on this machine, as a user runs it.
+
+No worker in the app: steps run in wake invocations (logged by the firer),
+a `wake_in` step leaves a schedule in moto, and moving the database clock
+past it makes the firer invoke wake with the schedule's own input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+
+from functions.serverless_local import POLL_SECONDS, LocalContext, describe_result, parse_at
+from tests.helpers import (
+    EXIT_TIMEOUT,
+    REPO_ROOT,
+    Output,
+    dev_env,
+    duly_process,
+    free_port,
+    process_gone,
+    wait_for,
+    wait_healthy,
+)
+
+SETTLE = 10.0  # seconds for a wake invocation to show up in the output
+GROUP, SCHEDULE = "duly-dev", "duly-wake"
+STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC"
+MOTO = re.compile(r"EventBridge Scheduler: moto at (http://127\.0\.0\.1:\d+) ")
+# Importing moto fails, as where only duly[local] is installed.
+WITHOUT_MOTO = "import sys; sys.modules['moto'] = None\nfrom functions.cli import main\nmain()"
+
+
+def moto_schedule(output: Output) -> dict[str, Any]:
+    """The wake schedule in the moto this `duly dev` announced."""
+    found = MOTO.search(output.text)
+    assert found, output.text
+    client = boto3.session.Session().client(
+        "scheduler",
+        endpoint_url=found.group(1),
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    schedule: dict[str, Any] = client.get_schedule(Name=SCHEDULE, GroupName=GROUP)
+    return schedule
+
+
+def expression(stamp: str) -> str:
+    """The `at()` expression of a logged 'next at' instant."""
+    return f"at({stamp.replace(' ', 'T')})"
+
+
+def wait_line(pattern: str, output: Output, what: str) -> re.Match[str]:
+    """The first output line matching `pattern`, waited for."""
+    compiled = re.compile(pattern)
+    wait_for(lambda: compiled.search(output.text), SETTLE, what, output)
+    found = compiled.search(output.text)
+    assert found is not None
+    return found
+
+
+def test_serverless_dev_runs_steps_in_wake_invocations_and_fires_the_schedule(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    port = free_port()
+    args = ("dev", "--serverless", "--no-demo", "--port", str(port))
+    base_url = f"http://127.0.0.1:{port}"
+    with (
+        duly_process(*args, cwd=REPO_ROOT, env=dev_env(data_dir)) as (process, output),
+        httpx.Client(base_url=base_url, trust_env=False, timeout=5) as client,
+    ):
+        wait_healthy(process, output, client)
+        assert "serverless mode: no worker in this process" in output.text
+        # The first wake, for runs started before: there are none.
+        wait_line(r"wake \(start\): 0 steps, caught up, nothing scheduled", output, "first wake")
+
+        row = {"user_id": "ada", "email": "ada@example.com"}
+        started = client.post("/workflows/onboarding/start", json={"row": row, "step": "welcome"})
+        assert started.status_code == 201, started.text
+        key = started.json()["key"]
+        kicked = wait_line(rf"wake \(kick\): 1 step, caught up, next at {STAMP}", output, "kick")
+        welcome = output.text.index(f"onboarding[{key}] welcome ok")
+        assert welcome < kicked.start(), "the welcome step ran outside the wake invocation"
+        assert "send_email('ada@example.com', 'welcome')" in output.text
+
+        # welcome returned wake_in(check, 3 days): one schedule at that instant, in moto.
+        schedule = moto_schedule(output)
+        assert schedule["ScheduleExpression"] == expression(kicked.group(1))
+        assert json.loads(schedule["Target"]["Input"]) == {"duly": "wake"}
+        at = parse_at(schedule["ScheduleExpression"], schedule["ScheduleExpressionTimezone"])
+        assert at is not None
+        assert abs(at - (datetime.now(UTC) + timedelta(days=3))) < timedelta(minutes=1)
+
+        moved = client.post("/dev/clock", json={"days": 3})
+        assert moved.status_code == 200, moved.text
+        fired = wait_line(
+            rf"wake \(schedule at {re.escape(kicked.group(1))} UTC\): 1 step, caught up, "
+            rf"next at {STAMP}",
+            output,
+            "the schedule fired",
+        )
+        assert f"onboarding[{key}] check ok" in output.text[: fired.start()]
+        run = client.get(f"/workflows/onboarding/runs/{key}").json()
+        assert (run["row"]["nudges"], run["state"]) == (1, "scheduled"), run
+        # check returned wake_in(check, 4 days): the schedule moved, on the database clock.
+        moved_to = moto_schedule(output)["ScheduleExpression"]
+        assert moved_to == expression(fired.group(1))
+        moved_at = parse_at(moved_to, "UTC")
+        assert moved_at is not None
+        assert abs(moved_at - (datetime.now(UTC) + timedelta(days=7))) < timedelta(minutes=1)
+        # Fired once: the registration that fired is not fired again while it stands.
+        time.sleep(3 * POLL_SECONDS)
+        assert len(re.findall(r"wake \(schedule at ", output.text)) == 1, output.text
+        postmaster = int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+
+        process.send_signal(signal.SIGINT)
+        assert process.wait(EXIT_TIMEOUT) == 0, output.join()
+    text = output.join()
+    assert "Traceback" not in text, text
+    assert process_gone(postmaster), "the embedded PostgreSQL outlived duly dev"
+
+    # A fresh moto knows nothing of the last session's schedule: the first wake registers
+    # the run's next instant again (the database row was told to forget it).
+    with duly_process(*args, cwd=REPO_ROOT, env=dev_env(data_dir)) as (process, output):
+        again = wait_line(rf"wake \(start\): 0 steps, caught up, next at {STAMP}", output, "wake")
+        assert again.group(1) == fired.group(1)
+        assert moto_schedule(output)["ScheduleExpression"] == expression(fired.group(1))
+        process.send_signal(signal.SIGINT)
+        assert process.wait(EXIT_TIMEOUT) == 0, output.join()
+
+
+def test_serverless_without_moto_says_what_to_install(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MOTO, "dev", "--serverless"],
+        cwd=tmp_path,
+        env=dev_env(tmp_path / "pgdata"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "duly: duly dev --serverless needs moto's server, which duly's dev extra installs "
+        "(moto is missing): pip install 'duly[dev]' (or pip install 'moto[server]').\n"
+    )
+    assert not (tmp_path / "pgdata").exists(), "PostgreSQL was started before refusing"
+
+
+def test_the_firer_reads_at_expressions_and_says_what_a_wake_did() -> None:
+    assert parse_at("at(2026-03-29T01:30:00)", "Europe/Paris") == datetime(
+        2026, 3, 29, 0, 30, tzinfo=UTC
+    )
+    assert parse_at("rate(5 minutes)", "UTC") is None
+    result = {"steps": 0, "caught_up": False, "slot": None, "invoked": 1, "reason": "busy"}
+    assert describe_result(result, None) == "0 steps, not caught up, busy, invoked 1 more, " + (
+        "nothing scheduled"
+    )
+    context = LocalContext(60.0)
+    assert 59_000 < context.get_remaining_time_in_millis() <= 60_000
