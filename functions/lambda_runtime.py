@@ -297,7 +297,8 @@ class Runtime:
         )
 
     async def kick(self) -> None:
-        """Make sure a wake comes now: the scheduler's kick (debounced per process)."""
+        """Make sure a wake comes now: one kick per invocation that left work ready (processes
+        that address runs themselves debounce with `infra.kicks`)."""
         container = await self.container()
         await container.scheduler.kick()
 

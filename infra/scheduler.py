@@ -201,6 +201,13 @@ class WakeScheduler:
             if (wanted, new_owner) != (registered, owner):
                 await conn.execute(record_statement(self.name, wanted, new_owner))
         if due_now:
+            assert at is not None
+            # A wake invoked before the instant would find nothing due, and, refused a slot,
+            # ring holders that tell an unchanged instant no more: wait for it (at most
+            # KICK_WITHIN), then kick.
+            early = (at - now).total_seconds()
+            if early > 0:
+                await asyncio.sleep(early)
             await self.kick()
 
     def decide(

@@ -23,7 +23,7 @@ The rules, and the tests that hold them:
   wake function with the schedule's input
   (test_a_past_instant_kicks_instead_of_scheduling,
   test_a_kick_invokes_the_wake_function_asynchronously,
-  test_an_instant_within_a_second_kicks, test_a_kick_keeps_a_future_schedule)
+  test_an_instant_within_a_second_kicks_once_it_is_due, test_a_kick_keeps_a_future_schedule)
 - created, moved or deleted only when the instant changes: a hundred calls
   that do not change it make no scheduler request (counted by the class and
   by a botocore hook on every HTTP request sent)
@@ -415,15 +415,21 @@ async def test_a_kick_invokes_the_wake_function_asynchronously(
     assert (len(made), scheduler.kicks, scheduler.calls) == (1, 2, 0)
 
 
-async def test_an_instant_within_a_second_kicks(
+async def test_an_instant_within_a_second_kicks_once_it_is_due(
     Session: async_sessionmaker[AsyncSession], client_factory: Callable[..., Any], aws: Any
 ) -> None:
     engine = engine_of(Session)
-    kicks = Kicks()
-    scheduler = make_scheduler(engine, client_factory, invoke=kicks.invoke)
-    for _ in range(10):  # whatever fraction of a second now is: rounding does not matter
-        await scheduler.on_idle(await db_time(engine) + timedelta(milliseconds=900))
-    assert (kicks.count, scheduler.calls) == (10, 0)
+    kicked_at: list[datetime] = []
+
+    async def invoke() -> None:
+        kicked_at.append(await db_time(engine))
+
+    scheduler = make_scheduler(engine, client_factory, invoke=invoke)
+    for ms in (900, 400, 0, -500):
+        at = await db_time(engine) + timedelta(milliseconds=ms)
+        await scheduler.on_idle(at)
+        assert kicked_at[-1] >= at, "a wake invoked before the instant would find nothing due"
+    assert (len(kicked_at), scheduler.calls) == (4, 0)
     assert schedules(aws) == []
 
 
