@@ -59,12 +59,19 @@ from engine.outcomes import (
 from engine.registry import WorkflowInfo
 
 STATEMENT_CACHE_SIZE = 256  # one statement per table and attempt log
-# Per-row values, in the order of the unnest() columns after the key columns.
+# Per-row values, in the order of the unnest() columns after the key columns; the attempt
+# record's only when an attempt log is written (six arrays fewer to send otherwise).
 ROW_FIELDS: list[tuple[str, Any]] = [
     *((name, FIELD_TYPES[name]) for name in (*OUTCOME_FIELDS, *LOG_FIELDS)),
     ("announce", Boolean),
     ("position", Integer),
 ]
+UNLOGGED_ROW_FIELDS = [(name, type_) for name, type_ in ROW_FIELDS if name not in LOG_FIELDS]
+
+
+def row_fields(attempt_log: type[Any] | None) -> list[tuple[str, Any]]:
+    """The per-row arrays of a statement that writes (or does not write) the attempt log."""
+    return ROW_FIELDS if attempt_log is not None else UNLOGGED_ROW_FIELDS
 
 
 def takes(write: Write) -> bool:
@@ -100,7 +107,8 @@ async def bulk_fenced_writes(
     if any(bulk_columns(write) != changed for write in writes):
         raise ValueError("bulk_fenced_writes() takes writes that change the same plain columns.")
     columns: dict[str, list[Any]] = {f"key{i}": [] for i in range(len(info.mapper.primary_key))}
-    columns.update({name: [] for name, _ in ROW_FIELDS})
+    fields_sent = row_fields(attempt_log)
+    columns.update({name: [] for name, _ in fields_sent})
     columns.update({f"set_{name}": [] for name in changed})
     for position, write in enumerate(writes):
         for i, value in enumerate(write.claim.key):
@@ -109,7 +117,7 @@ async def bulk_fenced_writes(
         if fields["next_args"] is not None:
             fields["next_args"] = json.dumps(fields["next_args"])
         fields.update(announce=write.announce, position=position)
-        for name, _ in ROW_FIELDS:
+        for name, _ in fields_sent:
             columns[name].append(fields[name])
         for name in changed:
             columns[f"set_{name}"].append(write.outcome.changes[name])
@@ -146,11 +154,11 @@ def bulk_statement(
     keys = list(info.mapper.primary_key)
     sets = [(f"set_{name}", array_type(table.c[name])) for name in changed]
     arrays = [array_parameter(f"key{i}", column.type) for i, column in enumerate(keys)] + [
-        array_parameter(name, type_) for name, type_ in (*ROW_FIELDS, *sets)
+        array_parameter(name, type_) for name, type_ in (*row_fields(attempt_log), *sets)
     ]
     names = (
         [f"v_key{i}" for i in range(len(keys))]
-        + [f"v_{name}" for name, _ in ROW_FIELDS]
+        + [f"v_{name}" for name, _ in row_fields(attempt_log)]
         + [f"v_{name}" for name, _ in sets]
     )
     v = func.unnest(*arrays).table_valued(*names).render_derived(name="v", with_types=False)
