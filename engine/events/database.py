@@ -64,14 +64,7 @@ from engine.events.records import (
     OutboxColumns,
     tables_for,
 )
-from engine.events.routing import (
-    DeadLetterHandler,
-    Handler,
-    Predicate,
-    Registration,
-    RetryPredicate,
-    Routes,
-)
+from engine.events.routing import RoutedRegistry
 from engine.events.settings import EventSettings
 from engine.notify import announcement
 from engine.telemetry import duplicates_ignored
@@ -94,37 +87,15 @@ EVENT_FIELDS: tuple[tuple[str, Any], ...] = (
 Transaction = AsyncSession | AsyncConnection
 
 
-class DatabaseEventRegistry:
+class DatabaseEventRegistry(RoutedRegistry):
     """Publishes into the outbox; drains route with this process's registrations."""
 
     def __init__(
         self, *, outbox: type[Any] | None = None, settings: EventSettings | None = None
     ) -> None:
+        super().__init__()
         self.settings = settings if settings is not None else EventSettings.from_env()
-        self.routes = Routes()
         self._outbox = outbox
-
-    def register(
-        self,
-        event_key: str,
-        handler: Handler,
-        *,
-        when: Predicate | None = None,
-        validator: Predicate | None = None,
-        retries: int = 0,
-        retry_on: RetryPredicate | None = None,
-        dead_letter: DeadLetterHandler | None = None,
-    ) -> Registration:
-        """Add a route; an identical one already registered is kept instead."""
-        return self.routes.register(
-            event_key,
-            handler,
-            when=when,
-            validator=validator,
-            retries=retries,
-            retry_on=retry_on,
-            dead_letter=dead_letter,
-        )
 
     def tables(self) -> EventTables:
         """The event tables this registry writes: its outbox's, or the connection's."""
@@ -161,7 +132,8 @@ class DatabaseEventRegistry:
         self, events: Iterable[WorkflowEvent], *, session: Transaction | None = None
     ) -> list[str]:
         """Store `events` in one statement; the ids newly stored (duplicates left out)."""
-        statement, params = self._publish(list(events), in_hand=False)
+        tables = self.tables()
+        statement, params = self._publish(tables, list(events), in_hand=False)
         if params is None:
             return []
         if session is not None:
@@ -173,12 +145,12 @@ class DatabaseEventRegistry:
         stored = [row.event_id for row in rows]
         duplicates_ignored("database", len(params["event_id"]) - len(stored))
         if stored and session is None:
-            current_connection().kick(self.tables().outbox_table.name)
+            current_connection().kick(tables.outbox_table.name)
         return stored
 
     def publish_in(self, connection: Connection, events: Sequence[WorkflowEvent]) -> list[str]:
         """Store `events` through a synchronous connection's transaction (a flush's, say)."""
-        statement, params = self._publish(list(events), in_hand=False)
+        statement, params = self._publish(self.tables(), list(events), in_hand=False)
         if params is None:
             return []
         stored = [row.event_id for row in connection.execute(statement, params)]
@@ -188,7 +160,7 @@ class DatabaseEventRegistry:
     async def publish_sync(self, event: WorkflowEvent) -> bool:
         """Commit `event`, then route it now; True when a handler completed for it in this call."""
         tables = self.tables()
-        statement, params = self._publish([event], in_hand=True)
+        statement, params = self._publish(tables, [event], in_hand=True)
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
             stored = (await conn.execute(statement, params)).first() is not None
@@ -213,19 +185,19 @@ class DatabaseEventRegistry:
         """Make dead-lettered events due again (all, or those of `event_ids`); their ids."""
         ids = None if event_ids is None else list(event_ids)
         connection = current_connection()
+        tables = self.tables()
         async with connection.autocommit.connect() as conn:
             rows = (
-                await conn.execute(replay_statement(self.tables(), ids is not None), {"ids": ids})
+                await conn.execute(replay_statement(tables, ids is not None), {"ids": ids})
             ).all()
         replayed = [row.event_id for row in rows]
         if replayed:
-            connection.kick(self.tables().outbox_table.name)
+            connection.kick(tables.outbox_table.name)
         return replayed
 
     def _publish(
-        self, events: list[WorkflowEvent], *, in_hand: bool
+        self, tables: EventTables, events: list[WorkflowEvent], *, in_hand: bool
     ) -> tuple[Executable, dict[str, Any] | None]:
-        tables = self.tables()
         statement = publish_statement(tables, in_hand)
         if not events:
             return statement, None

@@ -209,25 +209,11 @@ async def route(event: WorkflowEvent, reg: Registration) -> RouteResult:
         return RouteResult(reg, applicable=True, completed=True, attempts=attempts)
 
 
-class InMemoryEventRegistry:
-    """Routes events inline, in this process: for development and tests.
+class RoutedRegistry:
+    """What every registry of ours shares: its routes, and how a route is registered."""
 
-    Each event id is routed once: the id is marked seen before its handlers
-    run (a failing handler does not make it publishable again), in a
-    bounded cache that evicts the oldest id. A failing route does not stop
-    the later ones.
-    """
-
-    def __init__(
-        self,
-        dead_letter_handler: DeadLetterHandler | None = None,
-        max_seen_event_ids: int = MAX_SEEN_EVENT_IDS,
-    ) -> None:
-        self.dead_letter_handler = dead_letter_handler
+    def __init__(self) -> None:
         self.routes = Routes()
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._max_seen = max(1, max_seen_event_ids)
-        self._lock = threading.RLock()
 
     def register(
         self,
@@ -250,6 +236,27 @@ class InMemoryEventRegistry:
             retry_on=retry_on,
             dead_letter=dead_letter,
         )
+
+
+class InMemoryEventRegistry(RoutedRegistry):
+    """Routes events inline, in this process: for development and tests.
+
+    Each event id is routed once: the id is marked seen before its handlers
+    run (a failing handler does not make it publishable again), in a
+    bounded cache that evicts the oldest id. A failing route does not stop
+    the later ones.
+    """
+
+    def __init__(
+        self,
+        dead_letter_handler: DeadLetterHandler | None = None,
+        max_seen_event_ids: int = MAX_SEEN_EVENT_IDS,
+    ) -> None:
+        super().__init__()
+        self.dead_letter_handler = dead_letter_handler
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._max_seen = max(1, max_seen_event_ids)
+        self._lock = threading.RLock()
 
     async def publish(self, event: WorkflowEvent) -> bool:
         """Route `event` to its handlers now; True when at least one applicable one completed.
