@@ -54,6 +54,8 @@ from infra.wake_slots import WakeSlots
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from fastapi import FastAPI
+
 log = logging.getLogger("duly.lambda")
 
 T = TypeVar("T")
@@ -312,17 +314,11 @@ class Runtime:
         asyncio.set_event_loop(self.loop)
         return handler(event, context)
 
-    def _make_http(self) -> LambdaHandler:
-        from mangum import Mangum
-
-        from functions.app import create_app
+    def serve(self, app: FastAPI) -> None:
+        """Give an app what its routes call on Lambda: `POST /wake` and `/drain` run in this
+        container, and `kick` (after `POST /events` stored something) is the scheduler's."""
         from functions.lambda_work import drain as drain_outbox
         from functions.lambda_work import http_wake
-
-        container = self.run(self.container())
-        app = create_app(container.Session, run_worker=False)
-        # The lifespan is off under mangum (it would run on every invocation): set what it sets.
-        app.state.connection = container.connection
 
         async def wake(timeout_seconds: float) -> bool:
             return await http_wake(self, timeout_seconds)
@@ -333,7 +329,18 @@ class Runtime:
 
         app.state.wake = wake
         app.state.drain = drain
-        app.state.kick = self.kick  # after POST /events stored something
+        app.state.kick = self.kick
+
+    def _make_http(self) -> LambdaHandler:
+        from mangum import Mangum
+
+        from functions.app import create_app
+
+        container = self.run(self.container())
+        app = create_app(container.Session, run_worker=False)
+        # The lifespan is off under mangum (it would run on every invocation): set what it sets.
+        app.state.connection = container.connection
+        self.serve(app)
 
         async def connected(scope: Any, receive: Any, send: Any) -> None:
             async with activate(container.connection):

@@ -57,9 +57,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from engine.clock import db_now
 from functions import lambda_handlers
 from functions.dev import create_dev_app
-from functions.lambda_runtime import Budget, Runtime, install
-from functions.lambda_work import drain as drain_outbox
-from functions.lambda_work import http_wake
+from functions.lambda_runtime import Runtime, install
 from infra import scheduler as scheduler_tables
 from infra import wake_slots as slot_tables
 from infra.aws_settings import AwsSettings
@@ -370,17 +368,7 @@ def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
     `app.state.kick`: the connection's commit kicks reach the firer instead,
     as `kick_wake_after_commits` does for a `connect_workflows` process on AWS.
     """
-
-    async def wake(timeout_seconds: float) -> bool:
-        return await http_wake(rt, timeout_seconds)
-
-    async def drain() -> dict[str, Any]:
-        budget = rt.budget or Budget.of(None, rt.settings.wake_margin_seconds)
-        return await drain_outbox(rt, {}, budget)
-
-    app.state.wake = wake
-    app.state.drain = drain
-    app.state.kick = rt.kick
+    rt.serve(app)
 
     def commit_kick(workflow: str) -> None:
         firer.kick()
