@@ -72,7 +72,8 @@ class Aws:
     group: str = field(default_factory=lambda: f"duly-{uuid.uuid4().hex[:10]}")
 
     def client(self, service: str) -> Any:
-        return boto3.client(
+        # A session per client: boto3's default session is not safe across threads.
+        return boto3.session.Session().client(
             service,
             endpoint_url=self.endpoint,
             region_name=REGION,

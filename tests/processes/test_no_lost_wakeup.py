@@ -22,72 +22,38 @@ import re
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import psycopg
 import pytest
 from moto.server import ThreadedMotoServer
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import configure_event_registry, connect_workflows
 from functions import lambda_handlers, lambda_work
-from functions.lambda_runtime import WAKE_INPUT, Runtime, Scheduler
+from functions.lambda_runtime import WAKE_INPUT, Runtime
 from infra.aws_settings import AwsSettings
-from infra.scheduler import DEFAULT_NAME, WakeScheduler
+from infra.scheduler import DEFAULT_NAME
 from infra.scheduler import metadata as schedule_metadata
 from infra.wake_slots import WakeSlots
 from tests.apps import wakeups
 from tests.apps.wakeups import WAKE_ARN, Piece
 from tests.conftest import Database
 from tests.processes.conftest import REPO_ROOT
+from tests.test_lambda_handlers import Aws, Context, moto_scheduler, quiet_scheduler
 
 pytestmark = pytest.mark.processes
 
 APP = "tests.apps.wakeups"
 ROLE_ARN = "arn:aws:iam::123456789012:role/duly-wakeups-scheduler"
-REGION = "us-east-1"
 RUNS = 100  # started by the starting process
 SEED = 20260110
 FINISH_TIMEOUT = 60.0  # seconds for every run to finish once the last one was started
 BACKLOG = 5000
 FIRE_POLL = 0.1  # seconds between EventBridge's looks at the schedule
 AT = re.compile(r"at\((\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\)")
-
-
-@dataclass
-class Context:
-    """A Lambda context: the time left from when it was made."""
-
-    remaining: float
-    invoked_function_arn: str = WAKE_ARN
-    started: float = field(default_factory=time.monotonic)
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int((self.remaining - (time.monotonic() - self.started)) * 1000)
-
-
-@dataclass
-class Aws:
-    """moto's EventBridge Scheduler, and this test's schedule group on it."""
-
-    endpoint: str
-    group: str = field(default_factory=lambda: f"duly-{uuid.uuid4().hex[:10]}")
-
-    def client(self, service: str) -> Any:
-        # A session per client: boto3's default session is not safe across threads.
-        return boto3.session.Session().client(
-            service,
-            endpoint_url=self.endpoint,
-            region_name=REGION,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
 
 
 class Lambda:
@@ -137,7 +103,7 @@ class Lambda:
 
     def _run(self, container: tuple[Runtime, ThreadPoolExecutor], event: Any) -> dict[str, Any]:
         try:
-            context = Context(self.remaining)
+            context = Context(self.remaining, WAKE_ARN)
             result = lambda_handlers.handle(lambda_work.wake, event, context, container[0])
             with self.lock:
                 self.results.append(result)
@@ -165,36 +131,6 @@ class Lambda:
         for runtime, executor in self.containers:
             executor.submit(runtime.close).result(30)
             executor.shutdown()
-
-
-def moto_scheduler(rt: Runtime, engine: AsyncEngine) -> Scheduler:
-    """The real WakeScheduler on moto (which needs the group made first)."""
-    return WakeScheduler(
-        engine,
-        group=rt.settings.schedule_group,
-        target_arn=rt.settings.wake_function_arn,
-        role_arn=rt.settings.scheduler_role_arn,
-        client=lambda: rt.client("scheduler"),
-        invoke=rt.invoke_wake,
-        create_group=True,
-    )
-
-
-@dataclass
-class QuietScheduler:
-    """Registers nothing; its kick invokes wake as the real one's does."""
-
-    rt: Runtime
-
-    async def on_idle(self, at: datetime | None) -> None:
-        pass
-
-    async def kick(self) -> None:
-        await self.rt.invoke_wake()
-
-
-def quiet_scheduler(rt: Runtime, engine: AsyncEngine) -> Scheduler:
-    return QuietScheduler(rt)
 
 
 class EventBridge:
