@@ -1,0 +1,43 @@
+"""Who is in a group: the pluggable directory graph workflows ask.
+
+Users and groups are opaque ids. A state names assignee users and groups;
+the runtime asks the directory for a group's members when it expands
+assignees (pending votes, notifications) and when it checks whether a user
+may move a state. `StaticDirectory` holds a mapping; an application plugs
+in its own (LDAP, its users table) with the same one method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Directory(Protocol):
+    """Answers a group's members."""
+
+    async def members(self, group: str) -> Collection[str]:
+        """The user ids in `group` (empty for a group it does not know)."""
+        ...
+
+
+class StaticDirectory:
+    """A directory from a mapping of group id to user ids."""
+
+    def __init__(self, groups: Mapping[str, Iterable[str]] | None = None) -> None:
+        self._groups = {group: frozenset(users) for group, users in (groups or {}).items()}
+
+    async def members(self, group: str) -> Collection[str]:
+        """The user ids in `group`."""
+        return self._groups.get(group, frozenset())
+
+
+async def effective_assignees(
+    directory: Directory, users: Iterable[str], groups: Iterable[str]
+) -> list[str]:
+    """The named users and every member of the named groups, each once, in a stable order."""
+    found = dict.fromkeys(users)
+    for group in groups:
+        found.update(dict.fromkeys(sorted(await directory.members(group))))
+    return list(found)

@@ -1,0 +1,88 @@
+"""Subjects: rows of the application's own tables that graph workflows run on.
+
+A subject opts in by mapping the `GraphSubject` mixin, which gives it the
+state column the runtime keeps in sync (the oldest active business state's
+code, or the last one when the instance ends). An instance names its subject
+by table and primary key (as text), so any mapped row can be one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from sqlalchemy import Table, Text, inspect
+from sqlalchemy.orm import Mapped, mapped_column
+
+from engine.errors import ConfigurationError, NotFoundError
+
+_subjects: dict[str, type[Any]] = {}
+
+
+class GraphSubject:
+    """Map onto your base: a row that graph workflows run on, its state column kept in sync."""
+
+    # The column that mirrors the instance's state code; rename it with this attribute.
+    __graph_state_column__: ClassVar[str] = "workflow_state"
+
+    workflow_state: Mapped[str | None] = mapped_column(Text, default=None)
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        table = cls.__dict__.get("__table__")
+        if isinstance(table, Table):
+            _subjects[table.name] = cls
+
+
+def subject_class(subject_type: str) -> type[Any]:
+    """The subject class mapped on table `subject_type`."""
+    found = _subjects.get(subject_type)
+    if found is None:
+        raise NotFoundError(
+            f"No graph subject is mapped on the table {subject_type!r}: map GraphSubject "
+            "on the model (class Expense(Base, GraphSubject): ...)."
+        )
+    return found
+
+
+def subject_types() -> list[str]:
+    """The tables of every subject class mapped in this process."""
+    return sorted(_subjects)
+
+
+def state_column(cls: type[Any]) -> str:
+    """The name of the column a subject class keeps its state code in."""
+    name: str = getattr(cls, "__graph_state_column__", "workflow_state")
+    if name not in cls.__table__.c:
+        raise ConfigurationError(
+            f"{cls.__name__}.__graph_state_column__ names {name!r}, which is not a column."
+        )
+    return name
+
+
+def subject_ref(row: Any) -> tuple[str, str]:
+    """(table, key) naming a subject row: a one-column key as text, a composite as JSON."""
+    cls = type(row)
+    if not isinstance(row, GraphSubject):
+        raise ConfigurationError(f"{cls.__name__} is not a GraphSubject: it cannot be submitted.")
+    identity = inspect(row).identity
+    if identity is None:
+        raise ConfigurationError(f"This {cls.__name__} row has no primary key yet: flush it first.")
+    return cls.__table__.name, key_text(identity)
+
+
+def key_text(identity: tuple[Any, ...]) -> str:
+    """A primary key as the text an instance stores."""
+    if len(identity) == 1:
+        return str(identity[0])
+    return json.dumps([str(part) for part in identity])
+
+
+def key_values(cls: type[Any], key: str) -> tuple[Any, ...]:
+    """The primary key values of `cls` that `key_text` wrote as `key`."""
+    columns = list(cls.__table__.primary_key.columns)
+    parts = [key] if len(columns) == 1 else json.loads(key)
+    return tuple(
+        column.type.python_type(part) if column.type.python_type is not str else part
+        for column, part in zip(columns, parts, strict=True)
+    )
