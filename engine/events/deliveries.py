@@ -45,6 +45,7 @@ def route_id(reg: Registration) -> str:
     return hashlib.sha256(repr(reg.identity).encode()).hexdigest()[:32]
 
 
+@lru_cache(maxsize=4096)
 def handler_name(reg: Registration) -> str:
     """What a person reads for a route's handler: `module.qualname`."""
     return callable_identity(reg.handler) or "?"
@@ -105,7 +106,9 @@ def delivery_log(engine: AsyncEngine, table: Table, chunk_size: int) -> Delivery
 
     One per engine and table, so every drain of the process shares its statements.
     """
-    logs = _logs.setdefault(engine, {})
+    logs = _logs.get(engine)
+    if logs is None:
+        logs = _logs[engine] = {}
     found = logs.get(table)
     if found is None:
         found = logs[table] = DeliveryLog(engine, table, chunk_size)

@@ -26,7 +26,6 @@ outbox row its own way. The rules, from the seed:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from typing import Any
 from engine.events.deliveries import Delivery, DeliveryLog, handler_name, route_id
 from engine.events.event import WorkflowEvent
 from engine.events.records import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
-from engine.events.routing import Registration, maybe_await, route
+from engine.events.routing import Registration, RouteTimeout, maybe_await, route
 from engine.events.settings import EventSettings
 from engine.telemetry import outbox_drained
 
@@ -103,9 +102,8 @@ async def drain_event(
         if status == DEAD_LETTER:
             continue
         try:
-            async with asyncio.timeout(settings.delivery_running_timeout_seconds):
-                result = await route(event, reg)
-        except TimeoutError:
+            result = await route(event, reg, settings.delivery_running_timeout_seconds)
+        except RouteTimeout:
             limit = settings.delivery_running_timeout_seconds
             error = TimeoutError(f"the handler ran longer than {limit} s")
             failed.append(Failure(reg, 1, error))

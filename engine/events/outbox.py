@@ -59,9 +59,12 @@ class WorkflowOutbox(OutboxColumns, Workflow):
             # Written by this step's own commit, so they land exactly when the row settles.
             commit_with(delivery_rows(table, verdict.deliveries))
             deliveries_recorded([d.status for d in verdict.deliveries])
+        # Only what changed is set: the commit writes exactly the changed columns.
         self.status = verdict.status
-        self.route_attempts = verdict.route_attempts
-        self.error = verdict.error
+        if verdict.route_attempts != self.route_attempts:
+            self.route_attempts = verdict.route_attempts
+        if verdict.error != self.error:
+            self.error = verdict.error
         self.settled_at = datetime.now(UTC)
         if verdict.retry_in is None:
             return None

@@ -14,6 +14,7 @@ Predicates, validators and retry predicates are plain functions.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -179,12 +180,21 @@ class RouteResult:
     dead_lettered: bool = False
 
 
-async def route(event: WorkflowEvent, reg: Registration) -> RouteResult:
+class RouteTimeout(Exception):
+    """A route's handler calls ran past the running timeout of one drain."""
+
+
+async def route(
+    event: WorkflowEvent, reg: Registration, timeout: float | None = None
+) -> RouteResult:
     """Run one route for `event`: validate, ask `when`, then the handler with its retries.
 
     Predicate and retry-predicate exceptions propagate (the caller decides);
     a validator's failure and a handler's last failure come back as the
-    result's `error`, to be dead-lettered.
+    result's `error`, to be dead-lettered. `timeout` bounds the time the
+    route's handler calls spend awaited (a plain function cannot be
+    interrupted, so only what a handler returns to await is timed):
+    past it, `RouteTimeout`.
     """
     if reg.validator is not None:
         try:
@@ -197,16 +207,38 @@ async def route(event: WorkflowEvent, reg: Registration) -> RouteResult:
     if reg.when is not None and not reg.when(event):
         return RouteResult(reg, applicable=False)
     attempts = 0
+    deadline: float | None = None
     while True:
         attempts += 1
         try:
-            await maybe_await(reg.handler(event))
+            result = reg.handler(event)
+            if inspect.isawaitable(result):
+                if timeout is None:
+                    await result
+                else:
+                    if deadline is None:
+                        deadline = asyncio.get_running_loop().time() + timeout
+                    await _awaited_until(result, deadline)
+        except RouteTimeout:
+            raise
         except Exception as exc:
             # retry_on is asked only while the budget allows another attempt.
             if attempts <= reg.retries and (reg.retry_on is None or reg.retry_on(exc)):
                 continue
             return RouteResult(reg, applicable=True, attempts=attempts, error=exc)
         return RouteResult(reg, applicable=True, completed=True, attempts=attempts)
+
+
+async def _awaited_until(result: Awaitable[object], deadline: float) -> None:
+    """Await `result`; past `deadline` (the loop's clock), cancel it and raise RouteTimeout."""
+    bound = asyncio.timeout_at(deadline)
+    try:
+        async with bound:
+            await result
+    except TimeoutError as exc:
+        if bound.expired():
+            raise RouteTimeout() from exc
+        raise  # the handler's own TimeoutError: a failure like any other
 
 
 class RoutedRegistry:
