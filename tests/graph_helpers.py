@@ -46,7 +46,7 @@ def graph_of(
     made_edges = []
     for order, spec in enumerate(edges):
         source, target = spec[0], spec[1]
-        options = dict(spec[2]) if len(spec) == 3 else {}  # type: ignore[misc]
+        options = dict(spec[2]) if len(spec) == 3 else {}
         made_edges.append(
             Edge(
                 id=uuid.uuid4(),
