@@ -13,6 +13,15 @@ from sqlalchemy import Float, Integer, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
+    GraphBranch,
+    GraphHistory,
+    GraphInstance,
+    GraphNode,
+    GraphSubject,
+    GraphTemplate,
+    GraphTransition,
+    GraphVisit,
+    GraphVote,
     Limit,
     Step,
     Workflow,
@@ -238,3 +247,46 @@ class LimitedBacklog(Base, Workflow):
     @step
     async def run(self) -> None:
         return None
+
+
+# -- graph workflows: the tables, and the subject the transitions figure moves ---------------
+
+
+class BenchGraphTemplate(Base, GraphTemplate):
+    pass
+
+
+class BenchGraphNode(Base, GraphNode):
+    pass
+
+
+class BenchGraphTransition(Base, GraphTransition):
+    pass
+
+
+class BenchGraphInstance(Base, GraphInstance):
+    pass
+
+
+class BenchGraphBranch(Base, GraphBranch):
+    pass
+
+
+class BenchGraphVisit(Base, GraphVisit):
+    pass
+
+
+class BenchGraphVote(Base, GraphVote):
+    pass
+
+
+class BenchGraphHistory(Base, GraphHistory):
+    pass
+
+
+class BenchTicket(Base, GraphSubject):
+    """What the transitions figure moves between two states and back."""
+
+    __tablename__ = "bench_tickets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)

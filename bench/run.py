@@ -37,6 +37,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench import measures  # noqa: E402
 from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
+from bench.graphs import measure_transitions  # noqa: E402
 from bench.harness import WORKER_CONCURRENCY  # noqa: E402
 from bench.lambdas import (  # noqa: E402
     CLAIMED_ENTRIES,
@@ -69,6 +70,7 @@ MEASUREMENTS = (
     "coldstart",
     "lambdawake",
     "schedulercalls",
+    "graphs",
 )
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
@@ -475,6 +477,27 @@ async def run_all(
                 f"{counts['wakes']} wakes, {counts['on_idle_calls']} on_idle; " + check,
             )
 
+    async def graphs() -> None:
+        found = await measure_transitions(server, sizes.update_seconds)
+        report.details["graphs"] = found
+        updates = found["update_commits_per_s_8_clients"]
+        ratio = found["ratio_to_updates"]
+        report.add(
+            "graph_transitions_per_s_8_clients",
+            "Graph transitions/s, 8 clients",
+            found["transitions_per_s"],
+            "transitions/s",
+            f"plain UPDATE commits/s, 8 clients, this run: {updates:,.0f} (x{ratio:.2f})",
+        )
+        for p in ("p50", "p95"):
+            report.add(
+                f"graph_transition_{p}_ms",
+                f"One graph transition: {p}",
+                found["latency_ms"][p],
+                "ms",
+                NO_PEER,
+            )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -527,6 +550,11 @@ async def run_all(
         "schedulercalls": (
             f"{sizes.scheduler_runs} wake_in runs woken through the Lambda wake, moto counting",
             schedulercalls,
+        ),
+        "graphs": (
+            f"plain UPDATEs then graph transitions, 8 clients in 2 processes, "
+            f"{sizes.update_seconds:g} s each",
+            graphs,
         ),
     }
     for name in MEASUREMENTS:

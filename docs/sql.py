@@ -52,11 +52,17 @@ from engine.clock import clock  # noqa: E402
 from engine.events import database, deliveries, views  # noqa: E402
 from engine.events.deliveries import delivery_shape  # noqa: E402
 from engine.events.records import tables_for  # noqa: E402
+from engine.graphs import history as graph_history  # noqa: E402
+from engine.graphs import locks, sync, votes  # noqa: E402
+from engine.graphs import runtime as graph_runtime  # noqa: E402
+from engine.graphs.tables import graph_tables  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
 from engine.steps import as_call  # noqa: E402
+from functions import examples  # noqa: E402
 from functions.examples import (  # noqa: E402
     Delivery,
     Expense,
+    ExpenseClaim,
     Lookup,
     Onboarding,
     Outbox,
@@ -255,6 +261,37 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("an event's delivery attempts", views.event_deliveries_statement, tables),
             built("duly drain: the events due", views.due_events_statement, tables),
             built("duly drain: progress", views.progress_statement, tables),
+        ],
+    )
+    graphs = graph_tables(examples.Base)
+    move = sync.Shape(
+        instance_new=False,
+        instance_changed=True,
+        branches_new=False,
+        branches_changed=True,
+        visits_new=True,
+        visits_ended=True,
+        vote_cast=True,
+        votes_closed=True,
+        votes_new=True,
+        history=True,
+        subject=ExpenseClaim,
+        timers_new=False,
+        timers_cancelled=False,
+    )
+    yield (
+        "Graph workflows: a transition",
+        [
+            built("lock the instance and branch", locks.lock_branch_statement, graphs),
+            built("lock the instance", locks.lock_instance_statement, graphs),
+            built("the live branches", locks.live_branches_statement, graphs),
+            built("one branch", locks.branch_statement, graphs),
+            built("the instance's branches", locks.instance_branches_statement, graphs),
+            built("a state to state move, written", sync.write_statement, graphs, move),
+            built("votes toward a target", votes.others_for_target_statement, graphs),
+            built("the active version of a name", graph_runtime.active_template_statement, graphs),
+            built("an instance", graph_runtime.instance_statement, graphs),
+            built("an instance's history", graph_history.history_statement, graphs),
         ],
     )
     yield (

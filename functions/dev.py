@@ -3,14 +3,18 @@
 `duly dev` serves this; a deployed app serves `create_app` alone. The dev
 routes move the database clock (so days of workflow time pass at once),
 start the example's Onboarding run (the demo run `duly dev` starts at first
-is one of those), and publish the example's `expense.submitted` event
+is one of those), publish the example's `expense.submitted` event
 through the outbox, so the outbox row (`/outbox/events`) and then the
-Expense run its handler starts (`/runs/expense`) can be watched.
+Expense run its handler starts (`/runs/expense`) can be watched, and
+create the example's expense claims, which `POST /graphs/instances`
+submits to the expense-approval graph (`install_example_graph` saves and
+activates it when `duly dev` starts).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import NotFoundError, WorkflowEvent, connect_workflows
 from engine.events.routing import maybe_await
+from engine.graphs.configure import get_graph_runtime
+from engine.graphs.versions import activate_template, active_template_id, save_design
 from engine.testing import move_clock, reset_clock
 from functions.app import connection_of, create_app, database_registry, event_tables
 
@@ -67,6 +73,15 @@ class NewOnboarding(BaseModel):
     model_config = ConfigDict(extra="forbid")
     user_id: str = Field(min_length=1, max_length=200)
     email: str = Field(min_length=1, max_length=320)
+
+
+class NewExpenseClaim(BaseModel):
+    """An expense claim, the subject the example's approval graph runs on."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=200)
+    amount: int = Field(ge=0, le=MAX_EXPENSE_ID)
+    submitted_by: str = Field(min_length=1, max_length=200)
 
 
 class NewExpense(BaseModel):
@@ -127,6 +142,49 @@ async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any
     if kick is not None:  # serverless: nothing else runs the outbox row now due
         await maybe_await(kick())
     return {"event_id": event.event_id, "expense_id": new.expense_id}
+
+
+@dev_router.post("/expense-claims", status_code=201)
+async def dev_create_expense_claim(request: Request, new: NewExpenseClaim) -> dict[str, Any]:
+    """Create an example expense claim; submit it with `POST /graphs/instances`."""
+    claim_class = examples_module().ExpenseClaim
+    async with request.app.state.Session() as session, session.begin():
+        claim = claim_class(**new.model_dump())
+        session.add(claim)
+    return {
+        "id": claim.id,
+        "subject_type": claim_class.__tablename__,
+        "subject_key": str(claim.id),
+        "workflow": examples_module().expense_graph.EXPENSE_APPROVAL,
+    }
+
+
+def examples_module() -> Any:
+    """The example app's module, if this process loaded it."""
+    module = sys.modules.get(EXAMPLES_MODULE)
+    if module is None:
+        raise NotFoundError(
+            f"The example app is not loaded: this needs DULY_APP={EXAMPLES_MODULE}."
+        )
+    return module
+
+
+async def install_example_graph() -> None:
+    """Save and activate the example's expense-approval graph unless a version is active."""
+    module = sys.modules.get(EXAMPLES_MODULE)
+    if module is None:
+        return
+    runtime = get_graph_runtime()
+    design = module.expense_graph.DESIGN
+    async with runtime.engine.begin() as conn:
+        try:
+            await active_template_id(conn, runtime.tables, design["name"])
+            return
+        except NotFoundError:
+            pass
+        saved = await save_design(conn, runtime.tables, design, runtime.conditions.names())
+        await activate_template(conn, runtime.tables, saved.template_id, runtime.conditions.names())
+    log.info("saved and activated the %s graph, version %s", design["name"], saved.version)
 
 
 async def start_onboarding(

@@ -12,13 +12,20 @@ The event layer's three tables are mapped here too (`duly_events`,
 expense it names, once. Importing the module configures nothing: `duly dev`
 and `duly drain` configure `event_registry` (see `functions.cli`), and
 `POST /dev/expenses` publishes the event through the outbox.
+
+The graph tables are mapped here too, with `ExpenseClaim`, the subject of
+the expense-approval graph (`functions.expense_graph`), and `graph_runtime`
+runs it: `duly dev` saves and activates the graph when no version of it is
+active, and its notifications go through the outbox to `notify_assignees`
+and `notify_completion`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import JSON, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -40,6 +47,24 @@ from engine import (
     wait_for,
     wake_in,
 )
+from engine.graphs.conditions import ConditionRegistry
+from engine.graphs.directory import StaticDirectory
+from engine.graphs.notifications import STATE_ASSIGNMENT, STATE_COMPLETION
+from engine.graphs.runtime import GraphRuntime
+from engine.graphs.subjects import GraphSubject
+from engine.graphs.tables import (
+    GraphBranch,
+    GraphHistory,
+    GraphInstance,
+    GraphNode,
+    GraphTemplate,
+    GraphTransition,
+    GraphVisit,
+    GraphVote,
+    graph_tables,
+)
+from engine.graphs.timers import GraphTimer
+from functions import expense_graph
 
 log = logging.getLogger("duly.examples")
 
@@ -247,3 +272,86 @@ async def start_expense(event: WorkflowEvent) -> None:
 
 event_registry = DatabaseEventRegistry(outbox=Outbox)
 event_registry.register(EXPENSE_SUBMITTED, start_expense, validator=is_expense)
+
+
+# -- graph workflows -------------------------------------------------------------------------
+
+
+class GraphTemplateRow(Base, GraphTemplate):
+    pass
+
+
+class GraphNodeRow(Base, GraphNode):
+    pass
+
+
+class GraphTransitionRow(Base, GraphTransition):
+    pass
+
+
+class GraphInstanceRow(Base, GraphInstance):
+    pass
+
+
+class GraphBranchRow(Base, GraphBranch):
+    pass
+
+
+class GraphVisitRow(Base, GraphVisit):
+    pass
+
+
+class GraphVoteRow(Base, GraphVote):
+    pass
+
+
+class GraphHistoryRow(Base, GraphHistory):
+    pass
+
+
+class GraphTimerRow(Base, GraphTimer):
+    pass
+
+
+class ExpenseClaim(Base, GraphSubject):
+    """The subject of the expense-approval graph: its `workflow_state` follows the graph."""
+
+    __tablename__ = "expense_claims"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    title: Mapped[str] = mapped_column(String(200), default="")
+    amount: Mapped[int] = mapped_column(default=0)  # whole currency units
+    submitted_by: Mapped[str] = mapped_column(String(200), default="")
+
+
+graph_conditions = ConditionRegistry()
+
+
+@graph_conditions.predicate("expense_over_limit")
+def expense_over_limit(subject: ExpenseClaim, instance: Mapping[str, Any]) -> bool:
+    """Above the limit, the director signs off too."""
+    return subject.amount > expense_graph.LIMIT
+
+
+async def notify_assignees(event: WorkflowEvent) -> None:
+    """Stand-in for the assignment email: one per assignee, through the outbox."""
+    template = f"state_assignment:{event.payload['state_code']}"
+    for assignee in event.payload.get("assignees", []):
+        await send_email(f"{assignee}@example.com", template)
+
+
+async def notify_completion(event: WorkflowEvent) -> None:
+    """Stand-in for the completion email to whoever submitted."""
+    originator = event.payload.get("originator")
+    if originator:
+        await send_email(f"{originator}@example.com", "state_completion")
+
+
+event_registry.register(STATE_ASSIGNMENT, notify_assignees)
+event_registry.register(STATE_COMPLETION, notify_completion)
+
+graph_runtime = GraphRuntime(
+    graph_tables(Base),
+    directory=StaticDirectory(expense_graph.GROUPS),
+    conditions=graph_conditions,
+)

@@ -14,7 +14,7 @@ a warm invocation pays for none of it:
   pooler meanwhile, and `prepare_threshold=None`: no server-side prepared
   statements, which PgBouncer in transaction mode cannot route.
 - the app module (DULY_APP), imported once, and the event registry its
-  outbox routes with (`functions.cli.configure_app_events`, as `duly drain`).
+  outbox routes with (`functions.app_config.configure_app_events`, as `duly drain`).
 - the workflow connection (which tables exist), the wake slots, the scheduler.
 - boto3 clients, each made on first use (boto3 itself is imported then):
   `wake`, `drain` and `deliver` reach AWS only to move a schedule or invoke.
@@ -44,7 +44,7 @@ from engine import EventRegistry, get_event_registry
 from engine.connection import WorkflowConnection, activate, open_connection
 from engine.events.records import EventTables, outbox_classes, tables_for
 from engine.worker import MAX_CONCURRENCY
-from functions.cli import configure_app_events
+from functions.app_config import configure_app_events, configure_app_graphs
 from infra.aws_settings import AwsSettings, resolve_database_url
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
@@ -264,6 +264,7 @@ class Runtime:
         mapped = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
         tables = tables_for(mapped[-1]) if mapped else None
         registry = configure_app_events(app_module, before, tables.outbox if tables else None)
+        configure_app_graphs(app_module)
         connection = await open_connection(Session)
         slots = WakeSlots(engine, max(1, int(settings.max_wakes)))
         scheduler = self._scheduler_factory(self, engine)

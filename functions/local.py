@@ -28,8 +28,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from engine import EventRegistry, connect_workflows, get_event_registry
 from engine.events.records import outbox_classes
 from engine.testing import read_clock_shift, reset_clock
-from functions.cli import INTERRUPTED, USAGE_ERROR, configure_app_events, put_cwd_on_path
-from functions.dev import create_dev_app, start_demo
+from functions.app_config import configure_app_events, configure_app_graphs
+from functions.cli import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
+from functions.dev import create_dev_app, install_example_graph, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings
@@ -150,6 +151,7 @@ def configure_events(settings: Settings, metadatas: list[MetaData], before: Even
     """The registry the dev worker's outbox routes with (as `duly drain` chooses it)."""
     outboxes = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
     configure_app_events(settings.app_module, before, outboxes[-1] if outboxes else None)
+    configure_app_graphs(settings.app_module)
 
 
 def check_data_dir(settings: Settings) -> None:
@@ -234,6 +236,7 @@ async def serve(
             await start_demo(Session)
         async with connect_workflows(Session) as connection:
             names = [info.name for info in connection.workflows]
+            await install_example_graph()
         async with contextlib.AsyncExitStack() as stack:
             local: LocalServerless | None = None
             if serverless is None:

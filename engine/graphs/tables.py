@@ -296,6 +296,11 @@ class GraphVisit:
     entered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
 
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        # A new visit counts the earlier visits of its node (its iteration).
+        return (Index(f"ix_{VISITS}_instance_node", "instance_id", "node_id"),)
+
 
 class GraphVote:
     """Map onto your base: one assignee's vote at a visit (pending until cast)."""

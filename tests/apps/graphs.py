@@ -18,6 +18,7 @@ from engine.graphs.tables import (
     GraphVisit,
     GraphVote,
 )
+from engine.graphs.timers import GraphTimer
 
 
 class Base(DeclarativeBase):
@@ -53,6 +54,10 @@ class Vote(Base, GraphVote):
 
 
 class History(Base, GraphHistory):
+    pass
+
+
+class Timer(Base, GraphTimer):
     pass
 
 

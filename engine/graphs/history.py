@@ -1,0 +1,294 @@
+"""What readers get: an instance's snapshot, the transitions open to a person, and history.
+
+The snapshots are frozen values with `to_dict()` (also `json()`): what the
+HTTP layer returns for an instance, a transition's outcome and the choices a
+person has.
+
+The audit trail is one row per action, written with the change it records
+and never updated.
+
+The action types and metadata keys are the seed's: CREATION (submitted),
+ASSIGNMENT (a state entered, a fork's spawn list, a join activated),
+APPROVAL (a vote, and a threshold's progress), STATUS_CHANGE (a move, a
+condition's route, an unassigned warning, a join's arrivals and its
+automatic continuation, an escalation, a cancel) and COMPLETION. Metadata
+keys readers may rely on: state_code, from_state, to_state (a node's state
+code, else its name), to_state_type,
+branch_id, fork_scope, fork_node, join_node, targets, comment,
+target_state_id, approved_count, required_approvals, threshold, warning
+(and `escalated` on an escalation). Ids in metadata are text.
+
+Rows are ordered by created_at, then id: every row of one transaction has
+the transaction's time, and ids follow the order the runtime wrote them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Select, Uuid, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.graphs.locks import BranchState, InstanceState
+from engine.graphs.model import Graph, Node
+from engine.graphs.tables import ACTIVE, GraphTables
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One recorded action of an instance."""
+
+    id: int
+    instance_id: uuid.UUID
+    visit_id: uuid.UUID | None
+    action_type: str
+    actor: str | None
+    step_name: str
+    message: str
+    metadata: dict[str, Any]
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON values."""
+        return {
+            "id": self.id,
+            "instance_id": str(self.instance_id),
+            "visit_id": None if self.visit_id is None else str(self.visit_id),
+            "action_type": self.action_type,
+            "actor": self.actor,
+            "step_name": self.step_name,
+            "message": self.message,
+            "metadata": dict(self.metadata),
+            "created_at": self.created_at.isoformat(),
+        }
+
+    json = to_dict
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """A history row to write (the transaction gives it its time and id)."""
+
+    action_type: str
+    message: str
+    step_name: str = ""
+    actor: str | None = None
+    visit_id: uuid.UUID | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def state_name(node: Node) -> str:
+    """How from_state and to_state name a node: its state code, else its name."""
+    return node.state_code or node.title
+
+
+def details(**values: Any) -> dict[str, Any]:
+    """Metadata as JSON values: ids as text, None left out."""
+    return {key: json_value(value) for key, value in values.items() if value is not None}
+
+
+def json_value(value: Any) -> Any:
+    """`value` with every UUID in it as text."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: json_value(item) for key, item in value.items()}
+    return value
+
+
+@lru_cache(maxsize=64)
+def history_statement(tables: GraphTables) -> Select[Any]:
+    """Every history row of :instance_id, in the order the actions happened."""
+    history = tables.table("history")
+    return (
+        select(history)
+        .where(history.c.instance_id == bindparam("instance_id", type_=Uuid()))
+        .order_by(history.c.created_at, history.c.id)
+    )
+
+
+async def read_history(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> list[HistoryEntry]:
+    """The instance's history, oldest first."""
+    result = await conn.execute(history_statement(tables), {"instance_id": instance_id})
+    return [
+        HistoryEntry(
+            id=row["id"],
+            instance_id=row["instance_id"],
+            visit_id=row["visit_id"],
+            action_type=row["action_type"],
+            actor=row["actor"],
+            step_name=row["step_name"],
+            message=row["message"],
+            metadata=dict(row["metadata"] or {}),
+            created_at=row["created_at"],
+        )
+        for row in result.mappings()
+    ]
+
+
+@dataclass(frozen=True)
+class BranchSnapshot:
+    """A branch as it stands: the node it sits on and the fork scope it belongs to."""
+
+    id: uuid.UUID
+    number: int
+    status: str
+    node_id: uuid.UUID | None
+    node_key: str | None
+    node_name: str | None
+    node_type: str | None
+    state_code: str | None
+    parent_branch_id: uuid.UUID | None
+    fork_scope: uuid.UUID | None
+    fork_node_id: uuid.UUID | None
+    join_node_id: uuid.UUID | None
+    started_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, branch: BranchState, graph: Graph) -> BranchSnapshot:
+        """The snapshot of a branch of `graph`'s instance."""
+        node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
+        return cls(
+            id=branch.id,
+            number=branch.number,
+            status=branch.status,
+            node_id=branch.node_id,
+            node_key=node.key if node else None,
+            node_name=node.title if node else None,
+            node_type=node.node_type if node else None,
+            state_code=node.state_code if node else None,
+            parent_branch_id=branch.parent_branch_id,
+            fork_scope=branch.fork_scope,
+            fork_node_id=branch.fork_node_id,
+            join_node_id=branch.join_node_id,
+            started_at=branch.started_at,
+            completed_at=branch.completed_at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The branch as JSON values."""
+        return _json(self)
+
+    json = to_dict
+
+
+@dataclass(frozen=True)
+class InstanceSnapshot:
+    """An instance as it stands, with its active branches (oldest first)."""
+
+    id: uuid.UUID
+    template_id: uuid.UUID
+    workflow: str
+    version: int
+    subject_type: str
+    subject_key: str
+    state_status: str
+    status: str
+    current_node_id: uuid.UUID | None
+    state_code: str | None
+    is_active: bool
+    is_completed: bool
+    submitted_by: str | None
+    submitted_at: datetime | None
+    completed_at: datetime | None
+    branches: tuple[BranchSnapshot, ...]
+
+    @classmethod
+    def of(
+        cls, instance: InstanceState, graph: Graph, branches: Sequence[BranchState]
+    ) -> InstanceSnapshot:
+        """The snapshot of `instance`, showing its active branches among `branches`."""
+        active = sorted((b for b in branches if b.status == ACTIVE), key=BranchState.order)
+        return cls(
+            id=instance.id,
+            template_id=instance.template_id,
+            workflow=graph.name,
+            version=graph.version,
+            subject_type=instance.subject_type,
+            subject_key=instance.subject_key,
+            state_status=instance.state_status,
+            status=instance.status,
+            current_node_id=instance.current_node_id,
+            state_code=instance.state_code,
+            is_active=instance.is_active,
+            is_completed=instance.is_completed,
+            submitted_by=instance.submitted_by,
+            submitted_at=instance.submitted_at,
+            completed_at=instance.completed_at,
+            branches=tuple(BranchSnapshot.of(b, graph) for b in active),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The instance as JSON values."""
+        values = _json(self)
+        values["branches"] = [branch.to_dict() for branch in self.branches]
+        return values
+
+    json = to_dict
+
+
+@dataclass(frozen=True)
+class AvailableTransition:
+    """An edge a user may take now from the state a branch is on."""
+
+    branch_id: uuid.UUID
+    transition_id: uuid.UUID
+    source_id: uuid.UUID
+    source_name: str
+    target_id: uuid.UUID
+    target_name: str
+    target_type: str
+    target_state_code: str | None
+    label: str
+    display_name: str  # the label, else the target's name
+    order: int
+    comment_required: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The transition as JSON values."""
+        return _json(self)
+
+    json = to_dict
+
+
+@dataclass(frozen=True)
+class TransitionOutcome:
+    """What a transition did: moved the branch, or counted a vote toward its threshold."""
+
+    instance: InstanceSnapshot
+    moved: bool
+    branch_id: uuid.UUID
+    target_id: uuid.UUID
+    approved_count: int
+    required_approvals: int
+    threshold: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as JSON values."""
+        values = _json(self)
+        values["instance"] = self.instance.to_dict()
+        return values
+
+    json = to_dict
+
+
+def _json(snapshot: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in snapshot.__dataclass_fields__:
+        value = getattr(snapshot, name)
+        if isinstance(value, uuid.UUID):
+            value = str(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        values[name] = value
+    return values

@@ -1,0 +1,377 @@
+"""What one transaction of the runtime holds: the locked instance and its live branches.
+
+Every write to an instance (a move, a vote, an escalation, a cancel) first
+locks the instance row, so writes to one instance run one after the other
+and each sees what the one before it committed. A move locks the instance
+and its branch in one statement (`FOR NO KEY UPDATE`: the rows are changed,
+never their keys, so inserts of history and visits referencing them are not
+blocked), and reads the instance's live branches in the same statement.
+That read is trusted only when the statement did not wait for another
+writer: under READ COMMITTED a statement that waited for a lock returns the
+new version of the rows it locked, but every other row as its snapshot had
+it, from before the transaction it waited for committed. Every writer of an
+instance's branches updates its row, so the row's version (xmin) tells a
+stale read, and the branches are then read again by a second statement.
+
+The hot statements (this lock and the write of `engine.graphs.sync`) run
+on the driver's own connection (`fetch`): the text and values SQLAlchemy
+would send, without its execution machinery around each one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from sqlalchemy import BindParameter, Select, Uuid, and_, bindparam, literal_column, select, true
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from engine.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
+from engine.graphs.tables import ACTIVE, GraphTables
+
+
+@dataclass
+class InstanceState:
+    """An instance's row as this transaction will leave it."""
+
+    id: uuid.UUID
+    template_id: uuid.UUID
+    subject_type: str
+    subject_key: str
+    state_status: str
+    status: str
+    current_node_id: uuid.UUID | None
+    state_code: str | None
+    is_active: bool
+    is_completed: bool
+    branch_count: int
+    submitted_by: str | None
+    submitted_at: datetime | None = None  # None: submitted by this transaction
+    completed_at: datetime | None = None
+    new: bool = False  # inserted by this transaction
+    completing: bool = False  # completed_at is this transaction's time
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> InstanceState:
+        """From a row of the instances table."""
+        return cls(
+            id=row["id"],
+            template_id=row["template_id"],
+            subject_type=row["subject_type"],
+            subject_key=row["subject_key"],
+            state_status=row["state_status"],
+            status=row["status"],
+            current_node_id=row["current_node_id"],
+            state_code=row["state_code"],
+            is_active=row["is_active"],
+            is_completed=row["is_completed"],
+            branch_count=row["branch_count"],
+            submitted_by=row["submitted_by"],
+            submitted_at=row["submitted_at"],
+            completed_at=row["completed_at"],
+        )
+
+    def mapping(self) -> dict[str, Any]:
+        """The instance as a condition predicate sees it."""
+        return {
+            "id": self.id,
+            "template_id": self.template_id,
+            "subject_type": self.subject_type,
+            "subject_key": self.subject_key,
+            "state_status": self.state_status,
+            "status": self.status,
+            "current_node_id": self.current_node_id,
+            "state_code": self.state_code,
+            "submitted_by": self.submitted_by,
+            "submitted_at": self.submitted_at,
+        }
+
+
+@dataclass
+class BranchState:
+    """A branch as this transaction will leave it, with its current visit."""
+
+    id: uuid.UUID
+    number: int
+    node_id: uuid.UUID | None
+    status: str
+    parent_branch_id: uuid.UUID | None = None
+    fork_scope: uuid.UUID | None = None
+    fork_node_id: uuid.UUID | None = None
+    join_node_id: uuid.UUID | None = None
+    started_at: datetime | None = None  # None: started by this transaction
+    completed_at: datetime | None = None
+    visit_id: uuid.UUID | None = None  # the current visit, if it sits on a node that has one
+    last_code: str | None = None  # the last business state it was on (END reports it)
+    new: bool = False  # inserted by this transaction
+    changed: bool = False  # updated by this transaction
+    completing: bool = False  # completed_at is this transaction's time
+    assignees: list[str] = field(default_factory=list)  # of the state it entered here
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> BranchState:
+        """From a row of the branches table (and `visit_id`, when read with its visit)."""
+        return cls(
+            id=row["id"],
+            number=row["number"],
+            node_id=row["current_node_id"],
+            status=row["status"],
+            parent_branch_id=row["parent_branch_id"],
+            fork_scope=row["fork_scope"],
+            fork_node_id=row["fork_node_id"],
+            join_node_id=row["join_node_id"],
+            started_at=row["started_at"],
+            completed_at=row["completed_at"],
+            visit_id=row.get("visit_id"),
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether the branch is still a live token."""
+        return self.status == ACTIVE
+
+    def order(self) -> tuple[int, datetime | None, int]:
+        """The seed's "oldest" order: started_at, then number; this transaction's come last."""
+        if self.started_at is None:
+            return (1, None, self.number)
+        return (0, self.started_at, self.number)
+
+
+# The columns a BranchState is read from.
+BRANCH_COLUMNS = (
+    "id",
+    "number",
+    "current_node_id",
+    "status",
+    "parent_branch_id",
+    "fork_scope",
+    "fork_node_id",
+    "join_node_id",
+    "started_at",
+    "completed_at",
+)
+
+
+@lru_cache(maxsize=64)
+def lock_branch_statement(tables: GraphTables) -> Select[Any]:
+    """The instance and one of its branches, locked (:instance_id, :branch_id), with its live
+    branches as this statement's snapshot had them, one row each.
+
+    `locked_version` is the locked instance row's version (its xmin) and
+    `seen_version` the one the snapshot saw: they differ exactly when a
+    writer committed after the snapshot was taken (this statement waited for
+    it), and every writer of an instance's branches and visits updates its
+    row, so equal versions mean the live branches read here are current.
+    """
+    instances, branches, visits = (
+        tables.table("instance"),
+        tables.table("branch"),
+        tables.table("visit"),
+    )
+    locked = instances.join(
+        branches,
+        and_(branches.c.id == _param("branch_id"), branches.c.instance_id == instances.c.id),
+    )
+    other = branches.alias("live_branch")
+    current = and_(visits.c.branch_id == other.c.id, visits.c.is_current)
+    live = (
+        select(
+            *(other.c[name].label(f"live_{name}") for name in BRANCH_COLUMNS),
+            visits.c.id.label("live_visit_id"),
+        )
+        .select_from(other.outerjoin(visits, current))
+        .where(other.c.instance_id == instances.c.id, other.c.status == ACTIVE)
+        .lateral("live")
+    )
+    seen = instances.alias("seen")
+    seen_version = (
+        select(literal_column("seen.xmin::text")).where(seen.c.id == instances.c.id)
+    ).scalar_subquery()
+    return (
+        select(
+            instances,
+            branches.c.status.label("branch_status"),
+            branches.c.current_node_id.label("branch_node_id"),
+            literal_column(f"{instances.name}.xmin::text").label("locked_version"),
+            seen_version.label("seen_version"),
+            live,
+        )
+        .select_from(locked.outerjoin(live, true()))
+        .where(instances.c.id == _param("instance_id"))
+        .with_for_update(key_share=True, of=[instances, branches])
+    )
+
+
+@lru_cache(maxsize=64)
+def lock_instance_statement(tables: GraphTables) -> Select[Any]:
+    """The instance, locked (:instance_id)."""
+    instances = tables.table("instance")
+    return (
+        select(instances)
+        .where(instances.c.id == _param("instance_id"))
+        .with_for_update(key_share=True)
+    )
+
+
+@lru_cache(maxsize=64)
+def live_branches_statement(tables: GraphTables) -> Select[Any]:
+    """The active branches of :instance_id, oldest first, each with its current visit."""
+    branches, visits = tables.table("branch"), tables.table("visit")
+    current = and_(visits.c.branch_id == branches.c.id, visits.c.is_current)
+    return (
+        select(branches, visits.c.id.label("visit_id"))
+        .select_from(branches.outerjoin(visits, current))
+        .where(branches.c.instance_id == _param("instance_id"), branches.c.status == ACTIVE)
+        .order_by(branches.c.started_at, branches.c.number)
+    )
+
+
+@lru_cache(maxsize=64)
+def branch_statement(tables: GraphTables) -> Select[Any]:
+    """One branch by id (:branch_id), whatever its status."""
+    branches = tables.table("branch")
+    return select(branches).where(branches.c.id == _param("branch_id"))
+
+
+@dataclass(frozen=True)
+class Locked:
+    """An instance and one of its branches, locked, with the instance's live branches."""
+
+    instance: InstanceState
+    branch_status: str
+    branch_node_id: uuid.UUID | None
+    live: list[BranchState]
+
+
+async def lock_branch(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID, branch_id: uuid.UUID
+) -> Locked:
+    """Lock an active instance and its branch, and read its live branches as they now are.
+
+    One statement when nobody wrote the instance while it waited for the lock
+    (a second reads the live branches otherwise). NotFoundError: no such
+    instance; WorkflowAlreadyCompletedError: it is not active;
+    StateWorkflowError: the branch is not one of its branches.
+    """
+    params = {"instance_id": instance_id, "branch_id": branch_id}
+    rows = await fetch(conn, lock_branch_statement(tables), params)
+    if not rows:
+        instance = await lock_instance(conn, tables, instance_id)
+        raise StateWorkflowError(f"Branch {branch_id} is not a branch of instance {instance.id}.")
+    first = rows[0]
+    instance = InstanceState.of(first)
+    refuse_inactive(instance)
+    if first["locked_version"] == first["seen_version"]:
+        live = [_live(row) for row in rows if row["live_id"] is not None]
+    else:  # a writer committed while this waited: read again, after the lock
+        live = await live_branches(conn, tables, instance.id)
+    return Locked(instance, first["branch_status"], first["branch_node_id"], live)
+
+
+def _live(row: Mapping[str, Any]) -> BranchState:
+    return BranchState.of(
+        {key[len("live_") :]: value for key, value in row.items() if key.startswith("live_")}
+    )
+
+
+async def lock_instance(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> InstanceState:
+    """Lock an instance (NotFoundError if there is none); it may be active or not."""
+    row = (
+        (await conn.execute(lock_instance_statement(tables), {"instance_id": instance_id}))
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFoundError(f"No graph workflow instance has the id {instance_id}.")
+    return InstanceState.of(row)
+
+
+def refuse_inactive(instance: InstanceState) -> None:
+    """WorkflowAlreadyCompletedError unless the instance is still active."""
+    if instance.state_status != ACTIVE:
+        raise WorkflowAlreadyCompletedError(
+            f"Workflow instance {instance.id} is {instance.state_status}: it takes no more "
+            "transitions."
+        )
+
+
+async def live_branches(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> list[BranchState]:
+    """The active branches of an instance (read after its lock), oldest first."""
+    result = await conn.execute(live_branches_statement(tables), {"instance_id": instance_id})
+    return [BranchState.of(row) for row in result.mappings()]
+
+
+@lru_cache(maxsize=64)
+def instance_branches_statement(tables: GraphTables) -> Select[Any]:
+    """Every branch of :instance_id, whatever its status."""
+    branches = tables.table("branch")
+    return select(branches).where(branches.c.instance_id == _param("instance_id"))
+
+
+async def instance_branches(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> list[BranchState]:
+    """Every branch of an instance (a join walks the parents of nested forks)."""
+    params = {"instance_id": instance_id}
+    result = await conn.execute(instance_branches_statement(tables), params)
+    return [BranchState.of(row) for row in result.mappings()]
+
+
+async def read_branch(
+    conn: AsyncConnection, tables: GraphTables, branch_id: uuid.UUID
+) -> BranchState | None:
+    """One branch, whatever its status (a join reads the parent its fork completed)."""
+    row = (
+        (await conn.execute(branch_statement(tables), {"branch_id": branch_id})).mappings().first()
+    )
+    return None if row is None else BranchState.of(row)
+
+
+@lru_cache(maxsize=512)
+def driver_text(statement: ClauseElement, dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    """A statement's text for the driver, and its parameters' default values."""
+    compiled = statement.compile(dialect=dialect)
+    assert isinstance(compiled, SQLCompiler)
+    # Parameters SQLAlchemy renders at execution (IN lists, literals) would need its own path.
+    assert not compiled.post_compile_params and not compiled.literal_execute_params
+    return str(compiled), dict(compiled.params)
+
+
+async def fetch(
+    conn: AsyncConnection, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Run a statement of the hot path on the driver's own connection; its rows as dicts.
+
+    The same text and values SQLAlchemy would send, without its execution
+    machinery around each statement: a move runs two of them, and the rest of
+    its time is the database's. The connection's transaction is the caller's.
+    """
+    text, defaults = driver_text(statement, conn.dialect)
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None  # a connection checked out of the pool has its driver's
+    values = {**defaults, **params}
+    try:
+        async with driver.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(text, values)
+            rows: list[dict[str, Any]] = await cursor.fetchall() if cursor.description else []
+            return rows
+    except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
+        raise DBAPIError.instance(text, values, exc, psycopg.Error) from exc
+
+
+def _param(name: str) -> BindParameter[uuid.UUID]:
+    return bindparam(name, type_=Uuid())

@@ -1,0 +1,550 @@
+"""The runtime of graph workflows: submit a subject, move its branches, cancel, read.
+
+    runtime = GraphRuntime(graph_tables(Base), directory=directory, conditions=conditions)
+    instance = await runtime.submit(expense, "ann", template_name="expense-approval")
+    for choice in await runtime.transitions_for(instance.id, "bob"):
+        ...
+    await runtime.transition_branch(instance.id, branch_id, target_id, "bob", "fine")
+
+Each write is one transaction of its own on the runtime's engine (the
+process's workflow connection's, unless one is given); `submit` may join
+the caller's business transaction instead. A transaction locks the
+instance first (`engine.graphs.locks`), decides in memory
+(`engine.graphs.dispatch`), writes what it decided in one statement
+(`engine.graphs.sync`), and publishes its notifications: in the same
+transaction through a `DatabaseEventRegistry`, after the commit through any
+other. Graphs are read once per template version (`load_graph`): a
+version never changes, so an in-flight instance keeps the version it was
+submitted on whatever is activated later.
+
+Errors: `NotFoundError` (no such instance or template),
+`WorkflowSubmissionError` (the subject already has an active instance),
+`WorkflowAlreadyCompletedError` (the instance is not active, 409), and
+`StateWorkflowError` (a refused transition, 400).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Select, Text, Uuid, bindparam, select
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
+
+from engine.connection import current_connection
+from engine.errors import (
+    ConfigurationError,
+    NotConnectedError,
+    NotFoundError,
+    StateWorkflowError,
+    WorkflowAlreadyCompletedError,
+    WorkflowSubmissionError,
+)
+from engine.events.routing import EventRegistry
+from engine.graphs.conditions import ConditionRegistry
+from engine.graphs.directory import Directory, StaticDirectory, effective_assignees
+from engine.graphs.dispatch import Unit, cancel_instance, dispatch, finish, save
+from engine.graphs.history import (
+    AvailableTransition,
+    HistoryEntry,
+    InstanceSnapshot,
+    TransitionOutcome,
+    read_history,
+)
+from engine.graphs.locks import (
+    BranchState,
+    InstanceState,
+    live_branches,
+    lock_branch,
+    lock_instance,
+    refuse_inactive,
+)
+from engine.graphs.model import Edge, Graph, Node, load_graph
+from engine.graphs.notifications import (
+    chosen_registry,
+    kick_outbox,
+    publish_after_caller_commits,
+    publish_in_transaction,
+    publish_now,
+)
+from engine.graphs.subjects import state_column, subject_ref
+from engine.graphs.sync import Writes
+from engine.graphs.tables import (
+    ACTIVE,
+    CONDITION,
+    CREATION,
+    IN_REVIEW,
+    INSTANCES,
+    STATE,
+    GraphTables,
+)
+from engine.graphs.timers import escalate_visit, register_escalation
+from engine.graphs.votes import Tally, vote
+
+__all__ = [
+    "AvailableTransition",
+    "GraphRuntime",
+    "HistoryEntry",
+    "InstanceSnapshot",
+    "TransitionOutcome",
+]
+
+log = logging.getLogger("duly.graphs")
+
+ACTIVE_SUBJECT_INDEX = f"uq_{INSTANCES}_active_subject"
+
+
+@lru_cache(maxsize=64)
+def active_template_statement(tables: GraphTables) -> Select[Any]:
+    """The id of the active version named :name."""
+    templates = tables.table("template")
+    return select(templates.c.id).where(
+        templates.c.name == bindparam("name", type_=Text()), templates.c.is_active
+    )
+
+
+@lru_cache(maxsize=64)
+def instance_statement(tables: GraphTables) -> Select[Any]:
+    """One instance by :instance_id, unlocked."""
+    instances = tables.table("instance")
+    return select(instances).where(instances.c.id == bindparam("instance_id", type_=Uuid()))
+
+
+class GraphRuntime:
+    """Runs graph workflows on one application's graph tables."""
+
+    def __init__(
+        self,
+        tables: GraphTables,
+        *,
+        directory: Directory | None = None,
+        conditions: ConditionRegistry | None = None,
+        events: EventRegistry | None = None,
+        engine: AsyncEngine | None = None,
+    ) -> None:
+        self.tables = tables
+        self.directory: Directory = directory if directory is not None else StaticDirectory()
+        self.conditions = conditions if conditions is not None else ConditionRegistry()
+        self.events = events
+        self._engine = engine
+        if tables.timer is not None:
+            # The expired deadlines of these tables escalate through this runtime.
+            register_escalation(tables.timer.__table__.name, self.escalate)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine each write opens its transaction on."""
+        if self._engine is not None:
+            return self._engine
+        return current_connection().engine
+
+    # -- submit ----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        subject: Any,
+        user: str | None,
+        *,
+        template_name: str | None = None,
+        template_id: uuid.UUID | None = None,
+        session: AsyncSession | AsyncConnection | None = None,
+    ) -> InstanceSnapshot:
+        """Start the active version of `template_name` (or `template_id`) on `subject`.
+
+        Joins `session`'s transaction when given (never committing it),
+        else commits a transaction of its own.
+        """
+        subject_ref(subject)  # refused now: not a subject, or not flushed yet
+        state_column(type(subject))  # a subject without its state column is refused now
+        registry = chosen_registry(self.events)
+        if session is not None:
+            conn = session if isinstance(session, AsyncConnection) else await session.connection()
+            unit = await self._submit(conn, subject, user, template_name, template_id)
+            async with conn.begin_nested():  # a refusal leaves the caller's transaction usable
+                await self._save_submission(unit)
+            if not await publish_in_transaction(conn, registry, unit.events):
+                publish_after_caller_commits(session, registry, unit.events)
+        else:
+            async with self.engine.begin() as conn:
+                unit = await self._submit(conn, subject, user, template_name, template_id)
+                await self._save_submission(unit)
+                stored = await publish_in_transaction(conn, registry, unit.events)
+            await self._after_commit(registry, unit, stored)
+        show_state(subject, unit.instance.state_code)
+        return InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
+
+    async def _submit(
+        self,
+        conn: AsyncConnection,
+        subject: Any,
+        user: str | None,
+        template_name: str | None,
+        template_id: uuid.UUID | None,
+    ) -> Unit:
+        subject_type, subject_key = subject_ref(subject)
+        if template_id is None:
+            if template_name is None:
+                raise ConfigurationError("submit() needs a template_name or a template_id.")
+            template_id = (
+                await conn.execute(active_template_statement(self.tables), {"name": template_name})
+            ).scalar()
+            if template_id is None:
+                raise NotFoundError(f"No active graph template is named {template_name!r}.")
+        graph = await load_graph(conn, self.tables, template_id)
+        target = self._initial_node(graph)
+        instance = InstanceState(
+            id=uuid.uuid4(),
+            template_id=graph.template_id,
+            subject_type=subject_type,
+            subject_key=subject_key,
+            state_status=ACTIVE,
+            status=IN_REVIEW,
+            current_node_id=None,
+            state_code=None,
+            is_active=True,
+            is_completed=False,
+            branch_count=0,
+            submitted_by=user,
+            new=True,
+        )
+        unit = self._unit(conn, graph, instance, user)
+        unit.subject_row = subject
+        unit.starting = True
+        unit.record(
+            CREATION,
+            f"Submitted to {graph.name!r} (version {graph.version}).",
+            workflow=graph.name,
+            version=graph.version,
+            template_id=graph.template_id,
+        )
+        branch = unit.new_branch(target.id)
+        final = await dispatch(unit, branch, target)
+        finish(unit, final, write_subject=True)
+        return unit
+
+    def _initial_node(self, graph: Graph) -> Node:
+        """The START node's single target: a state with assignees, or a decidable condition."""
+        start = graph.start
+        if start is None:
+            raise StateWorkflowError(f"Template {graph.name!r} v{graph.version} has no START node.")
+        edges = graph.outgoing(start.id)
+        if len(edges) != 1:
+            raise StateWorkflowError(
+                f"START of {graph.name!r} v{graph.version} must have exactly one outgoing "
+                f"transition; it has {len(edges)}."
+            )
+        target = graph.nodes.get(edges[0].target_id)
+        if target is None:
+            raise StateWorkflowError(f"START of {graph.name!r} points nowhere.")
+        if target.node_type == STATE:
+            if not target.has_assignees:
+                raise StateWorkflowError(f"The initial state {target.title!r} has no assignees.")
+        elif target.node_type == CONDITION:
+            if not target.condition or target.condition not in self.conditions:
+                raise StateWorkflowError(
+                    f"The initial condition {target.title!r} names no registered predicate."
+                )
+        else:
+            raise StateWorkflowError(
+                f"START must lead to a state or a condition, not to {target.node_type} "
+                f"{target.title!r}."
+            )
+        return target
+
+    async def _save_submission(self, unit: Unit) -> None:
+        try:
+            await save(unit)
+        except IntegrityError as exc:
+            constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+            if constraint != ACTIVE_SUBJECT_INDEX:
+                raise
+            raise WorkflowSubmissionError(
+                f"{unit.instance.subject_type} {unit.instance.subject_key} already has an active "
+                "workflow instance."
+            ) from exc
+
+    # -- transitions -----------------------------------------------------------------------
+
+    async def transitions_for(self, instance_id: uuid.UUID, user: str) -> list[AvailableTransition]:
+        """Per active branch, the edges `user` may take now (in order, then id)."""
+        async with self.engine.connect() as conn:
+            instance, graph = await self._read_instance(conn, instance_id)
+            if instance.state_status != ACTIVE:
+                return []
+            branches = await live_branches(conn, self.tables, instance.id)
+            unit = self._unit(conn, graph, instance, user)
+            available = []
+            for branch in sorted(branches, key=BranchState.order):
+                source = graph.nodes.get(branch.node_id) if branch.node_id else None
+                if source is None or source.node_type != STATE:
+                    continue
+                if user not in await self._assignees(source):
+                    continue
+                for edge in graph.outgoing(source.id):
+                    if edge.escalation or not await self._guard_allows(unit, edge):
+                        continue
+                    target = graph.node(edge.target_id)
+                    available.append(
+                        AvailableTransition(
+                            branch_id=branch.id,
+                            transition_id=edge.id,
+                            source_id=source.id,
+                            source_name=source.title,
+                            target_id=target.id,
+                            target_name=target.title,
+                            target_type=target.node_type,
+                            target_state_code=target.state_code,
+                            label=edge.label,
+                            display_name=edge.label or target.title,
+                            order=edge.order,
+                            comment_required=edge.comment_required,
+                        )
+                    )
+            return available
+
+    async def transition_branch(
+        self,
+        instance_id: uuid.UUID,
+        branch_id: uuid.UUID,
+        target_node_id: uuid.UUID,
+        user: str,
+        comment: str = "",
+        *,
+        source_node_id: uuid.UUID | None = None,
+    ) -> TransitionOutcome:
+        """`user` moves a branch to `target_node_id`, or votes toward it; one transaction.
+
+        `source_node_id`, when given, is the state the user saw the branch on:
+        if it has moved on since, the transition is refused saying so.
+        """
+        registry = chosen_registry(self.events)
+        async with self.engine.begin() as conn:
+            unit, tally = await self._transition(
+                conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
+            )
+            await save(unit)
+            stored = await publish_in_transaction(conn, registry, unit.events)
+        await self._after_commit(registry, unit, stored)
+        snapshot = InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
+        return TransitionOutcome(
+            instance=snapshot,
+            moved=tally.moved,
+            branch_id=branch_id,
+            target_id=target_node_id,
+            approved_count=tally.approved_count,
+            required_approvals=tally.required_approvals,
+            threshold=tally.threshold,
+        )
+
+    async def _transition(
+        self,
+        conn: AsyncConnection,
+        instance_id: uuid.UUID,
+        branch_id: uuid.UUID,
+        target_id: uuid.UUID,
+        user: str,
+        comment: str,
+        source_node_id: uuid.UUID | None,
+    ) -> tuple[Unit, Tally]:
+        locked = await lock_branch(conn, self.tables, instance_id, branch_id)
+        instance, branch_status, node_id = (
+            locked.instance,
+            locked.branch_status,
+            locked.branch_node_id,
+        )
+        graph = await load_graph(conn, self.tables, instance.template_id)
+        if branch_status != ACTIVE:
+            raise StateWorkflowError(f"Branch {branch_id} is no longer active ({branch_status}).")
+        source = graph.nodes.get(node_id) if node_id is not None else None
+        if source is None:
+            raise StateWorkflowError(f"Branch {branch_id} sits on no node of its graph.")
+        if source_node_id is not None and source.id != source_node_id:
+            seen = graph.nodes.get(source_node_id)
+            raise StateWorkflowError(
+                f"Branch {branch_id} is no longer on {seen.title if seen else source_node_id!r}: "
+                f"it is on {source.title!r} now."
+            )
+        target = graph.nodes.get(target_id)
+        edge = graph.edge(source.id, target_id) if target is not None else None
+        if target is None or edge is None:
+            named = target.title if target is not None else str(target_id)
+            raise StateWorkflowError(
+                f"No transition leads from {source.title!r} to {named!r}: the branch is on "
+                f"{source.title!r}."
+            )
+        if edge.escalation:
+            raise StateWorkflowError(
+                f"The transition from {source.title!r} to {target.title!r} is an escalation: "
+                "only the engine takes it, when the deadline passes."
+            )
+        if source.node_type != STATE:
+            raise StateWorkflowError(f"{source.title!r} is not a state: nobody moves it.")
+        assignees = await self._assignees(source)
+        if user not in assignees:
+            raise StateWorkflowError(
+                f"{user!r} may not move {source.title!r}: not one of its assignees."
+            )
+        if edge.comment_required and not comment.strip():
+            raise StateWorkflowError(
+                f"Moving from {source.title!r} to {target.title!r} requires a comment."
+            )
+        unit = self._unit(conn, graph, instance, user)
+        if not await self._guard_allows(unit, edge):
+            raise StateWorkflowError(
+                f"The transition from {source.title!r} to {target.title!r} is not allowed now "
+                f"({edge.condition!r} answered no)."
+            )
+        for live in locked.live:
+            unit.known[live.id] = live
+        branch = unit.known[branch_id]
+        if branch.visit_id is None:
+            raise StateWorkflowError(
+                f"Branch {branch_id} has no current visit of {source.title!r}."
+            )
+        return unit, await vote(unit, branch, source, target, assignees, comment)
+
+    # -- escalation ------------------------------------------------------------------------
+
+    async def escalate(
+        self, instance_id: uuid.UUID, branch_id: uuid.UUID, visit_id: uuid.UUID
+    ) -> bool:
+        """A visit's deadline passed: move its branch along the state's escalation edge.
+
+        The system acts (no actor, no vote). Nothing happens, and False is
+        returned, unless the instance is active and the visit still current.
+        """
+        registry = chosen_registry(self.events)
+        async with self.engine.begin() as conn:
+            unit = await self._escalation(conn, instance_id, branch_id, visit_id)
+            if unit is None:
+                return False
+            await save(unit)
+            stored = await publish_in_transaction(conn, registry, unit.events)
+        await self._after_commit(registry, unit, stored)
+        return True
+
+    async def _escalation(
+        self,
+        conn: AsyncConnection,
+        instance_id: uuid.UUID,
+        branch_id: uuid.UUID,
+        visit_id: uuid.UUID,
+    ) -> Unit | None:
+        try:
+            locked = await lock_branch(conn, self.tables, instance_id, branch_id)
+        except (NotFoundError, WorkflowAlreadyCompletedError, StateWorkflowError):
+            return None  # gone, finished, or not its branch: nothing to escalate
+        instance, node_id = locked.instance, locked.branch_node_id
+        if locked.branch_status != ACTIVE or node_id is None:
+            return None
+        graph = await load_graph(conn, self.tables, instance.template_id)
+        unit = self._unit(conn, graph, instance, None)
+        for live in locked.live:
+            unit.known[live.id] = live
+        branch = unit.known.get(branch_id)
+        if branch is None or branch.visit_id != visit_id:
+            return None  # the state was left meanwhile
+        moved = await escalate_visit(unit, branch, graph.node(node_id))
+        return unit if moved else None
+
+    # -- cancel ----------------------------------------------------------------------------
+
+    async def cancel(
+        self, instance_id: uuid.UUID, user: str | None = None, reason: str = ""
+    ) -> InstanceSnapshot:
+        """Cancel an active instance: its branches, their visits, its subject's state."""
+        registry = chosen_registry(self.events)
+        async with self.engine.begin() as conn:
+            instance = await lock_instance(conn, self.tables, instance_id)
+            refuse_inactive(instance)
+            graph = await load_graph(conn, self.tables, instance.template_id)
+            unit = self._unit(conn, graph, instance, user)
+            cancel_instance(unit, await live_branches(conn, self.tables, instance.id), reason)
+            await save(unit)
+            stored = await publish_in_transaction(conn, registry, unit.events)
+        await self._after_commit(registry, unit, stored)
+        return InstanceSnapshot.of(unit.instance, graph, unit.branches())
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def instance(self, instance_id: uuid.UUID) -> InstanceSnapshot:
+        """The instance with its active branches."""
+        async with self.engine.connect() as conn:
+            instance, graph = await self._read_instance(conn, instance_id)
+            branches = await live_branches(conn, self.tables, instance.id)
+        return InstanceSnapshot.of(instance, graph, branches)
+
+    async def history(self, instance_id: uuid.UUID) -> list[HistoryEntry]:
+        """The instance's history, in the order it happened."""
+        async with self.engine.connect() as conn:
+            entries = await read_history(conn, self.tables, instance_id)
+            if not entries:  # every instance has its CREATION row: an empty one is missing
+                await self._read_instance(conn, instance_id)
+        return entries
+
+    async def _read_instance(
+        self, conn: AsyncConnection, instance_id: uuid.UUID
+    ) -> tuple[InstanceState, Graph]:
+        row = (
+            (await conn.execute(instance_statement(self.tables), {"instance_id": instance_id}))
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFoundError(f"No graph workflow instance has the id {instance_id}.")
+        instance = InstanceState.of(row)
+        return instance, await load_graph(conn, self.tables, instance.template_id)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _unit(
+        self, conn: AsyncConnection, graph: Graph, instance: InstanceState, actor: str | None
+    ) -> Unit:
+        return Unit(
+            conn=conn,
+            tables=self.tables,
+            graph=graph,
+            writes=Writes(instance),
+            directory=self.directory,
+            conditions=self.conditions,
+            actor=actor,
+        )
+
+    async def _assignees(self, node: Node) -> list[str]:
+        return await effective_assignees(self.directory, node.assignee_users, node.assignee_groups)
+
+    async def _guard_allows(self, unit: Unit, edge: Edge) -> bool:
+        """A manual guard (a predicate named on the edge) must answer yes; none always does."""
+        if not edge.condition:
+            return True
+        if edge.condition not in self.conditions:
+            return False
+        return self.conditions.evaluate(
+            edge.condition, await unit.subject(), unit.instance.mapping()
+        )
+
+    async def _after_commit(self, registry: EventRegistry, unit: Unit, stored: bool) -> None:
+        """Publish to a registry that does not store events; kick this process's workers."""
+        if stored:
+            kick_outbox(registry)
+        elif unit.events:
+            await publish_now(registry, unit.events)
+        timer = self.tables.timer
+        if unit.writes.timers_new and timer is not None:
+            # Nobody connected here to tell: NOTIFY tells the workers of other processes.
+            with contextlib.suppress(NotConnectedError):
+                current_connection().kick(timer.__table__.name)
+
+
+def show_state(subject: Any, code: str | None) -> None:
+    """The subject row in hand shows the state just written, as if loaded with it."""
+    cls = type(subject)
+    column = cls.__table__.c[state_column(cls)]
+    key = sa_inspect(cls).get_property_by_column(column).key
+    set_committed_value(subject, key, code)

@@ -1,0 +1,736 @@
+"""Syncing a transaction's decisions to the database: the subject's state, then one statement.
+
+*The subject's state* (the seed's sync_document_state). The subject's state
+column is a mirror; the branches are the truth. The code written is the
+oldest active branch's (by started_at, then number) that sits on a state
+node with a code; when active branches remain but none is on such a state
+(a merged branch stuck at a join), the last value stays; when none remains,
+the last business state before END (or nothing). The instance's current
+node follows the same branch (else the oldest active one's node, else none).
+
+*One statement.* Everything a move decided (branches, visits, votes,
+history, the instance, the subject's column, deadline timers: inserted as
+`engine.runs` inserts a run, cancelled with `engine.handles`' statement) is
+written by one statement of data-modifying CTEs. Its rows travel as one
+JSON document (PostgreSQL parses it once; each CTE reads its part with
+jsonb_to_recordset), so a move is one round trip however much it changed,
+and its driver work is one text parameter, not dozens of arrays. The
+statement's text depends only on which kinds of rows it carries, so each
+shape is built once, and stays under psycopg's 4 KiB for a plain move so
+its parsing is cached and it is prepared. A row is never written by two CTEs
+of it (which PostgreSQL does not order): the runtime keeps one final value
+per branch, and the vote cast is left out of the votes it closes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+from typing import cast as typing_cast
+
+from sqlalchemy import (
+    LABEL_STYLE_NONE,
+    Boolean,
+    Float,
+    Integer,
+    Select,
+    Text,
+    Uuid,
+    bindparam,
+    case,
+    cast,
+    column,
+    false,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Update
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
+
+from engine.clock import db_now
+from engine.graphs.history import HistoryRow
+from engine.graphs.locks import BranchState, InstanceState, fetch
+from engine.graphs.model import Graph
+from engine.graphs.subjects import key_values, state_column
+from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
+from engine.handles import cancel_statement
+from engine.notify import announcement
+from engine.registry import WorkflowInfo, workflow_info
+
+KEEP = object()  # sync's answer when the subject's state stays as it is
+EXPIRE_STEP = "expire"  # the timers' one step (engine.graphs.timers.GraphTimer.expire)
+NO_ARGUMENTS: dict[str, Any] = {"args": [], "kwargs": {}}  # `expire` takes none
+
+
+def synced_state(
+    graph: Graph, branches: Sequence[BranchState], final_code: str | None
+) -> tuple[uuid.UUID | None, object]:
+    """The instance's current node and the subject's state code (or KEEP), from live branches."""
+    active = sorted((b for b in branches if b.active), key=BranchState.order)
+    for branch in active:
+        node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
+        if node is not None and node.node_type == STATE and node.state_code:
+            return node.id, node.state_code
+    if active:
+        return active[0].node_id, KEEP
+    return None, final_code or None
+
+
+@dataclass(frozen=True)
+class NewVisit:
+    """A visit to insert; its iteration is counted by the statement (plus `offset`)."""
+
+    id: uuid.UUID
+    branch_id: uuid.UUID
+    node_id: uuid.UUID
+    offset: int  # 1, or more when this transaction enters the node more than once
+    deadline_seconds: float | None
+
+
+@dataclass(frozen=True)
+class VoteCast:
+    """A person's vote: inserted, or their pending one updated."""
+
+    visit_id: uuid.UUID
+    approver: str
+    target_id: uuid.UUID
+    comment: str
+
+
+@dataclass(frozen=True)
+class SubjectWrite:
+    """The subject's state column to set."""
+
+    cls: type[Any]
+    key: str
+    code: str | None
+
+
+@dataclass
+class Writes:
+    """What one transaction writes, gathered while it decides."""
+
+    instance: InstanceState
+    branches: dict[uuid.UUID, BranchState] = field(default_factory=dict)  # touched ones
+    visits_new: list[NewVisit] = field(default_factory=list)
+    visits_ended: dict[uuid.UUID, str] = field(default_factory=dict)  # id: status
+    vote_cast: VoteCast | None = None
+    votes_closed: list[uuid.UUID] = field(default_factory=list)  # visits whose pending close
+    votes_new: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # visit, approver
+    history: list[HistoryRow] = field(default_factory=list)
+    subject: SubjectWrite | None = None
+    timers_new: list[tuple[uuid.UUID, uuid.UUID, float]] = field(default_factory=list)
+    timers_cancelled: list[uuid.UUID] = field(default_factory=list)
+    instance_changed: bool = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Which kinds of rows a statement writes: the key its text is built and kept under."""
+
+    instance_new: bool
+    instance_changed: bool
+    branches_new: bool
+    branches_changed: bool
+    visits_new: bool
+    visits_ended: bool
+    vote_cast: bool
+    votes_closed: bool
+    votes_new: bool
+    history: bool
+    subject: type[Any] | None
+    timers_new: bool
+    timers_cancelled: bool
+
+    @property
+    def empty(self) -> bool:
+        """Whether there is nothing to write."""
+        return not any(value for value in vars(self).values())
+
+    @classmethod
+    def of(cls, writes: Writes) -> Shape:
+        """The shape of `writes`."""
+        branches = list(writes.branches.values())
+        return cls(
+            instance_new=writes.instance.new,
+            instance_changed=writes.instance_changed and not writes.instance.new,
+            branches_new=any(b.new for b in branches),
+            branches_changed=any(b.changed and not b.new for b in branches),
+            visits_new=bool(writes.visits_new),
+            visits_ended=bool(writes.visits_ended),
+            vote_cast=writes.vote_cast is not None,
+            votes_closed=bool(writes.votes_closed),
+            votes_new=bool(writes.votes_new),
+            history=bool(writes.history),
+            subject=writes.subject.cls if writes.subject is not None else None,
+            timers_new=bool(writes.timers_new),
+            timers_cancelled=bool(writes.timers_cancelled),
+        )
+
+
+async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> datetime | None:
+    """Write everything `writes` gathered in one statement of `conn`'s transaction.
+
+    Returns the time it wrote (the database clock's, the same for every row),
+    None when there was nothing to write. New rows and completed ones are
+    given that time here, so a snapshot needs no second read.
+    """
+    shape = Shape.of(writes)
+    if shape.empty:
+        return None
+    [row] = await fetch(conn, write_statement(tables, shape), parameters(writes, shape))
+    now: datetime = row["written_at"]
+    instance = writes.instance
+    if instance.new:
+        instance.submitted_at = now
+    if instance.completing:
+        instance.completed_at = now
+    for branch in writes.branches.values():
+        if branch.new:
+            branch.started_at = now
+        if branch.completing:
+            branch.completed_at = now
+    return now
+
+
+WRITES = "g_writes"  # the one document parameter: every row to write, as JSON
+INSTANCE = "g_instance"  # the instance's id (parameters are named unlike any column: an
+# UPDATE would take a parameter named after one of its columns as a SET)
+
+# The rows of each part of the document, as (field, type): jsonb_to_recordset's columns.
+Columns = tuple[tuple[str, TypeEngine[Any]], ...]
+INSTANCE_CHANGED: Columns = (
+    ("id", Uuid()),
+    ("state_status", Text()),
+    ("status", Text()),
+    ("current_node_id", Uuid()),
+    ("state_code", Text()),
+    ("is_active", Boolean()),
+    ("is_completed", Boolean()),
+    ("branch_count", Integer()),
+    ("done", Boolean()),  # completed by this transaction
+)
+INSTANCE_NEW: Columns = (
+    *INSTANCE_CHANGED,
+    ("template_id", Uuid()),
+    ("subject_type", Text()),
+    ("subject_key", Text()),
+    ("submitted_by", Text()),
+)
+BRANCH_NEW: Columns = (
+    ("id", Uuid()),
+    ("number", Integer()),
+    ("node", Uuid()),
+    ("parent", Uuid()),
+    ("scope", Uuid()),
+    ("fork_node", Uuid()),
+    ("join_node", Uuid()),
+    ("status", Text()),
+    ("done", Boolean()),
+)
+BRANCH_CHANGED: Columns = (
+    ("id", Uuid()),
+    ("node", Uuid()),
+    ("status", Text()),
+    ("done", Boolean()),
+)
+VISIT_NEW: Columns = (
+    ("id", Uuid()),
+    ("branch_id", Uuid()),
+    ("node_id", Uuid()),
+    ("step", Integer()),
+    ("seconds", Float()),
+)
+VISIT_ENDED: Columns = (("id", Uuid()), ("status", Text()))
+VOTE_CAST: Columns = (
+    ("id", Uuid()),
+    ("visit_id", Uuid()),
+    ("approver", Text()),
+    ("target", Uuid()),
+    ("comment", Text()),
+)
+VOTES_CLOSED: Columns = (("visit_id", Uuid()), ("keep", Text()))
+VOTE_NEW: Columns = (("id", Uuid()), ("visit_id", Uuid()), ("approver", Text()))
+HISTORY: Columns = (
+    ("n", Integer()),  # the order the runtime wrote them in
+    ("visit_id", Uuid()),
+    ("action_type", Text()),
+    ("actor", Text()),
+    ("step_name", Text()),
+    ("message", Text()),
+    ("details", JSONB()),
+)
+TIMER_NEW: Columns = (("visit_id", Uuid()), ("branch_id", Uuid()), ("seconds", Float()))
+TIMER_CANCELLED: Columns = (("visit_id", Uuid()),)
+
+
+def _rows(document: Any, part: str, columns: Columns) -> Any:
+    """The rows of one part of the document (`document -> 'part'`), as a typed table."""
+    given = document.op("->")(literal_column(f"'{part}'"))
+    rows = func.jsonb_to_recordset(given).table_valued(
+        *(column(name, type_) for name, type_ in columns)
+    )
+    return rows.render_derived(name=part, with_types=True)
+
+
+def _bare(given: Any, rows: Any, *columns: Any) -> Select[Any]:
+    """SELECT `columns` from the given rows, read from the document beside them, unlabelled."""
+    joined = given.join(rows, true())
+    return select(*columns).select_from(joined).set_label_style(LABEL_STYLE_NONE)
+
+
+def constant(value: str) -> ColumnElement[str]:
+    """A constant of ours written into the statement, not sent as one more parameter."""
+    return literal_column("'" + value.replace("'", "''") + "'", Text())
+
+
+@lru_cache(maxsize=256)
+def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
+    """The one statement that writes a transaction's rows of `shape`.
+
+    Its two parameters are the instance's id and one JSON document holding
+    every row, which PostgreSQL parses once (the `writes` CTE) and each part
+    of the statement reads with jsonb_to_recordset. The text stays short
+    enough for psycopg to keep it prepared (under 4 KiB).
+    """
+    instances, branches, visits = (
+        tables.table("instance"),
+        tables.table("branch"),
+        tables.table("visit"),
+    )
+    votes, history = tables.table("vote"), tables.table("history")
+    # The document, parsed once, and the database clock, read once: every row of the
+    # transaction has the same time.
+    given = select(
+        cast(bindparam(WRITES, type_=Text()), JSONB).label("doc"), db_now().label("now")
+    ).cte("w")
+    # In an INSERT ... SELECT the document's CTE is joined to the rows read from it; an
+    # UPDATE (whose FROM cannot say JOIN) reads both through scalar subqueries.
+    document, now = given.c.doc, given.c.now
+    document_value = select(given.c.doc).scalar_subquery()
+    now_value = select(given.c.now).scalar_subquery()
+    instance_id = bindparam(INSTANCE, type_=Uuid())
+    ctes: list[Any] = []
+
+    if shape.instance_new:
+        rows = _rows(document, "i", INSTANCE_NEW)
+        ctes.append(
+            insert(instances)
+            .from_select(
+                [
+                    "id",
+                    "template_id",
+                    "subject_type",
+                    "subject_key",
+                    "submitted_by",
+                    "submitted_at",
+                    "completed_at",
+                    *(name for name, _ in INSTANCE_CHANGED[1:-1]),
+                ],
+                _bare(
+                    given,
+                    rows,
+                    rows.c.id,
+                    rows.c.template_id,
+                    rows.c.subject_type,
+                    rows.c.subject_key,
+                    rows.c.submitted_by,
+                    now,
+                    case((rows.c.done, now), else_=null()),
+                    *(rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]),
+                ),
+            )
+            .cte("instance_new")
+        )
+    if shape.instance_changed:
+        rows = _rows(document_value, "i", INSTANCE_CHANGED)
+        ctes.append(
+            update(instances)
+            .where(instances.c.id == rows.c.id)
+            .values(
+                {
+                    **{name: rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]},
+                    "completed_at": case((rows.c.done, now_value), else_=instances.c.completed_at),
+                }
+            )
+            .cte("instance_changed")
+        )
+    if shape.branches_new:
+        rows = _rows(document, "bn", BRANCH_NEW)
+        ctes.append(
+            insert(branches)
+            .from_select(
+                [
+                    "id",
+                    "instance_id",
+                    "number",
+                    "current_node_id",
+                    "parent_branch_id",
+                    "fork_scope",
+                    "fork_node_id",
+                    "join_node_id",
+                    "status",
+                    "started_at",
+                    "completed_at",
+                ],
+                _bare(
+                    given,
+                    rows,
+                    rows.c.id,
+                    instance_id,
+                    rows.c.number,
+                    rows.c.node,
+                    rows.c.parent,
+                    rows.c.scope,
+                    rows.c.fork_node,
+                    rows.c.join_node,
+                    rows.c.status,
+                    now,
+                    case((rows.c.done, now), else_=null()),
+                ),
+            )
+            .cte("branches_new")
+        )
+    if shape.branches_changed:
+        rows = _rows(document_value, "bc", BRANCH_CHANGED)
+        ctes.append(
+            update(branches)
+            .where(branches.c.id == rows.c.id)
+            .values(
+                current_node_id=rows.c.node,
+                status=rows.c.status,
+                completed_at=case((rows.c.done, now_value), else_=branches.c.completed_at),
+            )
+            .cte("branches_changed")
+        )
+    if shape.visits_new:
+        rows = _rows(document, "vn", VISIT_NEW)
+        seen = visits.alias("seen")
+        # Iterations count per (instance, node), 1, 2, ...: the visits before this
+        # statement, plus this transaction's own position among its entries of the node.
+        before = (
+            select(func.count())
+            .where(seen.c.instance_id == instance_id, seen.c.node_id == rows.c.node_id)
+            .scalar_subquery()
+        )
+        ctes.append(
+            insert(visits)
+            .from_select(
+                [
+                    "id",
+                    "instance_id",
+                    "branch_id",
+                    "node_id",
+                    "status",
+                    "is_current",
+                    "iteration",
+                    "deadline_at",
+                    "entered_at",
+                ],
+                _bare(
+                    given,
+                    rows,
+                    rows.c.id,
+                    instance_id,
+                    rows.c.branch_id,
+                    rows.c.node_id,
+                    constant(PENDING),
+                    true(),
+                    before + rows.c.step,
+                    deadline(rows.c.seconds, now),  # NULL seconds: no deadline
+                    now,
+                ),
+            )
+            .cte("visits_new")
+        )
+    if shape.visits_ended:
+        rows = _rows(document_value, "ve", VISIT_ENDED)
+        ctes.append(
+            update(visits)
+            .where(visits.c.id == rows.c.id)
+            .values(status=rows.c.status, is_current=false(), completed_at=now_value)
+            .cte("visits_ended")
+        )
+    if shape.vote_cast:
+        rows = _rows(document, "c", VOTE_CAST)
+        cast_vote = insert(votes).from_select(
+            [
+                "id",
+                "visit_id",
+                "instance_id",
+                "approver",
+                "status",
+                "target_node_id",
+                "is_available",
+                "comment",
+                "acted_at",
+            ],
+            _bare(
+                given,
+                rows,
+                rows.c.id,
+                rows.c.visit_id,
+                instance_id,
+                rows.c.approver,
+                constant(APPROVED),
+                rows.c.target,
+                true(),
+                rows.c.comment,
+                now,
+            ),
+        )
+        ctes.append(
+            cast_vote.on_conflict_do_update(
+                index_elements=[votes.c.visit_id, votes.c.approver],
+                set_={
+                    "status": cast_vote.excluded.status,
+                    "target_node_id": cast_vote.excluded.target_node_id,
+                    "comment": cast_vote.excluded.comment,
+                    "acted_at": cast_vote.excluded.acted_at,
+                },
+            ).cte("vote_cast")
+        )
+    if shape.votes_closed:
+        rows = _rows(document_value, "x", VOTES_CLOSED)
+        ctes.append(
+            update(votes)
+            .where(
+                votes.c.visit_id == rows.c.visit_id,
+                votes.c.status == constant(PENDING),
+                # The vote cast by this transaction is its own CTE's row.
+                votes.c.approver.is_distinct_from(rows.c.keep),
+            )
+            .values(is_available=false())
+            .cte("votes_closed")
+        )
+    if shape.votes_new:
+        rows = _rows(document, "pn", VOTE_NEW)
+        ctes.append(
+            insert(votes)
+            .from_select(
+                ["id", "visit_id", "instance_id", "approver", "status", "is_available", "comment"],
+                _bare(
+                    given,
+                    rows,
+                    rows.c.id,
+                    rows.c.visit_id,
+                    instance_id,
+                    rows.c.approver,
+                    constant(PENDING),
+                    true(),
+                    constant(""),
+                ),
+            )
+            .cte("votes_new")
+        )
+    if shape.history:
+        rows = _rows(document, "h", HISTORY)
+        ctes.append(
+            insert(history)
+            .from_select(
+                [
+                    "instance_id",
+                    "visit_id",
+                    "action_type",
+                    "actor",
+                    "step_name",
+                    "message",
+                    "metadata",
+                    "created_at",
+                ],
+                _bare(
+                    given,
+                    rows,
+                    instance_id,
+                    rows.c.visit_id,
+                    rows.c.action_type,
+                    rows.c.actor,
+                    rows.c.step_name,
+                    rows.c.message,
+                    rows.c.details,
+                    now,
+                    # Ids (the identity) are drawn in this order: the order they were written.
+                ).order_by(rows.c.n),
+            )
+            .cte("history_new")
+        )
+    if shape.subject is not None:
+        ctes.append(_subject_update(shape.subject, document_value).cte("subject_state"))
+    announced: list[ColumnElement[Any]] = []
+    if shape.timers_cancelled and tables.timer is not None:
+        rows = _rows(document_value, "tc", TIMER_CANCELLED)
+        info = workflow_info(tables.timer)
+        ctes.append(timer_cancel(info, select(rows.c.visit_id)).cte("timers_cancelled"))
+    if shape.timers_new and tables.timer is not None:
+        rows = _rows(document_value, "tn", TIMER_NEW)
+        info = workflow_info(tables.timer)
+        ctes.append(timer_insert(info, rows, instance_id, now_value).cte("timers_new"))
+        # The workers recompute their next instant (the deadline) when this commits.
+        announced.append(announcement(info.name).label("duly_notified"))
+    return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
+
+
+def _subject_update(cls: type[Any], document: Any) -> Any:
+    table = cls.__table__
+    keys = list(table.primary_key.columns)
+    given = _rows(
+        document, "s", (("code", Text()), *((f"k{i}", key.type) for i, key in enumerate(keys)))
+    )
+    return (
+        update(table)
+        .where(*(key == given.c[f"k{i}"] for i, key in enumerate(keys)))
+        .values({table.c[state_column(cls)]: given.c.code})
+    )
+
+
+def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
+    """The values of `write_statement(tables, shape)` for `writes`: the id and the document."""
+    instance = writes.instance
+    document: dict[str, list[dict[str, Any]]] = {}
+    if shape.instance_new or shape.instance_changed:
+        row = {name: getattr(instance, name) for name, _ in INSTANCE_CHANGED[1:-1]}
+        row.update(id=instance.id, done=instance.completing)
+        if shape.instance_new:
+            row.update(
+                template_id=instance.template_id,
+                subject_type=instance.subject_type,
+                subject_key=instance.subject_key,
+                submitted_by=instance.submitted_by,
+            )
+        document["i"] = [row]
+    touched = list(writes.branches.values())
+    if shape.branches_new:
+        document["bn"] = [_branch_values(b) for b in touched if b.new]
+    if shape.branches_changed:
+        document["bc"] = [_branch_values(b) for b in touched if b.changed and not b.new]
+    if shape.visits_new:
+        document["vn"] = [
+            {
+                "id": v.id,
+                "branch_id": v.branch_id,
+                "node_id": v.node_id,
+                "step": v.offset,
+                "seconds": v.deadline_seconds,
+            }
+            for v in writes.visits_new
+        ]
+    if shape.visits_ended:
+        document["ve"] = [
+            {"id": key, "status": value} for key, value in writes.visits_ended.items()
+        ]
+    if writes.vote_cast is not None:
+        vote = writes.vote_cast
+        document["c"] = [
+            {
+                "id": uuid.uuid4(),
+                "visit_id": vote.visit_id,
+                "approver": vote.approver,
+                "target": vote.target_id,
+                "comment": vote.comment,
+            }
+        ]
+    if shape.votes_closed:
+        keep = writes.vote_cast.approver if writes.vote_cast is not None else None
+        document["x"] = [{"visit_id": visit, "keep": keep} for visit in writes.votes_closed]
+    if shape.votes_new:
+        document["pn"] = [
+            {"id": uuid.uuid4(), "visit_id": visit, "approver": approver}
+            for visit, approver in writes.votes_new
+        ]
+    if shape.history:
+        document["h"] = [
+            {
+                "n": number,
+                "visit_id": h.visit_id,
+                "action_type": h.action_type,
+                "actor": h.actor,
+                "step_name": h.step_name,
+                "message": h.message,
+                "details": h.details,
+            }
+            for number, h in enumerate(writes.history)
+        ]
+    if writes.subject is not None:
+        subject = writes.subject
+        row = {"code": subject.code}
+        for i, value in enumerate(key_values(subject.cls, subject.key)):
+            row[f"k{i}"] = value
+        document["s"] = [row]
+    if shape.timers_new:
+        document["tn"] = [
+            {"visit_id": visit, "branch_id": branch, "seconds": seconds}
+            for visit, branch, seconds in writes.timers_new
+        ]
+    if shape.timers_cancelled:
+        document["tc"] = [{"visit_id": visit} for visit in writes.timers_cancelled]
+    return {INSTANCE: instance.id, WRITES: json.dumps(document, default=str)}
+
+
+def _branch_values(branch: BranchState) -> dict[str, Any]:
+    return {
+        "id": branch.id,
+        "number": branch.number,
+        "node": branch.node_id,
+        "parent": branch.parent_branch_id,
+        "scope": branch.fork_scope,
+        "fork_node": branch.fork_node_id,
+        "join_node": branch.join_node_id,
+        "status": branch.status,
+        "done": branch.completing,
+    }
+
+
+def timer_insert(
+    info: WorkflowInfo, rows: Any, instance_id: ColumnElement[Any], now: ColumnElement[Any]
+) -> Any:
+    """Timers for `rows` (visit_id, branch_id, seconds) of an instance, due at their deadline.
+
+    Built as `engine.runs.insert_run` builds a run: the first step named, its
+    arguments, no attempts yet, version 0; only the time differs (the deadline).
+    """
+    table = info.table
+    return insert(table).from_select(
+        [
+            "visit_id",
+            "instance_id",
+            "branch_id",
+            "next_step",
+            "next_args",
+            "wake_at",
+            "attempts",
+            "wf_version",
+        ],
+        select(
+            rows.c.visit_id,
+            instance_id,
+            rows.c.branch_id,
+            constant(EXPIRE_STEP),
+            literal_column(f"'{json.dumps(NO_ARGUMENTS)}'", table.c.next_args.type),
+            deadline(rows.c.seconds, now),
+            literal_column("0"),
+            literal_column("0"),
+        ),
+    )
+
+
+def deadline(seconds: ColumnElement[Any], now: ColumnElement[Any] | None = None) -> Any:
+    """`now` (the database clock) plus `seconds`: a visit's deadline and its timer's alike."""
+    start = db_now() if now is None else now
+    return start + seconds * literal_column("interval '1 second'")
+
+
+def timer_cancel(info: WorkflowInfo, visits: Select[Any]) -> Update:
+    """End the live timers of `visits` (a SELECT of visit ids) where they stand."""
+    return typing_cast(Update, cancel_statement(info, [info.table.c.visit_id.in_(visits)]))
