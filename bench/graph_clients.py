@@ -2,9 +2,12 @@
 
 Each client owns some instances of the ping-pong graph (two states, each
 leading to the other) and moves them in turn, one `transition_branch` (one
-transaction) at a time, timing each. The process prints `ready`, waits for
-a line on stdin (so every process starts together), runs for the given
-seconds, and prints one JSON line: its transitions and their latencies.
+transaction) at a time, timing each. With `--updates` the same clients,
+through the same SQLAlchemy engine, commit plain single-row UPDATEs instead
+(BEGIN, UPDATE, COMMIT: one transaction each, each client on a row of its
+own): the rate a transition is read beside. The process prints `ready`,
+waits for a line on stdin (so every process starts together), runs for the
+given seconds, and prints one JSON line: its transactions and their latencies.
 """
 
 from __future__ import annotations
@@ -16,12 +19,37 @@ import sys
 import time
 import uuid
 
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bench.models import Base, BenchOutbox
 from engine import DatabaseEventRegistry, EventSettings, GraphRuntime, graph_tables
 
 USER = "bench-user"
+UPDATE_ROW = text("UPDATE bench_counter SET v = v + 1 WHERE id = :id")
+
+
+async def updates(engine: AsyncEngine, clients: int, seconds: float, rows: list[int]) -> None:
+    """Plain single-row UPDATE transactions from `clients` clients, one row each."""
+    latencies: list[float] = []
+    count = [0]
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    deadline = time.perf_counter() + seconds
+
+    async def client(row: int) -> None:
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            async with engine.begin() as conn:
+                await conn.execute(UPDATE_ROW, {"id": row})
+            latencies.append((time.perf_counter() - began) * 1000)
+            count[0] += 1
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client(row) for row in rows[:clients]))
+    elapsed = time.perf_counter() - began
+    await engine.dispose()
+    print(json.dumps({"transactions": count[0], "seconds": elapsed, "latencies_ms": latencies}))
 
 
 async def run(url: str, clients: int, seconds: float, instances: list[list[str]]) -> None:
@@ -58,7 +86,7 @@ async def run(url: str, clients: int, seconds: float, instances: list[list[str]]
     await asyncio.gather(*(client(owned) for owned in per_client if owned))
     elapsed = time.perf_counter() - began
     await engine.dispose()
-    print(json.dumps({"transitions": count[0], "seconds": elapsed, "latencies_ms": latencies}))
+    print(json.dumps({"transactions": count[0], "seconds": elapsed, "latencies_ms": latencies}))
 
 
 def main() -> None:
@@ -66,9 +94,14 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--clients", type=int, required=True)
     parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--updates", action="store_true", help="plain UPDATEs, not transitions")
     args = parser.parse_args()
-    instances = json.loads(sys.stdin.readline())
-    asyncio.run(run(args.url, args.clients, args.seconds, instances))
+    work = json.loads(sys.stdin.readline())
+    if args.updates:
+        engine = create_async_engine(args.url, pool_size=args.clients, max_overflow=0)
+        asyncio.run(updates(engine, args.clients, args.seconds, work))
+    else:
+        asyncio.run(run(args.url, args.clients, args.seconds, work))
 
 
 if __name__ == "__main__":

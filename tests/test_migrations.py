@@ -85,17 +85,20 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
+HEAD = "duly_0002"  # duly's newest own revision (the graph workflows' tables)
+
+
 async def test_upgrading_an_empty_database_gives_what_create_all_makes(
     db: Database, server: Server
 ) -> None:
     migrations = migrations_for(EXAMPLES, None, db.url)
     assert migrations.versions == OWN_VERSIONS
-    assert migrations.heads() == ("duly_0001",)
+    assert migrations.heads() == (HEAD,)
     engine = db.engine()
     assert await migrations.current(engine) == ()
-    assert await migrations.upgrade(engine) == ((), ("duly_0001",))
-    assert await migrations.current(engine) == ("duly_0001",)
-    assert version(db) == ["duly_0001"]
+    assert await migrations.upgrade(engine) == ((), (HEAD,))
+    assert await migrations.current(engine) == (HEAD,)
+    assert version(db) == [HEAD]
 
     async with fresh_database(server) as reference:
         await create_schema(reference.engine(), target_metadata(EXAMPLES))
@@ -139,7 +142,7 @@ async def test_the_upgrade_keeps_slots_a_cold_start_made(db: Database) -> None:
     await WakeSlots(engine, 3).ensure()  # a wake function ran before the first migration
     migrations = migrations_for(EXAMPLES, None, db.url)
     await migrations.upgrade(engine)
-    assert version(db) == ["duly_0001"]
+    assert version(db) == [HEAD]
     assert db.sql("SELECT slot FROM duly_wake_slots ORDER BY slot") == [(1,), (2,), (3,)]
     assert await migrations.check(engine) == []
 
@@ -156,10 +159,10 @@ def test_two_upgrades_at_once_apply_it_once(db: Database, tmp_path: Path) -> Non
     outputs = sorted(process.communicate(timeout=60)[0] for process in processes)
     assert [process.returncode for process in processes] == [0, 0]
     assert outputs == [
-        f"duly migrate: {db.name} at duly_0001 (was empty).\n",
-        f"duly migrate: {db.name} at duly_0001, unchanged.\n",
+        f"duly migrate: {db.name} at {HEAD} (was empty).\n",
+        f"duly migrate: {db.name} at {HEAD}, unchanged.\n",
     ]
-    assert version(db) == ["duly_0001"]
+    assert version(db) == [HEAD]
 
 
 def test_the_target_holds_each_table_once() -> None:
@@ -199,13 +202,13 @@ def test_duly_migrate_upgrades_the_examples_then_finds_nothing_to_do(
 ) -> None:
     first = migrate(db=db, tmp_path=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert first.stdout == f"duly migrate: {db.name} at duly_0001 (was empty).\n"
-    assert version(db) == ["duly_0001"]
+    assert first.stdout == f"duly migrate: {db.name} at {HEAD} (was empty).\n"
+    assert version(db) == [HEAD]
     assert DULY_TABLES | {"onboarding", "expense"} <= tables(db)
 
     again = migrate(db=db, tmp_path=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert again.stdout == f"duly migrate: {db.name} at duly_0001, unchanged.\n"
+    assert again.stdout == f"duly migrate: {db.name} at {HEAD}, unchanged.\n"
 
     checked = migrate("--check", db=db, tmp_path=tmp_path)
     assert checked.returncode == 0, checked.stderr
@@ -358,7 +361,7 @@ def test_duly_migrate_reads_the_database_from_the_secret(
 
     result = migrate(db=None, tmp_path=tmp_path, DULY_DATABASE_SECRET_ARN=arn, **aws)
     assert result.returncode == 0, result.stderr
-    assert version(db) == ["duly_0001"]
+    assert version(db) == [HEAD]
 
     unknown = arn.replace("duly-db", "nothing")
     missing = migrate(db=None, tmp_path=tmp_path, DULY_DATABASE_SECRET_ARN=unknown, **aws)
