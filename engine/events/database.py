@@ -148,6 +148,14 @@ class DatabaseEventRegistry(RoutedRegistry):
             current_connection().kick(tables.outbox_table.name)
         return stored
 
+    def publish_statement_for(
+        self, events: Sequence[WorkflowEvent]
+    ) -> tuple[Executable, dict[str, Any]] | None:
+        """The statement (and its parameters) that stores `events`, for a caller to send in
+        its own transaction, with other statements; None for no events."""
+        statement, params = self._publish(self.tables(), list(events), in_hand=False)
+        return None if params is None else (statement, params)
+
     def publish_in(self, connection: Connection, events: Sequence[WorkflowEvent]) -> list[str]:
         """Store `events` through a synchronous connection's transaction (a flush's, say)."""
         statement, params = self._publish(self.tables(), list(events), in_hand=False)

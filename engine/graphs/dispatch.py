@@ -32,6 +32,7 @@ import dataclasses
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -43,7 +44,13 @@ from engine.events.event import WorkflowEvent
 from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.directory import Directory, effective_assignees
 from engine.graphs.history import HistoryRow, details, state_name
-from engine.graphs.locks import BranchState, InstanceState, instance_branches, read_branch
+from engine.graphs.locks import (
+    BranchState,
+    InstanceState,
+    Statement,
+    instance_branches,
+    read_branch,
+)
 from engine.graphs.model import Graph, Node
 from engine.graphs.notifications import assignment_event, completion_event
 from engine.graphs.subjects import key_values, subject_class
@@ -561,12 +568,17 @@ def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> Non
     unit.writes.subject = SubjectWrite(cls, instance.subject_key, None)
 
 
-async def save(unit: Unit) -> datetime | None:
-    """Write what the unit decided (one statement); the time it wrote, or None."""
+async def save(
+    unit: Unit, *, also: Sequence[Statement] = (), commit: bool = False
+) -> datetime | None:
+    """Write what the unit decided (one statement, with `also` and the COMMIT if asked).
+
+    Returns the time it wrote, or None.
+    """
     writes = unit.writes
     # Every write of an instance's branches or visits updates its row too: a lock that
     # waited tells a stale read by the row's version (engine.graphs.locks).
     writes.instance_changed = unit.before != unit.instance or bool(
         writes.branches or writes.visits_new or writes.visits_ended
     )
-    return await write(unit.conn, unit.tables, writes)
+    return await write(unit.conn, unit.tables, writes, also=also, commit=commit)

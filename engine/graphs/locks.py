@@ -21,7 +21,7 @@ would send, without its execution machinery around each one.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -351,26 +351,57 @@ def driver_text(statement: ClauseElement, dialect: Dialect) -> tuple[str, dict[s
     return str(compiled), dict(compiled.params)
 
 
+Statement = tuple[ClauseElement, Mapping[str, Any]]
+
+
 async def fetch(
     conn: AsyncConnection, statement: ClauseElement, params: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """Run a statement of the hot path on the driver's own connection; its rows as dicts.
 
     The same text and values SQLAlchemy would send, without its execution
-    machinery around each statement: a move runs two of them, and the rest of
-    its time is the database's. The connection's transaction is the caller's.
+    machinery around each statement. The connection's transaction is the
+    caller's; the transaction's first statement goes out with its BEGIN, in
+    one round trip.
     """
-    text, defaults = driver_text(statement, conn.dialect)
+    [rows] = await fetch_all(conn, [(statement, params)])
+    return rows
+
+
+async def fetch_all(
+    conn: AsyncConnection, statements: Sequence[Statement], *, commit: bool = False
+) -> list[list[dict[str, Any]]]:
+    """Run `statements` (then COMMIT, if asked) in one round trip; each one's rows.
+
+    psycopg's pipeline mode sends them together (with the BEGIN of a
+    transaction not yet begun) and reads the results at one sync point: a
+    move's write, its notifications and its commit cost the client one wait
+    instead of three. An error aborts the rest, the COMMIT included.
+    """
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None  # a connection checked out of the pool has its driver's
-    values = {**defaults, **params}
+    cursors = []
+    current: tuple[str, dict[str, Any]] = ("", {})
     try:
-        async with driver.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(text, values)
-            rows: list[dict[str, Any]] = await cursor.fetchall() if cursor.description else []
-            return rows
+        async with driver.pipeline() as pipeline:
+            for statement, params in statements:
+                text, defaults = driver_text(statement, conn.dialect)
+                current = (text, {**defaults, **params})
+                cursor = driver.cursor(row_factory=dict_row)
+                await cursor.execute(*current)
+                cursors.append(cursor)
+            if commit:
+                current = ("COMMIT", {})
+                await driver.commit()
+            await pipeline.sync()
+            results = []
+            for cursor in cursors:
+                rows: list[dict[str, Any]] = await cursor.fetchall() if cursor.description else []
+                results.append(rows)
+                await cursor.close()
+            return results
     except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
-        raise DBAPIError.instance(text, values, exc, psycopg.Error) from exc
+        raise DBAPIError.instance(current[0], current[1], exc, psycopg.Error) from exc
 
 
 def _param(name: str) -> BindParameter[uuid.UUID]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.sql import ClauseElement
 
 from engine.connection import current_connection
 from engine.errors import NotConnectedError
@@ -36,7 +37,7 @@ from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import WorkflowEvent
 from engine.events.routing import EventRegistry
-from engine.graphs.locks import InstanceState
+from engine.graphs.locks import InstanceState, Statement
 from engine.graphs.model import Graph, Node
 
 log = logging.getLogger("duly.graphs")
@@ -120,6 +121,18 @@ async def publish_in_transaction(
         return False
     await registry.publish_many(events, session=conn)
     return True
+
+
+def outbox_statement(registry: EventRegistry, events: Sequence[WorkflowEvent]) -> Statement | None:
+    """The statement storing `events` in the outbox, if `registry` stores them there."""
+    if not events or not isinstance(registry, DatabaseEventRegistry):
+        return None
+    found = registry.publish_statement_for(events)
+    if found is None:
+        return None
+    statement, params = found
+    assert isinstance(statement, ClauseElement)
+    return statement, params
 
 
 async def publish_now(registry: EventRegistry, events: Sequence[WorkflowEvent]) -> None:

@@ -69,6 +69,7 @@ from engine.graphs.model import Edge, Graph, Node, load_graph
 from engine.graphs.notifications import (
     chosen_registry,
     kick_outbox,
+    outbox_statement,
     publish_after_caller_commits,
     publish_in_transaction,
     publish_now,
@@ -328,8 +329,7 @@ class GraphRuntime:
             unit, tally = await self._transition(
                 conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
             )
-            await save(unit)
-            stored = await publish_in_transaction(conn, registry, unit.events)
+            stored = await save_and_commit(unit, registry)
         await self._after_commit(registry, unit, stored)
         snapshot = InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
         return TransitionOutcome(
@@ -424,8 +424,7 @@ class GraphRuntime:
             unit = await self._escalation(conn, instance_id, branch_id, visit_id)
             if unit is None:
                 return False
-            await save(unit)
-            stored = await publish_in_transaction(conn, registry, unit.events)
+            stored = await save_and_commit(unit, registry)
         await self._after_commit(registry, unit, stored)
         return True
 
@@ -466,8 +465,7 @@ class GraphRuntime:
             graph = await load_graph(conn, self.tables, instance.template_id)
             unit = self._unit(conn, graph, instance, user)
             cancel_instance(unit, await live_branches(conn, self.tables, instance.id), reason)
-            await save(unit)
-            stored = await publish_in_transaction(conn, registry, unit.events)
+            stored = await save_and_commit(unit, registry)
         await self._after_commit(registry, unit, stored)
         return InstanceSnapshot.of(unit.instance, graph, unit.branches())
 
@@ -540,6 +538,16 @@ class GraphRuntime:
             # Nobody connected here to tell: NOTIFY tells the workers of other processes.
             with contextlib.suppress(NotConnectedError):
                 current_connection().kick(timer.__table__.name)
+
+
+async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
+    """Write what `unit` decided and its notifications, then COMMIT, in one round trip.
+
+    Whether the notifications went to the outbox (else they are told after the commit).
+    """
+    publish = outbox_statement(registry, unit.events)
+    await save(unit, also=[publish] if publish is not None else (), commit=True)
+    return publish is not None
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -61,7 +61,7 @@ from sqlalchemy.types import TypeEngine
 
 from engine.clock import db_now
 from engine.graphs.history import HistoryRow
-from engine.graphs.locks import BranchState, InstanceState, fetch
+from engine.graphs.locks import BranchState, InstanceState, Statement, fetch_all
 from engine.graphs.model import Graph
 from engine.graphs.subjects import key_values, state_column
 from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
@@ -180,17 +180,32 @@ class Shape:
         )
 
 
-async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> datetime | None:
+async def write(
+    conn: AsyncConnection,
+    tables: GraphTables,
+    writes: Writes,
+    *,
+    also: Sequence[Statement] = (),
+    commit: bool = False,
+) -> datetime | None:
     """Write everything `writes` gathered in one statement of `conn`'s transaction.
 
-    Returns the time it wrote (the database clock's, the same for every row),
-    None when there was nothing to write. New rows and completed ones are
-    given that time here, so a snapshot needs no second read.
+    `also` (the notifications' outbox statement) goes with it, and with
+    `commit` the COMMIT too: one round trip. Returns the time it wrote (the
+    database clock's, the same for every row), None when there was nothing
+    to write. New rows and completed ones are given that time here, so a
+    snapshot needs no second read.
     """
     shape = Shape.of(writes)
+    statements = list(also)
+    if not shape.empty:
+        statements.insert(0, (write_statement(tables, shape), parameters(writes, shape)))
+    if not statements:
+        return None
+    results = await fetch_all(conn, statements, commit=commit)
     if shape.empty:
         return None
-    [row] = await fetch(conn, write_statement(tables, shape), parameters(writes, shape))
+    [row] = results[0]
     now: datetime = row["written_at"]
     instance = writes.instance
     if instance.new:

@@ -282,9 +282,8 @@ class GraphVisit:
     __tablename__ = VISITS
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    instance_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, _fk(INSTANCES, ondelete="CASCADE"), index=True
-    )
+    # Indexed by (instance_id, node_id) below, which serves the instance's lookups too.
+    instance_id: Mapped[uuid.UUID] = mapped_column(Uuid, _fk(INSTANCES, ondelete="CASCADE"))
     branch_id: Mapped[uuid.UUID | None] = mapped_column(
         Uuid, _fk(BRANCHES, ondelete="SET NULL"), default=None, index=True
     )
