@@ -41,6 +41,7 @@ from sqlalchemy import (
     Select,
     Text,
     Uuid,
+    any_,
     bindparam,
     case,
     cast,
@@ -53,7 +54,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import ColumnElement
@@ -220,8 +221,8 @@ async def write(
     return now
 
 
-WRITES = "g_writes"  # the one document parameter: every row to write, as JSON
-INSTANCE = "g_instance"  # the instance's id (parameters are named unlike any column: an
+WRITES = "gw"  # the one document parameter: every row to write, as JSON
+INSTANCE = "gi"  # the instance's id (parameters are named unlike any column: an
 # UPDATE would take a parameter named after one of its columns as a SET)
 
 # The rows of each part of the document, as (field, type): jsonb_to_recordset's columns.
@@ -300,6 +301,17 @@ def _rows(document: Any, part: str, columns: Columns) -> Any:
     return rows.render_derived(name=part, with_types=True)
 
 
+def _among(key: Any, part: str) -> Any:
+    """`key` is one of the keys of the document's `part` rows (parameter `gk_<part>`).
+
+    The planner takes a set-returning function for 100 rows, so an UPDATE
+    joined to the document alone is planned as a hash join over the whole
+    table (a scan that grows with it); with its keys also given as an array,
+    the rows are found through the key's index, one probe each.
+    """
+    return key == any_(bindparam(f"gk_{part}", type_=ARRAY(key.type)))
+
+
 def _bare(given: Any, rows: Any, *columns: Any) -> Select[Any]:
     """SELECT `columns` from the given rows, read from the document beside them, unlabelled."""
     joined = given.join(rows, true())
@@ -373,7 +385,8 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         rows = _rows(document_value, "i", INSTANCE_CHANGED)
         ctes.append(
             update(instances)
-            .where(instances.c.id == rows.c.id)
+            # The one row of "i" is the instance itself: found by the key it is given.
+            .where(instances.c.id == instance_id)
             .values(
                 {
                     **{name: rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]},
@@ -423,6 +436,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(
             update(branches)
             .where(branches.c.id == rows.c.id)
+            .where(_among(branches.c.id, "bc"))
             .values(
                 current_node_id=rows.c.node,
                 status=rows.c.status,
@@ -475,6 +489,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(
             update(visits)
             .where(visits.c.id == rows.c.id)
+            .where(_among(visits.c.id, "ve"))
             .values(status=rows.c.status, is_current=false(), completed_at=now_value)
             .cte("visits_ended")
         )
@@ -523,6 +538,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             update(votes)
             .where(
                 votes.c.visit_id == rows.c.visit_id,
+                _among(votes.c.visit_id, "x"),
                 votes.c.status == constant(PENDING),
                 # The vote cast by this transaction is its own CTE's row.
                 votes.c.approver.is_distinct_from(rows.c.keep),
@@ -600,12 +616,12 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
 def _subject_update(cls: type[Any], document: Any) -> Any:
     table = cls.__table__
     keys = list(table.primary_key.columns)
-    given = _rows(
-        document, "s", (("code", Text()), *((f"k{i}", key.type) for i, key in enumerate(keys)))
-    )
+    columns: Columns = (("code", Text()), *((f"k{i}", key.type) for i, key in enumerate(keys)))
+    given = _rows(document, "s", columns)
     return (
         update(table)
-        .where(*(key == given.c[f"k{i}"] for i, key in enumerate(keys)))
+        # One subject a statement: its key given as an array, which its index answers.
+        .where(*(_among(key, f"s{i}") for i, key in enumerate(keys)))
         .values({table.c[state_column(cls)]: given.c.code})
     )
 
@@ -690,7 +706,19 @@ def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
         ]
     if shape.timers_cancelled:
         document["tc"] = [{"visit_id": visit} for visit in writes.timers_cancelled]
-    return {INSTANCE: instance.id, WRITES: json.dumps(document, default=str)}
+    keys = {
+        f"gk_{part}": [row[field] for row in document[part]]
+        for part, field in KEYED_PARTS
+        if part in document
+    }
+    if writes.subject is not None:
+        subject_key = key_values(writes.subject.cls, writes.subject.key)
+        keys.update({f"gk_s{i}": [value] for i, value in enumerate(subject_key)})
+    return {INSTANCE: instance.id, WRITES: json.dumps(document, default=str), **keys}
+
+
+# The parts whose rows an UPDATE finds by key, and the field that holds it (see `_among`).
+KEYED_PARTS = (("bc", "id"), ("ve", "id"), ("x", "visit_id"))
 
 
 def _branch_values(branch: BranchState) -> dict[str, Any]:
