@@ -16,8 +16,11 @@ JSON document (PostgreSQL parses it once; each CTE reads its part with
 jsonb_to_recordset), so a move is one round trip however much it changed,
 and its driver work is one text parameter, not dozens of arrays. The
 statement's text depends only on which kinds of rows it carries, so each
-shape is built once, and stays under psycopg's 4 KiB for a plain move so
-its parsing is cached and it is prepared. A row is never written by two CTEs
+shape is built once and psycopg prepares it (generic plans). The rows an
+UPDATE changes are also given as arrays of keys (`gk_<part>`), so they are
+found through their indexes: joined to the document alone, the planner took
+the set-returning function for 100 rows and hashed the whole table, a scan
+growing with every visit and vote. A row is never written by two CTEs
 of it (which PostgreSQL does not order): the runtime keeps one final value
 per branch, and the vote cast is left out of the votes it closes.
 """
@@ -329,8 +332,8 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
 
     Its two parameters are the instance's id and one JSON document holding
     every row, which PostgreSQL parses once (the `writes` CTE) and each part
-    of the statement reads with jsonb_to_recordset. The text stays short
-    enough for psycopg to keep it prepared (under 4 KiB).
+    of the statement reads with jsonb_to_recordset; the keys of the rows
+    its UPDATEs change come as arrays too (`_among`).
     """
     instances, branches, visits = (
         tables.table("instance"),
