@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from engine.errors import NotFoundError
 from engine.graphs.runtime import GraphRuntime
+from engine.graphs.timers import register_escalation
 
 _configured: list[GraphRuntime] = []
 
 
 def configure_graph_runtime(runtime: GraphRuntime) -> GraphRuntime:
-    """Make `runtime` the process's graph runtime (replacing any earlier one)."""
+    """Make `runtime` the process's graph runtime (replacing any earlier one).
+
+    Its deadlines escalate through it too, whichever runtime was built last.
+    """
     _configured[:] = [runtime]
+    if runtime.tables.timer is not None:
+        register_escalation(runtime.tables.timer.__table__.name, runtime.escalate)
     return runtime
 
 
