@@ -75,7 +75,7 @@ def _runtime() -> GraphRuntime:
 async def graph_templates() -> dict[str, Any]:
     """Every version of every graph template."""
     runtime = _runtime()
-    async with runtime.engine.connect() as conn:
+    async with runtime.reading() as conn:
         return {"templates": await list_templates(conn, runtime.tables)}
 
 
@@ -92,7 +92,7 @@ async def save_graph_template(design: Design) -> dict[str, Any]:
 async def load_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
     """The designer's graph of one version (its stored layout while it still matches)."""
     runtime = _runtime()
-    async with runtime.engine.connect() as conn:
+    async with runtime.reading() as conn:
         return await load_design(conn, runtime.tables, template_id)
 
 

@@ -54,6 +54,11 @@ Notifications:
 - a rolled-back transaction notifies nobody: test_a_rolled_back_submit_notifies_nobody
 - an in-memory registry is told after the commit:
   test_an_in_memory_registry_is_told_after_the_commit
+
+Speed that must not regress quietly:
+- reads between moves leave the moves' statements prepared on a shared
+  connection (psycopg forgets them on a ROLLBACK; reads end in COMMIT):
+  test_reads_between_moves_keep_the_moves_prepared
 """
 
 from __future__ import annotations
@@ -784,3 +789,35 @@ async def test_an_in_memory_registry_is_told_after_the_commit(world: World) -> N
         await session.commit()
     await asyncio.sleep(0.05)
     assert seen[-1] == ("state_assignment", 2)
+
+
+# -- prepared statements -----------------------------------------------------------------------
+
+
+async def test_reads_between_moves_keep_the_moves_prepared(db: Database) -> None:
+    """A read ends in COMMIT, not the pool's ROLLBACK, on which psycopg forgets its prepared
+    statements: a move's statements stay prepared on a connection that also serves reads."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
+    runtime = GraphRuntime(TABLES, engine=engine)
+    async with connect_workflows(Session):
+        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world)
+        branch = only_branch(instance)
+        review, rework = node_id(graph, "review"), node_id(graph, "rework")
+        for _ in range(4):  # psycopg prepares a statement from its sixth use on
+            await runtime.transition_branch(instance.id, branch, rework, "ann", "again")
+            assert await runtime.transitions_for(instance.id, "bob")
+            await runtime.transition_branch(instance.id, branch, review, "bob")
+            await runtime.instance(instance.id)
+            await runtime.history(instance.id)
+        async with engine.connect() as conn:
+            prepared = (
+                (await conn.execute(text("SELECT statement FROM pg_prepared_statements")))
+                .scalars()
+                .all()
+            )
+            await conn.commit()
+    await engine.dispose()
+    assert any(statement.startswith("WITH w AS") for statement in prepared), prepared
+    assert any("FOR NO KEY UPDATE" in statement for statement in prepared), prepared

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
 from typing import Any
 
@@ -137,6 +138,12 @@ class GraphRuntime:
         if tables.timer is not None:
             # The expired deadlines of these tables escalate through this runtime.
             register_escalation(tables.timer.__table__.name, self.escalate)
+
+    def reading(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A transaction for reads, ended by a COMMIT: psycopg forgets every statement it
+        prepared on a connection when it rolls back, which is how a connection that only
+        read would otherwise go back to the pool, and the moves would be planned anew."""
+        return self.engine.begin()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -274,7 +281,7 @@ class GraphRuntime:
 
     async def transitions_for(self, instance_id: uuid.UUID, user: str) -> list[AvailableTransition]:
         """Per active branch, the edges `user` may take now (in order, then id)."""
-        async with self.engine.connect() as conn:
+        async with self.reading() as conn:
             instance, graph = await self._read_instance(conn, instance_id)
             if instance.state_status != ACTIVE:
                 return []
@@ -473,14 +480,14 @@ class GraphRuntime:
 
     async def instance(self, instance_id: uuid.UUID) -> InstanceSnapshot:
         """The instance with its active branches."""
-        async with self.engine.connect() as conn:
+        async with self.reading() as conn:
             instance, graph = await self._read_instance(conn, instance_id)
             branches = await live_branches(conn, self.tables, instance.id)
         return InstanceSnapshot.of(instance, graph, branches)
 
     async def history(self, instance_id: uuid.UUID) -> list[HistoryEntry]:
         """The instance's history, in the order it happened."""
-        async with self.engine.connect() as conn:
+        async with self.reading() as conn:
             entries = await read_history(conn, self.tables, instance_id)
             if not entries:  # every instance has its CREATION row: an empty one is missing
                 await self._read_instance(conn, instance_id)
