@@ -56,6 +56,7 @@ from engine.graphs import history as graph_history  # noqa: E402
 from engine.graphs import locks, sync, votes  # noqa: E402
 from engine.graphs import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
+from engine.overview import overview_statement  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
 from engine.steps import as_call  # noqa: E402
 from functions import examples  # noqa: E402
@@ -293,6 +294,10 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("an instance", graph_runtime.instance_statement, graphs),
             built("an instance's history", graph_history.history_statement, graphs),
         ],
+    )
+    yield (
+        "What operators read",
+        [built("runs by state (duly status, GET /overview)", overview_statement, onboarding)],
     )
     yield (
         "Connecting, listening, the test clock",

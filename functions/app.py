@@ -88,7 +88,7 @@ from engine import (
 )
 from engine.events import views
 from engine.events.records import EventTables, OutboxColumns, tables_for
-from engine.handles import CANCELLED
+from engine.overview import run_state, state_condition, workflow_overview
 from engine.registry import ENGINE_COLUMNS, registered_workflows
 from engine.steps import Step
 from engine.telemetry import latest_metrics
@@ -301,6 +301,20 @@ async def list_workflows(request: Request) -> dict[str, Any]:
     """The workflow tables this app serves: their steps, the lanes they need, their limit."""
     infos = connection_of(request).workflows
     return {"workflows": [_describe(info) for info in infos]}
+
+
+@router.get("/overview")
+async def overview(request: Request) -> dict[str, Any]:
+    """Every workflow table's runs by state, due now, stranded and the next due instant;
+    the outbox's summary when the app maps one. Counted when asked (whole tables)."""
+    workflows = await workflow_overview(connection_of(request))
+    try:
+        tables = event_tables(request)
+    except NotFoundError:  # an app without an outbox
+        outbox = None
+    else:
+        outbox = jsonable_encoder(await views.outbox_summary(tables, engine=_reads(request)))
+    return {"workflows": [counts.to_dict() for counts in workflows], "outbox": outbox}
 
 
 def _describe(info: WorkflowInfo) -> dict[str, Any]:
@@ -846,7 +860,7 @@ async def list_workflow_runs(
     table = info.table
     where: list[ColumnElement[bool]] = []
     if state is not None:
-        where.append(_state_condition(table, state))
+        where.append(state_condition(table, state))
     if next_step is not None:
         where.append(table.c.next_step == next_step)
     if key is not None:
@@ -886,41 +900,6 @@ async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
         shown = [c.key for c in connection.attempt_log.__table__.c if c.key not in RUN_COLUMNS]
         history = jsonable_encoder([{n: getattr(a, n) for n in shown} for a in attempts])
     return {**summary, "history": history}
-
-
-def _state_condition(table: Any, state: str) -> ColumnElement[bool]:
-    """The rows in `state`, by the engine's columns (see `run_state`)."""
-    c = table.c
-    at_rest = c.claimed_until.is_(None)
-    ended = and_(at_rest, c.next_step.is_(None), c.waiting_for.is_(None))
-    conditions: dict[str, ColumnElement[bool]] = {
-        "running": c.claimed_until.is_not(None),
-        "waiting": and_(at_rest, c.waiting_for.is_not(None)),
-        "scheduled": and_(
-            at_rest, c.waiting_for.is_(None), c.next_step.is_not(None), c.attempts == 0
-        ),
-        "retrying": and_(
-            at_rest, c.waiting_for.is_(None), c.next_step.is_not(None), c.attempts > 0
-        ),
-        "finished": and_(ended, c.last_error.is_(None)),
-        "failed": and_(ended, c.last_error.is_not(None), c.last_error != CANCELLED),
-        "cancelled": and_(ended, c.last_error == CANCELLED),
-    }
-    return conditions[state]
-
-
-def run_state(row: Any) -> str:
-    """running (leased), waiting (for an event), scheduled, retrying (after a failed
-    attempt), failed (gave up: an error and nothing next), cancelled or finished."""
-    if row.claimed_until is not None:
-        return "running"
-    if row.waiting_for is not None:
-        return "waiting"
-    if row.next_step is not None:
-        return "retrying" if row.attempts else "scheduled"
-    if row.last_error == CANCELLED:
-        return "cancelled"
-    return "failed" if row.last_error is not None else "finished"
 
 
 def _run_summary(info: WorkflowInfo, row: Any) -> dict[str, Any]:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,12 +55,14 @@ from engine import (
     EventSettings,
     NotFoundError,
     Worker,
+    connect_workflows,
     get_event_registry,
 )
 from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables, outbox_classes, tables_for
+from engine.overview import RUN_STATES, WorkflowCounts, workflow_overview
 from engine.worker import WorkerOptions
 from functions.app_config import configure_app_events
 from infra.schema import load_app
@@ -126,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "event_ids", nargs="*", metavar="EVENT_ID", help="only these events (default: every one)"
     )
     replay.set_defaults(command=run_replay)
+    status = commands.add_parser(
+        "status", help="every workflow table's runs by state, the next due instant, the outbox"
+    )
+    add_database_url(status)
+    status.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    status.set_defaults(command=run_status)
     add_migrate(commands)
     show_version = commands.add_parser("version", help="print duly's version")
     show_version.set_defaults(command=print_version)
@@ -224,8 +234,9 @@ class EventApp:
     tables: EventTables
 
 
-def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
-    """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
+def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list[Any]]:
+    """The database URL (--database-url, else DULY_DATABASE_URL), DULY_APP and the metadata
+    of its tables (imported now); CommandError if it cannot."""
     given: str | None = args.database_url
     raw = given if given is not None else os.environ.get("DULY_DATABASE_URL", "").strip() or None
     try:
@@ -242,8 +253,13 @@ def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
         )
     app_module = os.environ.get("DULY_APP", "").strip() or DEFAULT_APP
     put_cwd_on_path()
-    metadatas = load_app(app_module)
-    mapped = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+    return url, app_module, load_app(app_module)
+
+
+def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
+    """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
+    url, app_module, metadatas = app_database(args, command)
+    mapped = outboxes_of(metadatas)
     if not mapped:
         raise CommandError(
             f"{app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord and "
@@ -273,7 +289,7 @@ def run_drain(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     command = functools.partial(drain_outbox, app=app, settings=settings, progress=sys.stderr)
     try:
-        return asyncio.run(on_database(app, command))
+        return asyncio.run(on_database(app.url, command))
     except KeyboardInterrupt:
         print(
             "\nduly drain: interrupted; the rows it held come due again when their "
@@ -281,6 +297,70 @@ def run_drain(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return INTERRUPTED
+
+
+def outboxes_of(metadatas: Sequence[Any]) -> list[type[Any]]:
+    """The outbox classes mapped on these metadata."""
+    return [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`duly status`: every workflow table's runs by state, and the outbox, as a table or JSON."""
+    try:
+        url, _, metadatas = app_database(args, "duly status")
+        mapped = outboxes_of(metadatas)
+        tables = tables_for(mapped[-1]) if mapped else None
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(print_status, tables=tables, as_json=args.json, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_status(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    tables: EventTables | None,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Count each workflow table's runs by state (the queries of `GET /overview`) and print."""
+    async with connect_workflows(Session) as connection:
+        workflows = await workflow_overview(connection)
+        outbox = None
+        if tables is not None:
+            outbox = await views.outbox_summary(tables, engine=connection.engine)
+    if as_json:
+        document = {
+            "workflows": [counts.to_dict() for counts in workflows],
+            "outbox": None if outbox is None else dataclasses.asdict(outbox),
+        }
+        print(json.dumps(document, default=str, indent=2), file=out)
+        return 0
+    print(status_table(workflows), file=out)
+    if outbox is not None:
+        counts = ", ".join(f"{status} {n}" for status, n in outbox.counts.items())
+        print(f"\noutbox: {counts}; next due {outbox.next_due_at or '-'}", file=out)
+        for handler in outbox.handlers:
+            print(f"  {handler.handler}: {handler.failed} failed, "
+                  f"{handler.dead_letter} dead letters", file=out)  # fmt: skip
+    return 0
+
+
+def status_table(workflows: Sequence[WorkflowCounts]) -> str:
+    """The overview as aligned columns: one line a workflow table."""
+    header = ["workflow", "due", *RUN_STATES, "stranded", "next due"]
+    lines = [header]
+    for counts in workflows:
+        next_due = counts.next_due.strftime("%Y-%m-%d %H:%M:%S") if counts.next_due else "-"
+        states = [str(counts.states[s]) for s in RUN_STATES]
+        lines.append([counts.workflow, str(counts.due), *states, str(counts.stranded), next_due])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) if i in (0, len(header) - 1) else cell.rjust(w)
+                  for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+        for line in lines
+    )  # fmt: skip
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -291,7 +371,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
     command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
-    return asyncio.run(on_database(app, command))
+    return asyncio.run(on_database(app.url, command))
 
 
 # -- duly migrate ----------------------------------------------------------------------------
@@ -436,13 +516,13 @@ async def migrate_database(migrations: Migrations, url: str, args: argparse.Name
         await engine.dispose()
 
 
-async def on_database(app: EventApp, command: DatabaseCommand) -> int:
+async def on_database(url: str, command: DatabaseCommand) -> int:
     """Run `command` (a function of a session factory) on the app's database; its exit status.
 
     A missing table is a usage error, an unreachable database a failure:
     each a sentence, never a traceback.
     """
-    engine = create_async_engine(app.url)
+    engine = create_async_engine(url)
     try:
         return await command(async_sessionmaker(engine, expire_on_commit=False))
     except NotFoundError as exc:

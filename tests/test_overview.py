@@ -1,0 +1,111 @@
+"""The operator's overview (issue 12's shared queries): runs by state, through the API and the CLI.
+
+- each run is counted in the one state its engine columns say (running,
+  waiting, scheduled, retrying, finished, failed, cancelled), and across them
+  the due-now and the stranded (leased past the lease's end), with the next
+  due instant of a step not running: test_each_run_counts_in_its_state
+- `GET /overview` answers the same counts, with the outbox's summary beside
+  them: test_the_api_answers_the_same_counts
+- `duly status` prints them as a table, and as JSON with `--json`, through the
+  same queries: test_duly_status_prints_the_overview
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import insert, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import connect_workflows
+from engine.overview import RUN_STATES, workflow_overview
+from functions import examples
+from functions.app import create_app
+from tests.conftest import Database
+from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
+
+# (user id, the engine's columns as SQL): one onboarding run in each situation.
+RUNS = {
+    "running": "claimed_until = now() + interval '1 minute', next_step = 'check'",
+    "stranded": "claimed_until = now() - interval '1 minute', next_step = 'check'",
+    "waiting": "next_step = NULL, waiting_for = 'activated'",
+    "due": "next_step = 'check', wake_at = now() - interval '1 second'",
+    "later": "next_step = 'check', wake_at = now() + interval '1 hour'",
+    "retrying": "next_step = 'check', attempts = 2, wake_at = now() + interval '1 minute'",
+    "finished": "next_step = NULL",
+    "failed": "next_step = NULL, last_error = 'ValueError: no such user'",
+    "cancelled": "next_step = NULL, last_error = 'cancelled'",
+}
+EXPECTED = {
+    "running": 2,  # the stranded one is leased too
+    "waiting": 1,
+    "scheduled": 2,
+    "retrying": 1,
+    "finished": 1,
+    "failed": 1,
+    "cancelled": 1,
+}
+
+
+async def seeded(db: Database) -> async_sessionmaker[AsyncSession]:
+    Session = await db.create(examples.Base.metadata)
+    async with Session() as session, session.begin():
+        await session.execute(
+            insert(examples.Onboarding),
+            [{"user_id": user, "email": f"{user}@example.com"} for user in RUNS],
+        )
+        for user, columns in RUNS.items():
+            await session.execute(
+                text(f"UPDATE onboarding SET {columns} WHERE user_id = :user"), {"user": user}
+            )
+    return Session
+
+
+async def test_each_run_counts_in_its_state(db: Database) -> None:
+    Session = await seeded(db)
+    assert set(EXPECTED) == set(RUN_STATES)
+    async with connect_workflows(Session) as connection:
+        counts = {c.workflow: c for c in await workflow_overview(connection)}
+    onboarding = counts["onboarding"]
+    assert dict(onboarding.states) == EXPECTED
+    assert (onboarding.total, onboarding.due, onboarding.stranded) == (len(RUNS), 1, 1)
+    # The earliest wake_at of a step nobody holds: the due one, a second ago.
+    assert onboarding.next_due is not None
+    assert abs(onboarding.next_due - datetime.now(UTC)) < timedelta(seconds=30)
+    assert counts["expense"].total == 0 and counts["expense"].next_due is None
+
+
+async def test_the_api_answers_the_same_counts(db: Database) -> None:
+    Session = await seeded(db)
+    async with serving(create_app(Session, run_worker=False)) as client:
+        response = await client.get("/overview")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    [onboarding] = [w for w in body["workflows"] if w["workflow"] == "onboarding"]
+    assert onboarding["states"] == EXPECTED
+    assert (onboarding["due"], onboarding["stranded"]) == (1, 1)
+    assert body["outbox"]["counts"]["pending"] == 0
+
+
+async def test_duly_status_prints_the_overview(db: Database, tmp_path: Path) -> None:
+    await seeded(db)
+    env = dev_env(tmp_path / "pg", DULY_APP="functions.examples", DULY_DATABASE_URL=db.url)
+    as_json = run_duly("status", "--json", cwd=REPO_ROOT, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    [onboarding] = [w for w in document["workflows"] if w["workflow"] == "onboarding"]
+    assert onboarding["states"] == EXPECTED and onboarding["due"] == 1
+    assert document["outbox"]["counts"]["dead_letter"] == 0
+
+    table = run_duly("status", cwd=REPO_ROOT, env=env)
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:3] == ["workflow", "due", "running"]
+    [line] = [row for row in rows if row.startswith("onboarding ")]
+    assert line.split()[1:10] == ["1", "2", "1", "2", "1", "1", "1", "1", "1"]
+    assert "outbox: pending 0" in table.stdout
+
+    missing = run_duly("status", cwd=REPO_ROOT, env={**env, "DULY_DATABASE_URL": ""})
+    assert missing.returncode == 2 and "needs the workflow database" in missing.stderr
