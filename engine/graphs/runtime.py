@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
 from typing import Any
@@ -175,14 +176,15 @@ class GraphRuntime:
             conn = session if isinstance(session, AsyncConnection) else await session.connection()
             unit = await self._submit(conn, subject, user, template_name, template_id)
             async with conn.begin_nested():  # a refusal leaves the caller's transaction usable
-                await self._save_submission(unit)
+                with refused_if_in_a_workflow(unit):
+                    await save(unit)
             if not await publish_in_transaction(conn, registry, unit.events):
                 publish_after_caller_commits(session, registry, unit.events)
         else:
             async with self.engine.begin() as conn:
                 unit = await self._submit(conn, subject, user, template_name, template_id)
-                await self._save_submission(unit)
-                stored = await publish_in_transaction(conn, registry, unit.events)
+                with refused_if_in_a_workflow(unit):
+                    stored = await save_and_commit(unit, registry)
             await self._after_commit(registry, unit, stored)
         show_state(subject, unit.instance.state_code)
         return InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
@@ -264,18 +266,6 @@ class GraphRuntime:
                 f"{target.title!r}."
             )
         return target
-
-    async def _save_submission(self, unit: Unit) -> None:
-        try:
-            await save(unit)
-        except IntegrityError as exc:
-            constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-            if constraint != ACTIVE_SUBJECT_INDEX:
-                raise
-            raise WorkflowSubmissionError(
-                f"{unit.instance.subject_type} {unit.instance.subject_key} already has an active "
-                "workflow instance."
-            ) from exc
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -545,6 +535,22 @@ class GraphRuntime:
             # Nobody connected here to tell: NOTIFY tells the workers of other processes.
             with contextlib.suppress(NotConnectedError):
                 current_connection().kick(timer.__table__.name)
+
+
+@contextlib.contextmanager
+def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
+    """A submission's write, its unique-index conflict (another active instance of the
+    subject, perhaps submitted at the same moment) raised as WorkflowSubmissionError."""
+    try:
+        yield
+    except IntegrityError as exc:
+        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+        if constraint != ACTIVE_SUBJECT_INDEX:
+            raise
+        raise WorkflowSubmissionError(
+            f"{unit.instance.subject_type} {unit.instance.subject_key} already has an active "
+            "workflow instance."
+        ) from exc
 
 
 async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
