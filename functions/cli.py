@@ -61,7 +61,7 @@ from engine import (
 from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
-from engine.events.records import EventTables, outbox_classes, tables_for
+from engine.events.records import EventTables, outbox_classes_on, tables_for
 from engine.overview import RUN_STATES, WorkflowCounts, workflow_overview
 from engine.worker import WorkerOptions
 from functions.app_config import configure_app_events
@@ -259,7 +259,7 @@ def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list
 def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
     """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
     url, app_module, metadatas = app_database(args, command)
-    mapped = outboxes_of(metadatas)
+    mapped = outbox_classes_on(metadatas)
     if not mapped:
         raise CommandError(
             f"{app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord and "
@@ -299,16 +299,11 @@ def run_drain(args: argparse.Namespace) -> int:
         return INTERRUPTED
 
 
-def outboxes_of(metadatas: Sequence[Any]) -> list[type[Any]]:
-    """The outbox classes mapped on these metadata."""
-    return [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
-
-
 def run_status(args: argparse.Namespace) -> int:
     """`duly status`: every workflow table's runs by state, and the outbox, as a table or JSON."""
     try:
         url, _, metadatas = app_database(args, "duly status")
-        mapped = outboxes_of(metadatas)
+        mapped = outbox_classes_on(metadatas)
         tables = tables_for(mapped[-1]) if mapped else None
     except (ValueError, LookupError, CommandError) as exc:
         print(f"duly: {exc}", file=sys.stderr)

@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import (
 
 from engine import EventRegistry, get_event_registry
 from engine.connection import WorkflowConnection, activate, open_connection
-from engine.events.records import EventTables, outbox_classes, tables_for
+from engine.events.records import EventTables, outbox_classes_on, tables_for
 from engine.worker import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from infra.aws_settings import AwsSettings, resolve_database_url
@@ -261,7 +261,7 @@ class Runtime:
         app_module = settings.app_module
         before = get_event_registry()
         metadatas = load_app(app_module)
-        mapped = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+        mapped = outbox_classes_on(metadatas)
         tables = tables_for(mapped[-1]) if mapped else None
         registry = configure_app_events(app_module, before, tables.outbox if tables else None)
         configure_app_graphs(app_module)

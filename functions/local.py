@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import EventRegistry, connect_workflows, get_event_registry
-from engine.events.records import outbox_classes
+from engine.events.records import outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.cli import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
@@ -149,7 +149,7 @@ def load_workflows(settings: Settings) -> list[MetaData]:
 
 def configure_events(settings: Settings, metadatas: list[MetaData], before: EventRegistry) -> None:
     """The registry the dev worker's outbox routes with (as `duly drain` chooses it)."""
-    outboxes = [cls for cls in outbox_classes() if any(cls.metadata is m for m in metadatas)]
+    outboxes = outbox_classes_on(metadatas)
     configure_app_events(settings.app_module, before, outboxes[-1] if outboxes else None)
     configure_app_graphs(settings.app_module)
 

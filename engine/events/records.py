@@ -21,11 +21,12 @@ together (the ones mapped on the outbox's own metadata).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Index, Integer, String, Table, Text, func
+from sqlalchemy import DateTime, Index, Integer, MetaData, String, Table, Text, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -136,9 +137,10 @@ class EventTables:
         return self.delivery.__table__  # type: ignore[no-any-return]
 
 
-def outbox_classes() -> list[type[Any]]:
-    """Every outbox class mapped in this process, in the order they were mapped."""
-    return list(_outbox_classes)
+def outbox_classes_on(metadatas: Iterable[MetaData]) -> list[type[Any]]:
+    """The outbox classes mapped on these metadata (an app's), in the order they were mapped."""
+    wanted = list(metadatas)
+    return [cls for cls in _outbox_classes if any(cls.metadata is m for m in wanted)]
 
 
 def tables_for(outbox: type[Any]) -> EventTables:
