@@ -18,6 +18,7 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -29,64 +30,68 @@ USER = "bench-user"
 UPDATE_ROW = text("UPDATE bench_counter SET v = v + 1 WHERE id = :id")
 
 
-async def updates(engine: AsyncEngine, clients: int, seconds: float, rows: list[int]) -> None:
-    """Plain single-row UPDATE transactions from `clients` clients, one row each."""
+Transaction = Callable[[], Awaitable[None]]
+
+
+async def timed(engine: AsyncEngine, seconds: float, clients: list[Transaction]) -> None:
+    """Say `ready`, wait for the go, then have each client run its transaction over and over
+    for `seconds`, timing each; print the count, the time taken and the latencies."""
     latencies: list[float] = []
-    count = [0]
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     deadline = time.perf_counter() + seconds
 
-    async def client(row: int) -> None:
+    async def client(once: Transaction) -> None:
         while time.perf_counter() < deadline:
             began = time.perf_counter()
-            async with engine.begin() as conn:
-                await conn.execute(UPDATE_ROW, {"id": row})
+            await once()
             latencies.append((time.perf_counter() - began) * 1000)
-            count[0] += 1
 
     began = time.perf_counter()
-    await asyncio.gather(*(client(row) for row in rows[:clients]))
+    await asyncio.gather(*(client(once) for once in clients))
     elapsed = time.perf_counter() - began
     await engine.dispose()
-    print(json.dumps({"transactions": count[0], "seconds": elapsed, "latencies_ms": latencies}))
+    report = {"transactions": len(latencies), "seconds": elapsed, "latencies_ms": latencies}
+    print(json.dumps(report))
 
 
-async def run(url: str, clients: int, seconds: float, instances: list[list[str]]) -> None:
-    """Move `instances` (per client: instance, branch, state a, state b) for `seconds`."""
-    engine = create_async_engine(url, pool_size=clients, max_overflow=0)
-    # Notifications are written to the outbox in each transition's transaction, as deployed.
+def update_client(engine: AsyncEngine, row: int) -> Transaction:
+    """One plain single-row UPDATE transaction on `row`."""
+
+    async def once() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(UPDATE_ROW, {"id": row})
+
+    return once
+
+
+def transition_client(runtime: GraphRuntime, owned: list[list[str]]) -> Transaction:
+    """One move of the next of `owned` (each: instance, branch, the state it moves to next,
+    the other state), in turn."""
+    state = [(uuid.UUID(i), uuid.UUID(b), uuid.UUID(x), uuid.UUID(y)) for i, b, x, y in owned]
+    turn = [0]
+
+    async def once() -> None:
+        at = turn[0] % len(state)
+        instance, branch, to, back = state[at]
+        outcome = await runtime.transition_branch(instance, branch, to, USER)
+        if not outcome.moved:
+            raise RuntimeError(f"instance {instance} did not move")
+        state[at] = (instance, branch, back, to)
+        turn[0] += 1
+
+    return once
+
+
+def transitions(engine: AsyncEngine, clients: int, work: list[list[str]]) -> list[Transaction]:
+    """The clients moving `work`'s instances, notifications written to the outbox in each
+    transition's transaction, as deployed."""
     events = DatabaseEventRegistry(
         outbox=BenchOutbox, settings=EventSettings(mode="production", async_delivery=True)
     )
     runtime = GraphRuntime(graph_tables(Base), events=events, engine=engine)
-    per_client = [instances[i::clients] for i in range(clients)]
-    latencies: list[float] = []
-    count = [0]
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    deadline = time.perf_counter() + seconds
-
-    async def client(owned: list[list[str]]) -> None:
-        # Each instance: its id, its branch, and the state it moves to next.
-        state = [(uuid.UUID(i), uuid.UUID(b), uuid.UUID(x), uuid.UUID(y)) for i, b, x, y in owned]
-        turn = 0
-        while time.perf_counter() < deadline:
-            instance, branch, to, back = state[turn % len(state)]
-            began = time.perf_counter()
-            outcome = await runtime.transition_branch(instance, branch, to, USER)
-            latencies.append((time.perf_counter() - began) * 1000)
-            if not outcome.moved:
-                raise RuntimeError(f"instance {instance} did not move")
-            state[turn % len(state)] = (instance, branch, back, to)
-            count[0] += 1
-            turn += 1
-
-    began = time.perf_counter()
-    await asyncio.gather(*(client(owned) for owned in per_client if owned))
-    elapsed = time.perf_counter() - began
-    await engine.dispose()
-    print(json.dumps({"transactions": count[0], "seconds": elapsed, "latencies_ms": latencies}))
+    owned = [work[i::clients] for i in range(clients)]
+    return [transition_client(runtime, mine) for mine in owned if mine]
 
 
 def main() -> None:
@@ -97,11 +102,12 @@ def main() -> None:
     parser.add_argument("--updates", action="store_true", help="plain UPDATEs, not transitions")
     args = parser.parse_args()
     work = json.loads(sys.stdin.readline())
+    engine = create_async_engine(args.url, pool_size=args.clients, max_overflow=0)
     if args.updates:
-        engine = create_async_engine(args.url, pool_size=args.clients, max_overflow=0)
-        asyncio.run(updates(engine, args.clients, args.seconds, work))
+        clients = [update_client(engine, row) for row in work[: args.clients]]
     else:
-        asyncio.run(run(args.url, args.clients, args.seconds, work))
+        clients = transitions(engine, args.clients, work)
+    asyncio.run(timed(engine, args.seconds, clients))
 
 
 if __name__ == "__main__":
