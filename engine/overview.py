@@ -19,7 +19,7 @@ when someone asks.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -28,6 +28,8 @@ from sqlalchemy import ColumnElement, Select, and_, func, select
 
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
+from engine.events.records import EventTables
+from engine.events.views import OutboxSummary, outbox_summary
 from engine.handles import CANCELLED
 from engine.registry import WorkflowInfo
 
@@ -125,3 +127,29 @@ async def workflow_overview(connection: WorkflowConnection) -> list[WorkflowCoun
                 )
             )
     return found
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What `GET /overview` and `duly status` show: the workflow tables and the outbox."""
+
+    workflows: list[WorkflowCounts]
+    outbox: OutboxSummary | None  # None in an app without an outbox
+
+    def to_dict(self) -> dict[str, Any]:
+        """The overview as JSON values (times in ISO 8601), the same for the API and the CLI."""
+        outbox = None
+        if self.outbox is not None:
+            outbox = {
+                key: value.isoformat() if isinstance(value, datetime) else value
+                for key, value in asdict(self.outbox).items()
+            }
+        return {"workflows": [counts.to_dict() for counts in self.workflows], "outbox": outbox}
+
+
+async def overview(connection: WorkflowConnection, outbox: EventTables | None) -> Overview:
+    """Every workflow table counted, and the outbox's summary when the app maps one."""
+    summary = None
+    if outbox is not None:
+        summary = await outbox_summary(outbox, engine=connection.engine)
+    return Overview(await workflow_overview(connection), summary)

@@ -88,7 +88,8 @@ from engine import (
 )
 from engine.events import views
 from engine.events.records import EventTables, OutboxColumns, tables_for
-from engine.overview import run_state, state_condition, workflow_overview
+from engine.overview import overview as operator_overview
+from engine.overview import run_state, state_condition
 from engine.registry import ENGINE_COLUMNS, registered_workflows
 from engine.steps import Step
 from engine.telemetry import latest_metrics
@@ -307,14 +308,11 @@ async def list_workflows(request: Request) -> dict[str, Any]:
 async def overview(request: Request) -> dict[str, Any]:
     """Every workflow table's runs by state, due now, stranded and the next due instant;
     the outbox's summary when the app maps one. Counted when asked (whole tables)."""
-    workflows = await workflow_overview(connection_of(request))
     try:
-        tables = event_tables(request)
+        tables: EventTables | None = event_tables(request)
     except NotFoundError:  # an app without an outbox
-        outbox = None
-    else:
-        outbox = jsonable_encoder(await views.outbox_summary(tables, engine=_reads(request)))
-    return {"workflows": [counts.to_dict() for counts in workflows], "outbox": outbox}
+        tables = None
+    return (await operator_overview(connection_of(request), tables)).to_dict()
 
 
 def _describe(info: WorkflowInfo) -> dict[str, Any]:

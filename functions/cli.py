@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import os
@@ -62,7 +61,7 @@ from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables, outbox_classes_on, tables_for
-from engine.overview import RUN_STATES, WorkflowCounts, workflow_overview
+from engine.overview import RUN_STATES, WorkflowCounts, overview
 from engine.worker import WorkerOptions
 from functions.app_config import configure_app_events
 from infra.schema import load_app
@@ -321,18 +320,12 @@ async def print_status(
 ) -> int:
     """Count each workflow table's runs by state (the queries of `GET /overview`) and print."""
     async with connect_workflows(Session) as connection:
-        workflows = await workflow_overview(connection)
-        outbox = None
-        if tables is not None:
-            outbox = await views.outbox_summary(tables, engine=connection.engine)
+        found = await overview(connection, tables)
     if as_json:
-        document = {
-            "workflows": [counts.to_dict() for counts in workflows],
-            "outbox": None if outbox is None else dataclasses.asdict(outbox),
-        }
-        print(json.dumps(document, default=str, indent=2), file=out)
+        print(json.dumps(found.to_dict(), indent=2), file=out)
         return 0
-    print(status_table(workflows), file=out)
+    outbox = found.outbox
+    print(status_table(found.workflows), file=out)
     if outbox is not None:
         counts = ", ".join(f"{status} {n}" for status, n in outbox.counts.items())
         print(f"\noutbox: {counts}; next due {outbox.next_due_at or '-'}", file=out)
