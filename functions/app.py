@@ -93,6 +93,9 @@ from engine.overview import run_state, state_condition
 from engine.registry import ENGINE_COLUMNS, registered_workflows
 from engine.steps import Step
 from engine.telemetry import latest_metrics
+from functions.console.routes import console_router
+from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
+from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
 from functions.graph_routes import router as graph_router
 
 if TYPE_CHECKING:
@@ -176,7 +179,9 @@ def create_app(
     app.include_router(router)
     app.include_router(graph_router)
     app.include_router(docs_router)
+    app.include_router(console_router)
     app.mount(DOCS_ASSETS_URL, StaticFiles(packages=[DOCS_ASSETS_PACKAGE]), name="docs-assets")
+    app.mount(CONSOLE_STATIC_URL, StaticFiles(directory=CONSOLE_STATIC), name="console-static")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

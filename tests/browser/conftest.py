@@ -1,0 +1,132 @@
+"""The console in a real browser: `duly dev`'s app on a real PostgreSQL, driven by Playwright.
+
+One console serves the whole browser session: the dev app (API, console,
+worker, dev routes) over a fresh database holding the example workflows and
+the example graph, on uvicorn in a thread of its own, so Playwright's sync
+API owns the test's thread. Tests share that database and so each works on
+runs, events and graphs it created itself.
+
+The browser is Debian's `chromium-headless-shell` (installed by `.ci/run`);
+`playwright install` cannot download one on our machines. Screenshots go to
+`screenshots/` (ignored by git); the README's are copied into `docs/` by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from engine import configure_event_registry, get_event_registry
+from engine.graphs.configure import forget_graph_runtime
+from functions import examples
+from functions.app_config import configure_app_graphs
+from functions.dev import create_dev_app, install_example_graph
+from functions.local import configure_events
+from infra.pytest_plugin import Server, fresh_database
+from infra.settings import Settings
+
+CHROMIUM = Path("/usr/lib/chromium/chromium-headless-shell")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
+STARTUP = 30.0
+FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
+
+
+@dataclass
+class LiveConsole:
+    """The dev app served on a free loopback port from a thread with its own event loop."""
+
+    server: Server
+    url: str = ""
+    database_url: str = ""
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _uvicorn: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+    _failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="console", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(STARTUP):
+            raise AssertionError("the console did not start in time")
+        if self._failure is not None:
+            raise AssertionError("the console failed to start") from self._failure
+
+    def stop(self) -> None:
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(STARTUP)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported to the test thread by start()
+            self._failure = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        async with fresh_database(self.server) as database:
+            Session = await database.create(examples.Base.metadata)
+            self.database_url = database.url
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            app = create_dev_app(Session, worker_options=FAST_WORKER)
+            config = uvicorn.Config(app, log_config=None, ws="none", lifespan="on")
+            self._uvicorn = uvicorn.Server(config)
+            task = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
+            deadline = time.monotonic() + STARTUP
+            while not self._uvicorn.started:
+                if task.done() or time.monotonic() > deadline:
+                    raise AssertionError("uvicorn did not start")
+                await asyncio.sleep(0.01)
+            await install_example_graph()
+            self.url = f"http://127.0.0.1:{port}"
+            self._ready.set()
+            await task
+            sock.close()
+
+
+@pytest.fixture(scope="session")
+def console(server: Server) -> Iterator[LiveConsole]:
+    """`duly dev`'s app with the examples configured as `duly dev` configures them."""
+    configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
+    configure_app_graphs(examples.__name__)
+    live = LiveConsole(server)
+    try:
+        live.start()
+        yield live
+    finally:
+        live.stop()
+        configure_event_registry(None)
+        forget_graph_runtime()
+
+
+@pytest.fixture(scope="session")
+def base_url(console: LiveConsole) -> str:
+    """pytest-playwright's base URL: `page.goto("/console")` opens the live console."""
+    return console.url
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium-headless-shell")
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "headless": True}
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    """Where the browser tests write their screenshots (ignored by git)."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    return SCREENSHOTS
