@@ -4,7 +4,9 @@ The claim is called directly (no worker process): the figure is the claim's
 own statements and round trips, from the bench process, on a table of
 `rows` due runs spread over `groups` tenants. After each timed claim the
 rows it took are finished, untimed, so the backlog stays the same size and
-no tenant stays at its limit.
+no tenant stays at its limit. A limited claim keeps a `GroupMemory` across
+the claims, as a worker does; the case says how many claims visited every
+group.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sqlalchemy import Table, update
 from bench.harness import BenchDatabase
 from bench.models import Backlog, LimitedBacklog
 from engine.claims import claim_due
+from engine.group_memory import GroupMemory
 from engine.limited_claims import claim_limited
 from engine.registry import workflow_info
 from infra.embedded import EmbeddedPostgres
@@ -49,11 +52,17 @@ async def measure_claim_cost(
         fill_seconds = await _fill(db, table, rows, groups, big_first)
         autocommit = db.engine.execution_options(isolation_level="AUTOCOMMIT")
         timings: list[float] = []
+        memory = GroupMemory()
+        visits_before_timing = 0
         async with autocommit.connect() as lookup, db.engine.connect() as claiming:
             for i in range(WARMUP_CLAIMS + claims):
+                if i == WARMUP_CLAIMS:
+                    visits_before_timing = memory.visits
                 began = time.perf_counter()
                 if limited:
-                    taken = await claim_limited(claiming, info, CLAIM_SIZE, LEASE, None, None)
+                    taken = await claim_limited(
+                        claiming, info, CLAIM_SIZE, LEASE, None, None, memory
+                    )
                 else:
                     taken = list(await claim_due(lookup, info, CLAIM_SIZE, LEASE))
                 took = (time.perf_counter() - began) * 1000
@@ -73,6 +82,7 @@ async def measure_claim_cost(
         "big_first": big_first,
         "claims": claims,
         "fill_s": fill_seconds,
+        "visits_of_every_group": memory.visits - visits_before_timing,  # of the timed claims
         "ms": timings,
     }
 

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -37,8 +38,10 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench import measures  # noqa: E402
 from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
+from bench.console import TARGET_MS as CONSOLE_TARGET_MS  # noqa: E402
+from bench.console import measure_console  # noqa: E402
 from bench.graphs import measure_transitions  # noqa: E402
-from bench.harness import WORKER_CONCURRENCY  # noqa: E402
+from bench.harness import WORKER_CONCURRENCY, BenchDatabase  # noqa: E402
 from bench.lambdas import (  # noqa: E402
     CLAIMED_ENTRIES,
     DIRECT_WITHIN,
@@ -48,21 +51,34 @@ from bench.lambdas import (  # noqa: E402
     measure_lambda_wake,
     measure_scheduler_calls,
 )
+from bench.load import (  # noqa: E402
+    measure_lateness_under_load,
+    measure_memory,
+    measure_scaling,
+)
 from bench.models import Chain, NoOp  # noqa: E402
+from bench.one_client import measure_deliver_beside_start  # noqa: E402
 from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
+from bench.pgqueuer_peer import measure_pgqueuer, pgqueuer_version  # noqa: E402
+from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
 from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
+SCALING_PROCESSES = (1, 2, 4)
 REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
 MEASUREMENTS = (
     "reference",
     "noop",
+    "pgqueuer",
+    "scaling",
+    "memory",
     "outbox",
     "publish",
     "chain",
     "latency",
     "timer",
+    "timerload",
     "deliver",
     "fanout",
     "idle",
@@ -71,11 +87,13 @@ MEASUREMENTS = (
     "lambdawake",
     "schedulercalls",
     "graphs",
+    "prune",
+    "console",
 )
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
 PEER_UPDATES = {1: "pgbench, PG 15: 4,850/s", 8: "pgbench, PG 15: 10,400/s"}
-PEER_JOBS = "pgqueuer 1,100-1,250 jobs/s; procrastinate ~300"
+PEER_JOBS = "pgqueuer: the next line, same run; procrastinate ~300 (TOOLCHAIN.md)"
 PEER_CHAINS = "pgqueuer ~370-420 (its jobs/s / 3)"
 PEER_LATENCY = "pgqueuer, procrastinate: 1-3 ms"
 PEER_LATENESS = "pgqueuer ~140 ms; procrastinate ~3.3 s"
@@ -91,6 +109,9 @@ class Sizes:
 
     update_seconds: float
     noop_runs: int
+    scaling_runs: int  # drained by each count of worker processes
+    memory_first: int  # steps before the first reading of a worker's memory
+    memory_total: int  # and before the second
     outbox_events: int
     publish_transactions: int  # timed transactions of each kind
     publish_warmup: int  # and left out before them
@@ -109,11 +130,18 @@ class Sizes:
     lambda_wakes: int  # timed warm wake invocations with nothing due
     lambda_wake_warmup: int  # and left out before them
     scheduler_runs: int  # wake_in runs the scheduler calls are counted over
+    prune_old_rows: int  # attempt-log rows past the retention period, which duly prune deletes
+    prune_new_rows: int  # and rows within it, which it keeps
+    console_runs: int  # runs in the table the console's pages are fetched over
+    console_fetches: int  # timed fetches of each page
 
 
 FULL = Sizes(
     update_seconds=3.0,
     noop_runs=5000,
+    scaling_runs=20_000,
+    memory_first=10_000,
+    memory_total=100_000,
     outbox_events=5000,
     publish_transactions=500,
     publish_warmup=50,
@@ -132,10 +160,17 @@ FULL = Sizes(
     lambda_wakes=50,
     lambda_wake_warmup=5,
     scheduler_runs=1000,
+    prune_old_rows=1_000_000,
+    prune_new_rows=100_000,
+    console_runs=100_000,
+    console_fetches=40,
 )
 QUICK = Sizes(
     update_seconds=0.6,
     noop_runs=1000,
+    scaling_runs=4000,
+    memory_first=2000,
+    memory_total=20_000,
     outbox_events=1000,
     publish_transactions=100,
     publish_warmup=10,
@@ -154,6 +189,10 @@ QUICK = Sizes(
     lambda_wakes=10,
     lambda_wake_warmup=2,
     scheduler_runs=200,
+    prune_old_rows=100_000,
+    prune_new_rows=10_000,
+    console_runs=20_000,
+    console_fetches=10,
 )
 
 
@@ -210,6 +249,16 @@ async def run_all(
         report.add(
             "noop_steps_per_s", "No-op steps/s", found["runs_per_s"], "steps/s", PEER_JOBS + ceiling
         )
+
+    async def pgqueuer() -> None:
+        async with BenchDatabase(server, "bench_pgqueuer") as db:
+            found = await measure_pgqueuer(db, sizes.noop_runs, WORKER_CONCURRENCY)
+        report.details["pgqueuer"] = found
+        rate = found["jobs_per_s"]
+        beside = f"pgqueuer {pgqueuer_version}, asyncpg, this run"
+        if noop_rate:
+            beside += f"; duly's no-op steps/s this run: {noop_rate:,.0f} (x{noop_rate / rate:.2f})"
+        report.add("pgqueuer_jobs_per_s", "pgqueuer no-op jobs/s (peer)", rate, "jobs/s", beside)
 
     async def outbox() -> None:
         found: dict[str, Any] = {}
@@ -290,6 +339,54 @@ async def run_all(
             peer = PEER_LATENESS if p == "p50" else ""
             report.add(f"wake_in_lateness_{p}_ms", f"wake_in lateness {p}", found[p], "ms", peer)
 
+    async def scaling() -> None:
+        found: dict[int, Any] = {}
+        report.details["scaling"] = found
+        updates = report.details.get("update_commits_per_s", {}).get("pgbench", {}).get(8)
+        for processes in SCALING_PROCESSES:
+            case = await measure_scaling(server, sizes.scaling_runs, processes, pool_size)
+            found[processes] = case
+            rate = case["steps_per_s"]
+            beside = NO_PEER
+            if updates:
+                beside = (
+                    f"8-client pgbench UPDATE/s this run: {updates:,.0f} (x{rate / updates:.2f})"
+                )
+            plural = "es" if processes > 1 else ""
+            report.add(
+                f"noop_steps_per_s_{processes}_processes",
+                f"No-op steps/s, {processes} worker process{plural}",
+                rate,
+                "steps/s",
+                beside,
+            )
+
+    async def memory() -> None:
+        found = await measure_memory(server, sizes.memory_first, sizes.memory_total, pool_size)
+        report.details["memory"] = found
+        for when, steps in (("first", sizes.memory_first), ("total", sizes.memory_total)):
+            report.add(
+                f"worker_rss_mb_after_{steps}",
+                f"Worker resident memory after {steps:,} steps",
+                found[f"rss_mb_after_{when}"],
+                "MiB",
+                NO_PEER if when == "first" else f"growth {found['growth']:+.1%} (goal within 10%)",
+            )
+
+    async def timerload() -> None:
+        found = await measure_lateness_under_load(server, sizes.timer_runs, pool_size)
+        lateness = measures.percentiles(found.pop("lateness_ms"))
+        report.details["wake_in_lateness_under_load_ms"] = {**lateness, **found}
+        for p in ("p50", "p95", "p99"):
+            goal = "goal at most 25 ms" if p == "p99" else NO_PEER
+            report.add(
+                f"wake_in_lateness_under_load_{p}_ms",
+                f"wake_in lateness {p}, no-op load in another process",
+                lateness[p],
+                "ms",
+                goal,
+            )
+
     async def deliver() -> None:
         found = await measures.measure_deliveries(server, sizes.deliver_runs, pool_size)
         report.details["deliver"] = found
@@ -307,6 +404,17 @@ async def run_all(
             found["applied_per_s"],
             "events/s",
             NO_PEER,
+        )
+
+        one = await measure_deliver_beside_start(server, sizes.deliver_runs, pool_size)
+        report.details["deliver_one_client"] = one
+        report.add(
+            "deliver_one_client_per_s",
+            "deliver() calls/s, one client",
+            one["deliver_per_s"],
+            "calls/s",
+            f"start() from one client, same run: {one['start_per_s']:,.0f}/s "
+            f"(deliver x{one['deliver_over_start']:.2f})",
         )
 
     async def fanout() -> None:
@@ -377,6 +485,23 @@ async def run_all(
             "ms",
             NO_PEER,
         )
+        report.add(
+            f"{key}_p95_ms",
+            f"the same: p95 ({case['visits_of_every_group']} of {sizes.claims} visited every "
+            "tenant)",
+            cut["p95"],
+            "ms",
+            NO_PEER,
+        )
+        plain = found.get(f"claim_{rows}_plain")
+        if plain is not None:
+            report.add(
+                f"{key}_to_plain",
+                f"the same: p50 over the claim without a limit's at {rows:,} (goal <= 5)",
+                cut["p50"] / plain["ms"]["p50"],
+                "x",
+                NO_PEER,
+            )
         report.details["claims"] = found
 
     async def coldstart() -> None:
@@ -500,9 +625,70 @@ async def run_all(
                 NO_PEER,
             )
 
+    async def prune() -> None:
+        found = await measure_prune(server, sizes.prune_old_rows, sizes.prune_new_rows)
+        before, after = found.pop("before_ms"), found.pop("after_ms")
+        alone = measures.percentiles(before + after)
+        during = measures.percentiles(found.pop("with_prune_ms"))
+        paused = measures.percentiles(found.pop("paused_ms"))
+        found["claim_ms"] = {
+            "alone": alone,
+            "alone_before": measures.percentiles(before),
+            "alone_after": measures.percentiles(after),
+            "during_prune": during,
+            "prune_paused": paused,
+        }
+        report.details["prune"] = found
+        old, seconds = found["old_rows"], found["prune_seconds"]
+        rows = f"{old:,} old of {old + found['new_rows']:,}"
+        report.add("prune_dry_run_rows", f"duly prune dry run: rows counted ({rows})",
+                   found["dry_run"]["rows"], "rows", NO_PEER)  # fmt: skip
+        report.add("prune_deleted_rows", "duly prune --apply: rows deleted (exactly the old)",
+                   found["deleted"], "rows", NO_PEER)  # fmt: skip
+        report.add("prune_seconds", f"duly prune --apply: {found['batches']} batches of "
+                   f"{found['batch_size']:,}, {found['pause_ms']} ms apart", seconds, "s",
+                   NO_PEER)  # fmt: skip
+        report.add("prune_rows_per_s", "duly prune --apply: rows deleted/s",
+                   found["deleted"] / seconds if seconds else None, "rows/s", NO_PEER)  # fmt: skip
+        window = found["window_s"]
+        for p in ("p50", "p99"):
+            report.add(f"prune_claim_alone_{p}_ms", f"Claim of 8, no prune ({BASELINE_SECONDS:g} "
+                       f"s before and after): {p}", alone[p], "ms", NO_PEER)  # fmt: skip
+            report.add(f"prune_claim_paused_{p}_ms", f"Claim of 8, prune paused ({window:g} s "
+                       f"windows in turn): {p}", paused[p], "ms", NO_PEER)  # fmt: skip
+            report.add(f"prune_claim_during_{p}_ms", f"Claim of 8, prune running ({window:g} s "
+                       f"windows in turn): {p}", during[p], "ms", NO_PEER)  # fmt: skip
+        report.add("prune_claim_p99_ratio", "Claim p99, prune running / paused (same span)",
+                   during["p99"] / paused["p99"], "x", "issue 13: at most 2")  # fmt: skip
+        report.add("prune_claim_p99_ratio_alone", "Claim p99, prune running / no prune",
+                   during["p99"] / alone["p99"], "x", "issue 13: at most 2")  # fmt: skip
+
+    async def console() -> None:
+        found = await measure_console(server, sizes.console_runs, sizes.console_fetches)
+        report.details["console"] = found
+        slowest = max(page["ms"]["p95"] for page in found["pages"].values())
+        for name, page in found["pages"].items():
+            p95 = page["ms"]["p95"]
+            verdict = "holds" if p95 <= CONSOLE_TARGET_MS else "FAILS"
+            report.add(
+                "console_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + "_p95_ms",
+                f"Console: {name}, {found['runs']:,} runs: p95 (p50 {page['ms']['p50']:.1f})",
+                p95,
+                "ms",
+                f"issue 12: <= {CONSOLE_TARGET_MS:g} ms: {verdict}",
+            )
+        report.add(
+            "console_slowest_page_p95_ms",
+            "Console: the slowest page's p95",
+            slowest,
+            "ms",
+            f"issue 12: <= {CONSOLE_TARGET_MS:g} ms",
+        )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
+        "pgqueuer": (f"pgqueuer's QueueManager on {sizes.noop_runs} no-op jobs", pgqueuer),
         "outbox": (
             f"{sizes.outbox_events} published events routed by one worker, at max_concurrency "
             f"{' then '.join(map(str, OUTBOX_CONCURRENCY))}",
@@ -517,6 +703,19 @@ async def run_all(
         "latency": (
             f"{sizes.latency_runs} starts, {measures.START_EVERY * 1000:.0f} ms apart",
             latency,
+        ),
+        "scaling": (
+            f"{sizes.scaling_runs} no-op runs drained by "
+            f"{', '.join(map(str, SCALING_PROCESSES))} worker processes",
+            scaling,
+        ),
+        "memory": (
+            f"one worker's memory after {sizes.memory_first} and {sizes.memory_total} steps",
+            memory,
+        ),
+        "timerload": (
+            f"{sizes.timer_runs} wake_in timers while another process drains no-op batches",
+            timerload,
         ),
         "timer": (
             f"{sizes.timer_runs} wake_in timers of 50-500 ms, "
@@ -557,6 +756,16 @@ async def run_all(
             f"plain UPDATEs then graph transitions, 8 clients in 2 processes, "
             f"{sizes.update_seconds:g} s each",
             graphs,
+        ),
+        "prune": (
+            f"duly prune of {sizes.prune_old_rows:,} old attempt-log rows (of "
+            f"{sizes.prune_old_rows + sizes.prune_new_rows:,}), claims timed before and during",
+            prune,
+        ),
+        "console": (
+            f"every console page fetched {sizes.console_fetches} times over "
+            f"{sizes.console_runs:,} runs",
+            console,
         ),
     }
     for name in MEASUREMENTS:

@@ -31,6 +31,7 @@ from engine import (  # noqa: E402
     Limit,
     RateBucket,
     Workflow,
+    activity,
     bulk_commits,
     claims,
     commits,
@@ -43,8 +44,10 @@ from engine import (  # noqa: E402
     limited_claims,
     listener,
     next_due,
+    run_views,
     runs,
     step,
+    stranded,
     testing,
 )
 from engine.claims import Claim  # noqa: E402
@@ -56,8 +59,10 @@ from engine.graphs import history as graph_history  # noqa: E402
 from engine.graphs import locks, sync, votes  # noqa: E402
 from engine.graphs import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
-from engine.overview import overview_statement  # noqa: E402
+from engine.overview import open_outbox_statement, overview_statement, recent_statement  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
+from engine.retention.pruning import batch_statement, count_statement  # noqa: E402
+from engine.retention.scans import attempt_scan, event_scan  # noqa: E402
 from engine.steps import as_call  # noqa: E402
 from functions import examples  # noqa: E402
 from functions.examples import (  # noqa: E402
@@ -205,19 +210,29 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("renew", leases.renew_statement, claim, timedelta(minutes=5)),
             built("hand back at shutdown", leases.hand_back_statement, claim),
             built("release after preemption", leases.release_statement, claim),
+            built(
+                "hand back unrun: a step this code lacks", leases.hand_back_unrun_statement, claim
+            ),
         ],
     )
     yield (
         "Addressing runs: Model.by(...)",
         [
             built("run", handles.run_statement, onboarding, where, check),
-            built("deliver, 1: the matching runs", handles.matching_statement, onboarding, where),
             built(
-                "deliver, 2: accept, hold or refuse",
+                "deliver to one run by its key: accept, hold or refuse",
                 handles.delivery_statement,
                 expense,
                 False,
                 True,
+            ),
+            built(
+                "deliver to the runs a WHERE matches",
+                handles.delivery_statement_where,
+                onboarding,
+                False,
+                False,
+                where,
             ),
             built("cancel", handles.cancel_statement, onboarding, where),
             built("get, all, newest", handles.select_statement, onboarding, where, 50, True),
@@ -295,9 +310,70 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("an instance's history", graph_history.history_statement, graphs),
         ],
     )
+    failed = [onboarding.table.c.last_error.isnot(None)]
     yield (
         "What operators read",
-        [built("runs by state (duly status, GET /overview)", overview_statement, onboarding)],
+        [
+            built(
+                "live runs by state, through the due index (the overview)",
+                overview_statement,
+                onboarding,
+            ),
+            built(
+                "resting runs by state, among the newest (the overview)",
+                recent_statement,
+                onboarding,
+            ),
+            built(
+                "the outbox's open rows (the overview)", open_outbox_statement, tables_for(Outbox)
+            ),
+            (
+                "a page of runs, newest first, a filter over a window (the console, "
+                "GET /workflows/{name}/runs, duly runs)",
+                run_views.walk_statement,
+                run_views.walk_statement(onboarding, "n", failed, None, 51, windowed=True),
+            ),
+            built(
+                "where a page's search window ends",
+                run_views.window_end_statement,
+                onboarding,
+                "n",
+                None,
+            ),
+            (
+                "a page of runs, soonest due first",
+                run_views.walk_statement,
+                run_views.walk_statement(onboarding, "s", [], None, 51, windowed=True),
+            ),
+            built(
+                "stranded runs: due longer than the grace period, by step",
+                stranded.stranded_statement,
+                onboarding,
+                None,
+            ),
+            built(
+                "steps and failures a minute, the last hour",
+                activity.activity_statement,
+                WorkflowAttempt.__table__,
+            ),
+        ],
+    )
+    attempts = attempt_scan(WorkflowAttempt.__table__)
+    events = tables_for(Outbox)
+    outbox_rows = event_scan(
+        events.outbox.__table__, events.record.__table__, events.delivery.__table__
+    )
+    yield (
+        "Retention: duly prune",
+        [
+            built("count what a prune would delete (the dry run)", count_statement, attempts),
+            built("one batch of the attempt log", batch_statement, attempts),
+            built(
+                "one batch of processed events, with their records and attempts",
+                batch_statement,
+                outbox_rows,
+            ),
+        ],
     )
     yield (
         "Connecting, listening, the test clock",

@@ -100,7 +100,9 @@ from engine.graphs.versions import (
 )
 from engine.handles import Handle
 from engine.limits import Limit, RateBucket
+from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
 from engine.steps import Call, Step, step
+from engine.stranded import StrandedRuns, stranded_runs
 from engine.worker import Worker, run_workflows, wake
 from engine.workflow import Workflow
 
@@ -148,13 +150,16 @@ __all__ = [
     "NotConnectedError",
     "NotFoundError",
     "NotRunningError",
+    "PruneResult",
     "RateBucket",
     "Registration",
+    "RetentionSettings",
     "SavedDesign",
     "StateWorkflowError",
     "StaticDirectory",
     "Step",
     "StepError",
+    "StrandedRuns",
     "TemplateInvalidError",
     "TransitionOutcome",
     "Worker",
@@ -184,6 +189,7 @@ __all__ = [
     "connect_bridge",
     "connect_bridge_from_settings",
     "connect_workflows",
+    "count_prunable",
     "disconnect_bridge",
     "every",
     "fan_out",
@@ -197,9 +203,11 @@ __all__ = [
     "model_created_event",
     "model_deleted_event",
     "model_updated_event",
+    "prune",
     "run_workflows",
     "save_design",
     "step",
+    "stranded_runs",
     "validate_graph",
     "wait_for",
     "wait_for_resume",

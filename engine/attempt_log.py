@@ -75,6 +75,8 @@ class AttemptLogColumns:
         table = cls.__dict__.get("__table__")
         if isinstance(table, Table):
             Index(f"ix_{table.name}_run"[:63], table.c.workflow, table.c.run_key, table.c.id)
+            # Retention walks the log oldest first, a batch at a time (engine.retention).
+            Index(f"ix_{table.name}_finished"[:63], table.c.finished_at, table.c.id)
             _log_classes.append(cls)
 
 

@@ -53,10 +53,17 @@ class Claim:
         return self.claimed_at + timedelta(seconds=time.monotonic() - self.claimed_clock)
 
 
-def served_steps(info: WorkflowInfo, lanes: frozenset[str]) -> tuple[str, ...] | None:
-    """The steps of `info` a worker serving `lanes` may take; None when it takes them all."""
-    served = tuple(sorted(name for name, step in info.steps.items() if step.lane in lanes))
-    return None if len(served) == len(info.steps) else served
+def served_steps(
+    info: WorkflowInfo, lanes: frozenset[str], *, listed: bool = False
+) -> tuple[str, ...] | None:
+    """The step names (aliases included) of `info` a worker serving `lanes` may take.
+
+    None when it takes every step, so its claim filters on no step name: unless
+    `listed`, for a worker that has met rows naming a step its code lacks, and
+    must claim by the names it knows so as never to take them again.
+    """
+    served = tuple(sorted(name for name, step in info.named.items() if step.lane in lanes))
+    return None if len(served) == len(info.named) and not listed else served
 
 
 async def claim_due(

@@ -5,11 +5,19 @@ it made to its row and its attempt record are then written in one fenced
 statement; a body that raised, or a commit the database refused, is a failed
 attempt, retried on the step's policy. Writes go through the worker's commit queue,
 which batches them and rides out a lost connection.
+
+A row may name a step by an alias (its name before a rename): the step runs,
+and its attempt record, its retry and its metrics carry the name it has now.
+Arguments stored for an older signature, which no longer bind to the step's,
+would fail the same way on every try: that is one failed attempt, whatever
+the step's retry policy, with a message naming the step, the arguments and
+the signature.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,13 +37,14 @@ from engine.errors import StepError
 from engine.fanout import FanOut
 from engine.outcomes import AttemptRecord, Outcome, Write
 from engine.rows import refresh_row, user_changes
-from engine.steps import RetryPolicy, decode_arguments
+from engine.steps import RetryPolicy, Step, decode_arguments
 
 log = logging.getLogger("duly.worker")
 
 RECENT_EVENT_KEYS = 16  # keys a run remembers, so a resent event is refused
 
 ERROR_TEXT_LIMIT = 4000  # characters of an exception kept in last_error
+SHOWN_ARGUMENTS = 300  # characters of stored arguments a signature mismatch quotes
 
 
 @dataclass
@@ -59,13 +68,22 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     step now and this worker keeps the lease to run it; None otherwise.
     """
     info = claim.info
-    name = row.next_step
-    step = info.steps.get(name)
+    step = info.resolve(row.next_step)
+    # The name the step has in this code: a row may still carry one of its aliases.
+    name = step.name if step is not None else row.next_step
     failures = row.attempts
     started = time.perf_counter()
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
+        if isinstance(exc, TypeError) and step is not None:
+            misfit = _misfit_arguments(step, row, args, kwargs)
+            if misfit is not None:
+                # Arguments stored for an older signature fail the same way every time.
+                misfit.__cause__ = exc
+                exc, policy = misfit, RetryPolicy()
         await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
 
     try:
@@ -191,6 +209,50 @@ async def _record_failure(
         log.exception("%s %s: could not record the failed attempt", _label(claim), name)
         return
     telemetry.attempt_finished(claim.info.name, name, verdict if written else "fenced", took)
+
+
+def _misfit_arguments(
+    step: Step[Any, Any], row: Any, args: list[Any], kwargs: dict[str, Any]
+) -> StepError | None:
+    """The error to record when the stored arguments no longer bind to the step's signature.
+
+    Asked only after a TypeError, so a step that runs costs nothing more; a
+    TypeError raised inside a body whose arguments bind is left to the step's
+    retry policy.
+    """
+    try:
+        step.signature.bind(row, *args, **kwargs)
+    except TypeError as exc:
+        reason = str(exc)
+    else:
+        return None
+    return StepError(
+        f"Stored arguments for {step.qualname} no longer fit its signature ({reason}): "
+        f"args={_shortened(args)}, kwargs={_shortened(kwargs)}; {_shown_signature(step)} "
+        f"— run it again with by(...).run({step.qualname}(...)) or cancel()."
+    )
+
+
+class _Written(str):
+    """An annotation kept as text (`from __future__ import annotations`), shown unquoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _shown_signature(step: Step[Any, Any]) -> str:
+    """`review(self, reviewer: str)`: the step's parameters as written, without its return."""
+    parameters = [
+        p.replace(annotation=_Written(p.annotation)) if isinstance(p.annotation, str) else p
+        for p in step.signature.parameters.values()
+    ]
+    shown = step.signature.replace(parameters=parameters, return_annotation=inspect.Parameter.empty)
+    return f"{step.name}{shown}"
+
+
+def _shortened(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= SHOWN_ARGUMENTS else shown[: SHOWN_ARGUMENTS - 1] + "…"
 
 
 def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | None) -> Outcome:

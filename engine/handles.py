@@ -27,11 +27,11 @@ from sqlalchemy import (
     or_,
     select,
     true,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, operators
+from sqlalchemy.sql.elements import BinaryExpression, BindParameter
 
 from engine.clock import db_now
 from engine.connection import current_connection
@@ -91,20 +91,20 @@ class Handle(Generic[W]):
         params: dict[str, Any] = {
             "duly_step": call.step.name,
             "duly_event": event,
-            "duly_held": {"step": call.step.name, **event},
             "duly_key": key,
         }
         info = self._info
-        # Find the runs first, then deliver by key with a statement built once per shape:
-        # building the delivery around each caller's WHERE cost more than running it.
+        # One statement either way. A handle that names one run by its primary key (the
+        # webhook's usual case) reuses a statement built once per shape, keyed by value;
+        # any other WHERE is built into the UPDATE itself.
+        pinned = pinned_key(info, self._where)
+        if pinned is None:
+            statement = delivery_statement_where(info, restart, key is not None, self._where)
+        else:
+            statement = delivery_statement(info, restart, key is not None)
+            params.update(pinned)
         connection = current_connection()
         async with connection.autocommit.connect() as conn:
-            matching = matching_statement(info, self._where)
-            keys = [tuple(row) for row in (await conn.execute(matching)).all()]
-            if not keys:
-                return 0
-            statement = delivery_statement(info, restart, key is not None)
-            params["duly_keys"] = keys if len(info.mapper.primary_key) > 1 else [k[0] for k in keys]
             accepted = int((await conn.execute(statement, params)).scalar_one())
         if accepted:
             connection.kick(self._info.name)
@@ -206,9 +206,27 @@ def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -
     )
 
 
-def matching_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> Executable:
-    """The primary keys of the matching runs, for a delivery built once per shape."""
-    return select(*info.mapper.primary_key).where(*where)
+def pinned_key(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> dict[str, Any] | None:
+    """The parameters of `delivery_statement` for the one run `where` names; None if it names
+    no single run by its primary key.
+
+    Only `column == value` on every primary key column, nothing else, qualifies:
+    then the rows the WHERE matches are exactly the row with that key.
+    """
+    columns = list(info.mapper.primary_key)
+    values: dict[str, Any] = {}
+    for clause in where:
+        if not isinstance(clause, BinaryExpression) or clause.operator is not operators.eq:
+            return None
+        column, value = clause.left, clause.right
+        if not isinstance(value, BindParameter) or not isinstance(column, ColumnElement):
+            return None
+        found = [i for i, key in enumerate(columns) if column.shares_lineage(key)]
+        name = f"duly_key_{found[0]}" if len(found) == 1 else None
+        if name is None or name in values or value.effective_value is None:
+            return None
+        values[name] = value.effective_value
+    return values if len(values) == len(columns) else None
 
 
 def select_statement(
@@ -228,15 +246,28 @@ def _due_once_free(table: Any, now: Any) -> Any:
     return case((table.c.claimed_until > now, table.c.claimed_until), else_=now)
 
 
-def _among(info: WorkflowInfo, keys: Any) -> ColumnElement[bool]:
-    """The rows whose primary key is in `keys` (an expanding parameter)."""
-    columns = list(info.mapper.primary_key)
-    return columns[0].in_(keys) if len(columns) == 1 else tuple_(*columns).in_(keys)
-
-
 @lru_cache(maxsize=256)
 def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
-    """One UPDATE that sorts the runs with the given keys into accepts, holds, or refuses."""
+    """One UPDATE that sorts the run with the given key into accepts, holds, or refuses.
+
+    The key travels as one parameter per column (`duly_key_0`, ...): the text
+    never changes with the call, so nothing is rendered again per delivery.
+    """
+    columns = info.mapper.primary_key
+    named = [column == bindparam(f"duly_key_{i}") for i, column in enumerate(columns)]
+    return _delivery(info, restart, keyed, and_(*named))
+
+
+def delivery_statement_where(
+    info: WorkflowInfo, restart: bool, keyed: bool, where: Sequence[ColumnElement[bool]]
+) -> Executable:
+    """The delivery of `delivery_statement` to the runs `where` matches, built for this call."""
+    return _delivery(info, restart, keyed, and_(true(), *where))
+
+
+def _delivery(
+    info: WorkflowInfo, restart: bool, keyed: bool, rows: ColumnElement[bool]
+) -> Executable:
     t = info.table
     now = db_now()
     step_name = bindparam("duly_step", type_=Text)
@@ -264,37 +295,49 @@ def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execut
         t.c.claimed_until.is_(None),
         t.c.next_args["event"].as_string().is_not_distinct_from("true"),
     )
-    # On its way to a wait (a step scheduled or running, no wait armed): hold one event.
-    holds = and_(
+    # On its way to a wait (a step scheduled or running, no wait armed): hold one event,
+    # unless it accepts this one.
+    may_hold = and_(
         key_free,
-        not_(accepts),
         t.c.waiting_for.is_(None),
         scheduled(t.c.next_step),
         t.c.pending_event.is_(None),
         not_(untaken_event),
     )
+    # Sort the rows once, locking them (a row changed meanwhile is sorted as it now
+    # stands), then write each by its sort: the verdicts are computed and spelled once,
+    # which keeps the statement short enough for psycopg to cache its parsing.
+    key_columns = list(info.mapper.primary_key)
+    sorted_rows = (
+        select(*key_columns, accepts.label("accepts"), may_hold.label("may_hold"))
+        .where(rows)
+        .with_for_update(key_share=True)
+        .cte("sorted")
+    )
+    taken: ColumnElement[bool] = sorted_rows.c.accepts
     event = cast(bindparam("duly_event", type_=JSONB), JSONB)
     moved = (
         update(t)
-        .where(_among(info, bindparam("duly_keys", expanding=True)))
-        .where(or_(accepts, holds))
+        .where(*(column == sorted_rows.c[column.name] for column in key_columns))
+        .where(or_(taken, sorted_rows.c.may_hold))
         .values(
-            next_step=case((accepts, step_name), else_=t.c.next_step),
-            next_args=case((accepts, event), else_=t.c.next_args),
-            waiting_for=case((accepts, None), else_=t.c.waiting_for),
+            next_step=case((taken, step_name), else_=t.c.next_step),
+            next_args=case((taken, event), else_=t.c.next_args),
+            waiting_for=case((taken, None), else_=t.c.waiting_for),
             pending_event=case(
-                (accepts, None),
-                (holds, cast(bindparam("duly_held", type_=JSONB), JSONB)),
+                (taken, None),
+                # The held event is the event with its step: built here, not sent twice.
+                (
+                    sorted_rows.c.may_hold,
+                    func.jsonb_build_object("step", step_name).op("||")(event),
+                ),
                 else_=t.c.pending_event,
             ),
-            attempts=case((accepts, 0), else_=t.c.attempts),
-            last_error=case((accepts, None), else_=t.c.last_error),
+            attempts=case((taken, 0), else_=t.c.attempts),
+            last_error=case((taken, None), else_=t.c.last_error),
             # A timeout step already running keeps its lease; its commit is fenced.
-            wake_at=case(
-                (accepts, _due_once_free(t, now)),
-                else_=t.c.wake_at,
-            ),
-            wf_version=case((accepts, t.c.wf_version + 1), else_=t.c.wf_version),
+            wake_at=case((taken, _due_once_free(t, now)), else_=t.c.wake_at),
+            wf_version=case((taken, t.c.wf_version + 1), else_=t.c.wf_version),
         )
         # RETURNING sees the new row: a run that took the event holds none, and is due
         # now unless a running step's lease still holds it.

@@ -4,8 +4,11 @@ A claim leases its rows for `lease`; a worker keeps the lease of every step
 still running by renewing it at a third of its length, hands back the rows
 of steps it abandons at shutdown (due again at once, announced), and gives
 up the lease that `run()` left a preempted step, so the new step starts as
-soon as the old one's commit was fenced, not when its lease ends. Each is a
-single-row statement, fenced like every write to a claimed row.
+soon as the old one's commit was fenced, not when its lease ends. A row
+naming a step this code does not have is handed back unrun, as it was before
+the claim (due since the same instant, its attempts and error untouched), so
+its age still tells how long no worker has taken it. Each is a single-row
+statement, fenced like every write to a claimed row.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
-from sqlalchemy import literal, select, update
+from sqlalchemy import DateTime, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
@@ -82,6 +85,18 @@ async def hand_back(conn: AsyncConnection, claim: Claim) -> bool:
     return (await conn.execute(hand_back_statement(claim))).first() is not None
 
 
+async def hand_back_unrun(conn: AsyncConnection, claim: Claim) -> bool:
+    """Give back a row whose step this worker does not have, as it was before the claim.
+
+    False when `run()` or `cancel()` moved the row on meanwhile: then the lease
+    `run()` left in place is released, so the step it set starts now.
+    """
+    if (await conn.execute(hand_back_unrun_statement(claim))).first() is not None:
+        return True
+    await release_preempted(conn, claim)
+    return False
+
+
 async def renew(conn: AsyncConnection, claim: Claim, lease: timedelta) -> bool:
     """Extend a lease, keeping the version; False when the row moved on without us."""
     renewed = (await conn.execute(renew_statement(claim, lease))).first()
@@ -110,6 +125,24 @@ def hand_back_statement(claim: Claim) -> Executable:
         update(table)
         .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
         .values(claimed_until=None, wake_at=db_now(), wf_version=claim.version + 1)
+        .returning(table.c.wf_version)
+        .cte("moved")
+    )
+    return select(announcement(table.name)).select_from(moved)
+
+
+def hand_back_unrun_statement(claim: Claim) -> Executable:
+    """Not leased, due at the instant it was due before the claim, if still at the claimed
+    version; announced, for the workers that have its step. Attempts and error stay."""
+    table = claim.info.table
+    # The claim's RETURNING read the row's wake_at before it moved it to the lease's end.
+    was_due = (
+        db_now() if claim.scheduled_at is None else literal(claim.scheduled_at, DateTime(True))
+    )
+    moved = (
+        update(table)
+        .where(key_clause(claim.info, claim.key), table.c.wf_version == claim.version)
+        .values(claimed_until=None, wake_at=was_due)
         .returning(table.c.wf_version)
         .cte("moved")
     )

@@ -2,11 +2,14 @@
 
 A group's state is its oldest due row (how long it has waited), how many
 of its rows are leased (`at_most`) and its bucket refilled to now (`rate`).
-Two ways find the groups worth asking about: the groups of the oldest due
+Three ways find the groups worth asking about: the groups of the oldest due
 rows (a prefix of the due index: every group seen there has waited longer
-than every group not seen), and every group with scheduled work (a skip scan
-of the `(group, wake_at)` index, one probe per group). The first is cheap
-and, when enough of its groups can start, exact; the second is the fallback.
+than every group not seen); groups named by the caller (those a worker
+remembers, `engine.group_memory`: one probe of the `(group, wake_at)` index
+each); and every group with scheduled work (a skip scan of that index, one
+probe per group). The first is cheap and, when enough of its groups can
+start, exact; the second serves a claim the first cannot fill; the third is
+the fallback, and what the second remembers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Double,
+    Integer,
     Table,
     Text,
     and_,
@@ -23,8 +27,10 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    literal_column,
     null,
     select,
+    true,
 )
 
 from engine.clock import db_now
@@ -34,6 +40,17 @@ from engine.registry import WorkflowInfo
 
 PREFIX_ROWS_PER_SLOT = 32  # oldest due rows read, per row wanted, before visiting every group
 PREFIX_ROWS = 256  # the same, when asking when work is next due
+
+
+def written(number: int) -> ColumnElement[int]:
+    """A whole number in the statement's text, not a parameter.
+
+    A prepared statement is planned once for every execution (a generic plan)
+    only when that plan looks no dearer than planning each time, and a LIMIT
+    given as a parameter is costed as a tenth of the table: such statements
+    were planned again on every claim.
+    """
+    return literal_column(str(int(number)), Integer)
 
 
 def limit_of(info: WorkflowInfo) -> Limit:
@@ -87,7 +104,7 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
         select(column.label("grp"), table.c.wake_at.label("first_at"))
         .where(scheduled(table.c.next_step))
         .order_by(column, table.c.wake_at)
-        .limit(1)
+        .limit(written(1))
         .cte(f"groups_{table.name}", recursive=True)
     )
     later = table.alias(f"later_{table.name}")
@@ -95,13 +112,11 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
         select(later.c[limit.by].label("grp"), later.c.wake_at.label("first_at"))
         .where(scheduled(later.c.next_step), later.c[limit.by] > groups.c.grp)
         .order_by(later.c[limit.by], later.c.wake_at)
-        .limit(1)
+        .limit(written(1))
         .lateral("following")
     )
     groups = groups.union_all(
-        select(following.c.grp, following.c.first_at).select_from(
-            groups.join(following, literal(True))
-        )
+        select(following.c.grp, following.c.first_at).select_from(groups.join(following, true()))
     )
     # Since when each has waited: its oldest due row (of the served steps, which for a
     # worker serving every step is the group's first entry, if that is due).
@@ -118,7 +133,25 @@ def every_group(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Any:
     return select(groups.c.grp, since.label("since")).subquery(f"every_{table.name}")
 
 
-def oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, rows: Any) -> Any:
+def recalled_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, window: Any) -> Any:
+    """(grp, since) for each group of `window` (an array): one probe of (group, wake_at) each.
+
+    The groups a worker remembers from its last visit of every group; since
+    is NULL for one with no due work now.
+    """
+    limit = limit_of(info)
+    table = info.table
+    asked = func.unnest(window).table_valued("grp").render_derived("asked")
+    waiting = table.alias("recalled")
+    since = (
+        select(func.min(waiting.c.wake_at))
+        .where(waiting.c[limit.by] == asked.c.grp, due(waiting, steps))
+        .scalar_subquery()
+    )
+    return select(asked.c.grp, since.label("since")).subquery(f"window_{table.name}")
+
+
+def oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, rows: int) -> Any:
     """(grp, since) for the groups of the oldest `rows` due rows: a prefix of the due index.
 
     Every group seen has waited longer than every group not seen (whose oldest
@@ -131,7 +164,7 @@ def oldest_groups(info: WorkflowInfo, steps: tuple[str, ...] | None, rows: Any) 
         select(table.c[limit.by].label("grp"), table.c.wake_at)
         .where(due(table, steps))
         .order_by(table.c.wake_at)
-        .limit(rows)
+        .limit(written(rows))
         .subquery("prefix")
     )
     return (
@@ -172,7 +205,7 @@ def with_state(
     candidates = select(*columns).select_from(joined).cte(name).prefix_with("MATERIALIZED")
     able: list[ColumnElement[bool]] = [candidates.c.since.isnot(None)]
     if limit.at_most is not None:
-        able.append(candidates.c.running < limit.at_most)
+        able.append(candidates.c.running < written(limit.at_most))
     if rated is not None:
         able.append(candidates.c.tokens >= 1)
     return candidates, and_(*able)
@@ -203,7 +236,7 @@ def ready_at(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | 
     limit = limit_of(info)
     whens: list[tuple[ColumnElement[bool], Any]] = []
     if limit.at_most is not None:
-        whens.append((candidates.c.running >= limit.at_most, null()))
+        whens.append((candidates.c.running >= written(limit.at_most), null()))
     rated = bucket_of(info, bucket)
     if rated is not None:
         short = (1 - candidates.c.tokens) / literal(limit.refill_per_second, Double)

@@ -14,11 +14,15 @@ A limited claim is one short transaction of two statements:
    chosen, and leave each bucket what this claim spent of it.
 
 Which groups can start, and how that is found without reading every row,
-is `engine.limit_groups`.
+is `engine.limit_groups`; when the groups of the oldest due rows cannot fill
+a claim (one group's backlog ahead of everyone), the caller's
+`engine.group_memory` names the groups to probe before every group is
+visited.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import lru_cache
@@ -30,12 +34,16 @@ from sqlalchemy import (
     Row,
     Table,
     Text,
+    any_,
     bindparam,
+    case,
     cast,
+    false,
     func,
     literal,
     not_,
     select,
+    true,
     tuple_,
     union_all,
 )
@@ -47,15 +55,18 @@ from engine.claims import lease_update
 from engine.clock import db_now
 from engine.due import due, no_flush_wait
 from engine.errors import ConfigurationError
+from engine.group_memory import OLDEST, RECALLED, REMEMBERED_GROUPS, VISITED, GroupMemory
 from engine.limit_groups import (
     PREFIX_ROWS_PER_SLOT,
     all_groups,
     bucket_of,
     limit_of,
     oldest_groups,
+    recalled_groups,
     running_count,
     tokens_now,
     with_state,
+    written,
 )
 from engine.registry import WorkflowInfo
 
@@ -77,53 +88,150 @@ async def claim_limited(
     lease: timedelta,
     steps: tuple[str, ...] | None,
     bucket: Table | None,
+    memory: GroupMemory | None = None,
 ) -> list[Row[Any]]:
     """Lease up to `want` due rows of a limited table, each group within its limit.
 
     `conn` must not be in autocommit mode: the group locks last for the
-    claim's own transaction, which this opens and commits.
+    claim's own transaction, which this opens and commits. `memory` is the
+    caller's of this table and steps (a worker keeps one per table): without
+    it, a claim the oldest rows' groups cannot fill visits every group.
     """
-    async with conn.begin():
-        chosen = await conn.execute(choose_statement(info, steps, bucket), {"want": want})
-        groups = chosen.scalars().all()
-        if not groups:
-            return []
-        claimed = await conn.execute(
-            limited_claim_statement(info, steps, bucket),
-            {"groups": list(groups), "want": want, "lease": lease},
-        )
-        return list(claimed.all())
+    if want <= 0:
+        return []
+    window = memory.window(want) if memory is not None else []
+    try:
+        async with conn.begin():
+            began = time.monotonic()
+            chosen = await conn.execute(
+                choose_statement(info, steps, bucket, slots_for(want)),
+                {"want": want, "window": window},
+            )
+            seen = chosen.all()
+            if memory is not None:
+                tier = seen[0].tier if seen else VISITED
+                memory.learn(tier, seen, time.monotonic() - began)
+            groups = [row.grp for row in seen if row.locked]
+            if not groups:
+                return []
+            claimed = await conn.execute(
+                limited_claim_statement(info, steps, bucket),
+                {"groups": groups, "want": want, "lease": lease},
+            )
+            return list(claimed.all())
+    except BaseException:
+        if memory is not None:
+            memory.forget()  # what it handed out is lost: start again from a visit
+        raise
+
+
+def slots_for(want: int) -> int:
+    """The power of two at least `want`: one choose statement serves claims of up to as many."""
+    return 1 << max(0, want - 1).bit_length()
 
 
 @lru_cache(maxsize=256)
 def choose_statement(
-    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None
+    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None, slots: int = 8
 ) -> Executable:
     """Up to `want` groups that can start a step now, longest-waiting first, each locked.
 
-    The groups of the oldest due rows are asked first; only when too few of
-    them can start are all groups visited (a one-time filter: the skip scan
-    does not run otherwise).
+    Three ways find them, each tried only when the one before cannot fill the
+    claim (`tier`, computed once): the groups of the oldest due rows; those
+    and the remembered groups of `window`, each probed; every group. Besides
+    the chosen groups (`locked` tells which were locked), it answers what the
+    worker's memory keeps: each group of the window that has due work, or,
+    after a visit of every group, the `REMEMBERED_GROUPS` longest-waiting.
+    `slots` sizes the oldest rows read: a claim of `want` rows uses the
+    statement of `slots_for(want)`.
     """
+    limit = limit_of(info)
+    column = info.table.c[limit.by]
     want = bindparam("want", type_=Integer)
+    # Read through a subquery, so the plan does not depend on how many groups the window
+    # holds: a plan costed for an empty window would be planned again on every claim.
+    groups = ARRAY(column.type)
+    window = cast(select(bindparam("window", type_=groups)).scalar_subquery(), groups)
     oldest, oldest_able = with_state(
         info,
         bucket,
-        oldest_groups(info, steps, want * PREFIX_ROWS_PER_SLOT),
+        oldest_groups(info, steps, slots * PREFIX_ROWS_PER_SLOT),
         f"oldest_{info.name}",
     )
-    every, every_able = all_groups(info, steps, bucket)
-    enough = select(func.count() >= want).select_from(oldest).where(oldest_able).scalar_subquery()
-    pool = union_all(
-        select(oldest.c.grp, oldest.c.since).where(oldest_able, enough),
-        select(every.c.grp, every.c.since).where(every_able, not_(enough)),
-    ).subquery("pool")
-    chosen = select(pool.c.grp, pool.c.since).order_by(pool.c.since).limit(want).subquery("chosen")
-    # Locked only once chosen (a LIMIT keeps the condition out of the subquery).
-    locked = func.pg_try_advisory_xact_lock(
-        func.hashtext(literal(info.table.fullname)), func.hashtext(cast(chosen.c.grp, Text))
+    recalled, recalled_able = with_state(
+        info, bucket, recalled_groups(info, steps, window), f"recalled_{info.name}"
     )
-    return select(chosen.c.grp).where(no_flush_wait(), locked).order_by(chosen.c.since)
+    every, every_able = all_groups(info, steps, bucket)
+    # A group of the oldest rows that is also in the window counts once, as remembered.
+    unremembered = not_(oldest.c.grp == any_(window))
+
+    def able_count(source: Any, *where: Any) -> Any:
+        return select(func.count()).select_from(source).where(*where).scalar_subquery()
+
+    # CASE stops at its first true branch: the window is probed only when the oldest
+    # rows' groups are too few, and every group is visited only when both are.
+    tier = (
+        select(
+            case(
+                (able_count(oldest, oldest_able) >= want, literal(OLDEST)),
+                (
+                    able_count(oldest, oldest_able, unremembered)
+                    + able_count(recalled, recalled_able)
+                    >= want,
+                    literal(RECALLED),
+                ),
+                else_=literal(VISITED),
+            ).label("tier")
+        )
+        .cte(f"tier_{info.name}")
+        .prefix_with("MATERIALIZED")
+    )
+    tier_is = select(tier.c.tier).scalar_subquery()
+
+    def branch(source: Any, able: Any, recalled: bool, *where: Any) -> Any:
+        marked = (true() if recalled else false()).label("recalled")
+        return select(source.c.grp, source.c.since, able.label("able"), marked).where(*where)
+
+    pool = union_all(
+        branch(oldest, true(), False, oldest_able, tier_is == OLDEST),
+        branch(oldest, true(), False, oldest_able, unremembered, tier_is == RECALLED),
+        branch(recalled, recalled_able, True, recalled.c.since.isnot(None), tier_is == RECALLED),
+        branch(every, every_able, False, every.c.since.isnot(None), tier_is == VISITED),
+    ).subquery("pool")
+    order = (pool.c.since, pool.c.grp)
+    ranked = select(
+        pool,
+        func.count().filter(pool.c.able).over(order_by=order).label("able_rank"),
+        func.row_number().over(order_by=order).label("rank"),
+    ).subquery("ranked")
+    chosen = ranked.c.able & (ranked.c.able_rank <= want)
+    # Locked only once chosen, and only those: a filter ahead of the lock keeps it off
+    # the rows returned for the memory alone.
+    locked = case(
+        (
+            chosen,
+            func.pg_try_advisory_xact_lock(
+                func.hashtext(literal(info.table.fullname)),
+                func.hashtext(cast(ranked.c.grp, Text)),
+            ),
+        ),
+        else_=false(),
+    )
+    remembered = ranked.c.recalled | (
+        (tier_is == VISITED) & (ranked.c.rank <= written(REMEMBERED_GROUPS))
+    )
+    return (
+        select(
+            ranked.c.grp,
+            ranked.c.since,
+            ranked.c.able,
+            ranked.c.recalled,
+            tier_is.label("tier"),
+            locked.label("locked"),
+        )
+        .where(no_flush_wait(), chosen | remembered)
+        .order_by(ranked.c.rank)
+    )
 
 
 @lru_cache(maxsize=256)
@@ -172,7 +280,7 @@ def limited_claim_statement(
     # as many of them as the group is allowed, the longest-waiting group's first,
     picked = (
         select(*(oldest.c[c.name] for c in pk))
-        .select_from(allowance.join(oldest, literal(True)))
+        .select_from(allowance.join(oldest, true()))
         .where(oldest.c.rank <= allowance.c.allowed)
         .order_by(allowance.c.ord, oldest.c.rank)
         .limit(want)

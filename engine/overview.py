@@ -11,29 +11,58 @@ queries:
 - finished, failed (gave up: an error and nothing next), cancelled.
 
 Two more counts cut across them: *due* (scheduled or retrying, and due
-now) and *stranded* (leased, but the lease has ended: its worker died, and
-the next claim takes it over). Counting reads whole tables, so it runs only
-when someone asks.
+now) and *stranded* (due for longer than the grace period,
+`DULY_STRANDED_AFTER_SECONDS`, 15 minutes: no worker has taken it, because
+none has its step or none keeps up; an expired lease counts once its end is
+that old). When any table has stranded runs, `Overview.stranded` lists them
+by workflow and step (`engine.stranded`).
+
+No count reads a whole table, since the console asks every two seconds
+while someone looks. The *live* states (running, scheduled, retrying, due,
+stranded, the next due instant) are exact: every such row has a step
+scheduled and so is in the table's due index (`ix_<table>_due`), and only
+those rows are read. The *resting* states (waiting, finished, failed,
+cancelled) have no index: they are counted among the table's newest
+`RECENT_RUNS` rows by primary key (a backward read of the key's index),
+which is the whole table in most databases; `WorkflowCounts.window` says
+when it is not, and `total` is then unknown. The outbox is counted the same
+way: its open rows (pending, claimed, failed, dead-lettered) through its
+status index, never the processed ones, which only grow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Interval, Select, and_, case, func, literal, null, select
+from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
-from engine.events.records import EventTables
-from engine.events.views import OutboxSummary, outbox_summary
+from engine.due import scheduled
+from engine.events.records import CLAIMED, DEAD_LETTER, FAILED, PENDING, EventTables
+from engine.events.views import (
+    RETRYABLE,
+    HandlerCounts,
+    OutboxSummary,
+    handler_counts_statement,
+    view_status,
+)
 from engine.handles import CANCELLED
 from engine.registry import WorkflowInfo
+from engine.stranded import STRANDED_AFTER, StrandedRuns, stranded_after, stranded_runs
 
 RUN_STATES = ("running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled")
+# Counted exactly, through the due index; the others among the newest RECENT_RUNS rows.
+LIVE_STATES = ("running", "scheduled", "retrying")
+RESTING_STATES = ("waiting", "finished", "failed", "cancelled")
+RECENT_RUNS = 10_000  # rows of a table, newest first, its resting states are counted among
+# The outbox statuses the overview counts: what is still to do, or needs a person.
+OPEN_STATUSES = (PENDING, CLAIMED, FAILED, DEAD_LETTER)
 
 
 def state_condition(table: Any, state: str) -> ColumnElement[bool]:
@@ -75,11 +104,13 @@ class WorkflowCounts:
     """One workflow table's runs by state, with the cross-cutting counts and the next instant."""
 
     workflow: str
-    total: int
+    total: int | None  # None when the table holds more rows than the window
     states: Mapping[str, int] = field(default_factory=dict)
     due: int = 0  # scheduled or retrying, due now
-    stranded: int = 0  # leased past the lease's end
+    stranded: int = 0  # due for longer than the grace period: no worker has taken it
     next_due: datetime | None = None  # the earliest `wake_at` of a step not yet running
+    # The newest rows the resting states were counted among; None when that is every row.
+    window: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The counts as JSON values."""
@@ -90,43 +121,123 @@ class WorkflowCounts:
             "due": self.due,
             "stranded": self.stranded,
             "next_due": self.next_due.isoformat() if self.next_due else None,
+            "window": self.window,
         }
 
 
 @lru_cache(maxsize=256)
-def overview_statement(info: WorkflowInfo) -> Select[Any]:
-    """One row for one table: the count of each state, due, stranded and the next due instant."""
+def overview_statement(info: WorkflowInfo, grace: timedelta = STRANDED_AFTER) -> Select[Any]:
+    """One row for one table: its live states, due, stranded and the next due instant.
+
+    Only rows with a step scheduled are read (the due index's own condition):
+    a running row holds a step, so does a scheduled or retrying one.
+    """
     table = info.table
     c = table.c
     now = db_now()
-    waiting_step = and_(c.claimed_until.is_(None), c.next_step.is_not(None))
+    at_rest = and_(c.claimed_until.is_(None), c.waiting_for.is_(None))
     columns: list[Any] = [
-        func.count().label("total"),
-        *(func.count().filter(state_condition(table, s)).label(s) for s in RUN_STATES),
-        func.count().filter(waiting_step, c.waiting_for.is_(None), c.wake_at <= now).label("due"),
-        func.count().filter(c.claimed_until < now).label("stranded"),
-        func.min(c.wake_at).filter(waiting_step, c.waiting_for.is_(None)).label("next_due"),
+        *(func.count().filter(state_condition(table, s)).label(s) for s in LIVE_STATES),
+        func.count().filter(at_rest, c.wake_at <= now).label("due"),
+        func.count().filter(c.wake_at < now - literal(grace, Interval)).label("stranded"),
+        func.min(c.wake_at).filter(at_rest).label("next_due"),
     ]
-    return select(*columns).select_from(table)
+    return select(*columns).select_from(table).where(scheduled(c.next_step))
 
 
-async def workflow_overview(connection: WorkflowConnection) -> list[WorkflowCounts]:
-    """Every workflow table the connection serves, counted (one statement a table)."""
+@lru_cache(maxsize=256)
+def recent_statement(info: WorkflowInfo) -> Select[Any]:
+    """One row for one table: its resting states among its newest RECENT_RUNS rows, and how
+    many rows those were (fewer than RECENT_RUNS: the whole table)."""
+    table = info.table
+    keys = [column.desc() for column in info.mapper.primary_key]
+    engine_columns = ("claimed_until", "next_step", "waiting_for", "last_error", "attempts")
+    recent = (
+        select(*(table.c[name] for name in engine_columns))
+        .order_by(*keys)
+        .limit(RECENT_RUNS)
+        .subquery("recent")
+    )
+    columns: list[Any] = [
+        func.count().label("rows"),
+        *(func.count().filter(state_condition(recent, s)).label(s) for s in RESTING_STATES),
+    ]
+    return select(*columns).select_from(recent)
+
+
+async def workflow_overview(
+    connection: WorkflowConnection, grace: timedelta | None = None
+) -> list[WorkflowCounts]:
+    """Every workflow table the connection serves, counted (two statements a table).
+
+    `grace` is how long a run is due before it counts as stranded (the setting's).
+    """
+    period = stranded_after() if grace is None else grace
     found = []
     async with connection.engine.begin() as conn:
         for info in connection.workflows:
-            row = (await conn.execute(overview_statement(info))).one()._mapping
+            live = (await conn.execute(overview_statement(info, period))).one()._mapping
+            recent = (await conn.execute(recent_statement(info))).one()._mapping
+            complete = recent["rows"] < RECENT_RUNS
+            states = {
+                state: (live[state] if state in LIVE_STATES else recent[state])
+                for state in RUN_STATES
+            }
             found.append(
                 WorkflowCounts(
                     workflow=info.name,
-                    total=row["total"],
-                    states={state: row[state] for state in RUN_STATES},
-                    due=row["due"],
-                    stranded=row["stranded"],
-                    next_due=row["next_due"],
+                    total=recent["rows"] if complete else None,
+                    states=states,
+                    due=live["due"],
+                    stranded=live["stranded"],
+                    next_due=live["next_due"],
+                    window=None if complete else RECENT_RUNS,
                 )
             )
     return found
+
+
+@lru_cache(maxsize=64)
+def open_outbox_statement(tables: EventTables) -> Executable:
+    """One row: the database's time, the outbox's open rows by status, its earliest due instant.
+
+    `status IN (...)` reads the open rows through the status index; the
+    processed ones, which are nearly all of them, are never read.
+    """
+    outbox = tables.outbox_table
+    rows = (
+        select(
+            view_status(outbox).label("status"),
+            case((outbox.c.status.in_(RETRYABLE), outbox.c.wake_at), else_=null()).label("due"),
+        )
+        .where(outbox.c.status.in_((PENDING, FAILED, DEAD_LETTER)))
+        .subquery("rows")
+    )
+    by_status = (
+        select(rows.c.status, func.count().label("n"), func.min(rows.c.due).label("due"))
+        .group_by(rows.c.status)
+        .cte("by_status")
+    )
+    return select(
+        db_now().label("now"),
+        func.jsonb_object_agg(by_status.c.status, by_status.c.n).label("counts"),
+        func.min(by_status.c.due).label("next_due_at"),
+    ).select_from(by_status)
+
+
+async def open_outbox(connection: WorkflowConnection, tables: EventTables) -> OutboxSummary:
+    """The outbox's open rows by status, its next due instant, and the failing handlers."""
+    async with connection.autocommit.connect() as conn:
+        totals = (await conn.execute(open_outbox_statement(tables))).one()
+        handlers = (await conn.execute(handler_counts_statement(tables))).all()
+    counts = dict.fromkeys(OPEN_STATUSES, 0)
+    counts.update({status: int(n) for status, n in (totals.counts or {}).items()})
+    return OutboxSummary(
+        now=totals.now,
+        counts=counts,
+        next_due_at=totals.next_due_at,
+        handlers=[HandlerCounts(row.handler, row.failed, row.dead_letter) for row in handlers],
+    )
 
 
 @dataclass(frozen=True)
@@ -135,6 +246,7 @@ class Overview:
 
     workflows: list[WorkflowCounts]
     outbox: OutboxSummary | None  # None in an app without an outbox
+    stranded: list[StrandedRuns] = field(default_factory=list)  # by workflow and step
 
     def to_dict(self) -> dict[str, Any]:
         """The overview as JSON values (times in ISO 8601), the same for the API and the CLI."""
@@ -144,12 +256,20 @@ class Overview:
                 key: value.isoformat() if isinstance(value, datetime) else value
                 for key, value in asdict(self.outbox).items()
             }
-        return {"workflows": [counts.to_dict() for counts in self.workflows], "outbox": outbox}
+        return {
+            "workflows": [counts.to_dict() for counts in self.workflows],
+            "outbox": outbox,
+            "stranded": [runs.to_dict() for runs in self.stranded],
+        }
 
 
 async def overview(connection: WorkflowConnection, outbox: EventTables | None) -> Overview:
-    """Every workflow table counted, and the outbox's summary when the app maps one."""
+    """Every workflow table counted, and the outbox's open rows when the app maps one."""
     summary = None
     if outbox is not None:
-        summary = await outbox_summary(outbox, engine=connection.engine)
-    return Overview(await workflow_overview(connection), summary)
+        summary = await open_outbox(connection, outbox)
+    grace = stranded_after()
+    workflows = await workflow_overview(connection, grace)
+    # Which steps they are at: only asked when there are some.
+    stranded = await stranded_runs(connection, grace) if any(w.stranded for w in workflows) else []
+    return Overview(workflows, summary, stranded)

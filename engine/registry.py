@@ -1,7 +1,8 @@
 """The registry of mapped workflow classes: what the engine knows of each table.
 
 Mapping a class with the `Workflow` mixin registers it here, with its steps,
-its limit and the partial indexes its claims use. Every other module looks
+the names a row may call each by (its own and its `aliases`, from before a
+rename), its limit and the partial indexes its claims use. Every other module looks
 workflows up here; none of them needs the mixin itself, which is why this
 registry is a module of its own below everything that claims, commits or
 addresses runs.
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Mapper, class_mapper
 
 from engine.clock import declare_clock_table
 from engine.due import scheduled
+from engine.errors import ConfigurationError
 from engine.limits import Limit, check_limit
 from engine.steps import Step
 
@@ -45,6 +47,8 @@ class WorkflowInfo:
     table: Table
     mapper: Mapper[Any]
     steps: dict[str, Step[Any, Any]]
+    # Every name a row's next_step may carry, each step's own and its aliases: one lookup.
+    named: dict[str, Step[Any, Any]]
     limit: Limit | None = None  # from the class's __workflow_limit__
     logged: bool = True  # from __workflow_attempt_log__: whether its attempts are logged
 
@@ -52,6 +56,10 @@ class WorkflowInfo:
     def name(self) -> str:
         """The table name, which is how runs and notifications name a workflow."""
         return self.table.name
+
+    def resolve(self, name: str | None) -> Step[Any, Any] | None:
+        """The step a row naming `name` runs (by its name or an alias), or None if none has it."""
+        return self.named.get(name) if name is not None else None
 
 
 _registry: dict[type[Any], WorkflowInfo] = {}
@@ -81,6 +89,7 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
         for name, value in vars(klass).items():
             if isinstance(value, Step):
                 steps[name] = value
+    named = _names_of(cls, steps)
     waiting = scheduled(table.c.next_step)
     # The due rows of every claim and of every "when is the next work due" question.
     _index_once(table, "due", table.c.wake_at, where=waiting)
@@ -96,10 +105,38 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
     declare_clock_table(table.metadata)
     logged = bool(getattr(cls, "__workflow_attempt_log__", True))
     info = WorkflowInfo(
-        cls=cls, table=table, mapper=mapper, steps=steps, limit=limit, logged=logged
+        cls=cls,
+        table=table,
+        mapper=mapper,
+        steps=steps,
+        named=named,
+        limit=limit,
+        logged=logged,
     )
     _registry[cls] = info
     return info
+
+
+def _names_of(cls: type[Any], steps: dict[str, Step[Any, Any]]) -> dict[str, Step[Any, Any]]:
+    """Each step by its name and by its aliases; an alias another name already holds is refused."""
+    named: dict[str, Step[Any, Any]] = dict(steps)
+    for step in steps.values():
+        for alias in step.aliases:
+            holder = named.get(alias)
+            if holder is None:
+                named[alias] = step
+                continue
+            if holder is step:
+                why = "that is its own name"
+            elif alias in steps:
+                why = f"step {cls.__name__}.{holder.name} has that name"
+            else:
+                why = f"it is already an alias of {cls.__name__}.{holder.name}"
+            raise ConfigurationError(
+                f"Step {cls.__name__}.{step.name} cannot take the alias {alias!r}: {why}, so a "
+                "row naming it could not say which step to run."
+            )
+    return named
 
 
 def _index_once(table: Table, suffix: str, *columns: Any, where: Any) -> None:

@@ -19,23 +19,40 @@ from sqlalchemy.orm.attributes import instance_state, set_committed_value
 from engine.registry import ENGINE_COLUMNS, WorkflowInfo
 
 
-def build_row(info: WorkflowInfo, values: Mapping[Any, Any]) -> Any:
-    """A detached instance of the workflow class holding `values` (keyed by column name)."""
+def build_row(info: WorkflowInfo, values: Sequence[Any]) -> Any:
+    """A detached instance of the workflow class holding `values`, one per column of the
+    table in its order (as a claim's RETURNING gives them)."""
     row = info.mapper.class_manager.new_instance()
     # A new instance has no history yet, so its loaded state is just its dict: filling
     # it directly is what loading does, and costs a fraction of one attribute event each.
     loaded = instance_state(row).dict
-    for key, name in _attribute_columns(info):
-        if name in values:
-            loaded[key] = values[name]
+    for key, position in _attribute_positions(info):
+        loaded[key] = values[position]
     make_transient_to_detached(row)
     return row
 
 
+def claimed_key(info: WorkflowInfo, values: Sequence[Any]) -> tuple[Any, ...]:
+    """The primary key of the row whose `values` are in the table's column order."""
+    return tuple(values[position] for position in _key_positions(info))
+
+
 @lru_cache(maxsize=1024)
-def _attribute_columns(info: WorkflowInfo) -> tuple[tuple[str, str], ...]:
-    """(attribute key, column name) for each mapped column of the workflow."""
-    return tuple((prop.key, prop.columns[0].name) for prop in info.mapper.column_attrs)
+def _attribute_positions(info: WorkflowInfo) -> tuple[tuple[str, int], ...]:
+    """(attribute key, position in the table's columns) of each column the class maps."""
+    positions: dict[Any, int] = {column: i for i, column in enumerate(info.table.c)}
+    return tuple(
+        (prop.key, positions[prop.columns[0]])
+        for prop in info.mapper.column_attrs
+        if prop.columns[0] in positions
+    )
+
+
+@lru_cache(maxsize=1024)
+def _key_positions(info: WorkflowInfo) -> tuple[int, ...]:
+    """The positions of the primary key's columns among the table's, in key order."""
+    positions: dict[Any, int] = {column: i for i, column in enumerate(info.table.c)}
+    return tuple(positions[column] for column in info.mapper.primary_key)
 
 
 def refresh_row(info: WorkflowInfo, row: object, values: Mapping[Any, Any]) -> None:
@@ -56,11 +73,6 @@ def user_changes(info: WorkflowInfo, row: object) -> dict[str, Any]:
         if isinstance(prop, ColumnProperty) and key not in ENGINE_COLUMNS:
             changes[prop.columns[0].name] = state.dict[key]
     return changes
-
-
-def primary_key(info: WorkflowInfo, row: object) -> tuple[Any, ...]:
-    """The row's primary key values, in the table's key order."""
-    return tuple(info.mapper.primary_key_from_instance(row))
 
 
 def key_clause(info: WorkflowInfo, key: tuple[Any, ...]) -> ColumnElement[bool]:

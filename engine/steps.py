@@ -14,6 +14,10 @@ still receives the string: arguments are stored and passed as JSON). An
 unannotated parameter, `Any`, and an annotation that cannot be resolved
 (a name defined inside a function, say) accept anything. The model is built
 once per step, at its first call, so names defined after the class resolve.
+
+A row names its next step by name, so renaming a step would leave rows that
+name the old one: `@step(aliases=("old_name",))` keeps the old names, and the
+registry resolves a row's step by either (`WorkflowInfo.resolve`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import inspect
 import json
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import (
@@ -37,7 +41,7 @@ from typing import (
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from engine.errors import StepError
+from engine.errors import ConfigurationError, StepError
 
 if TYPE_CHECKING:
     from engine.workflow import WorkflowMethods
@@ -80,12 +84,15 @@ class Step(Generic[W, P]):
         *,
         retry: RetryPolicy,
         lane: str,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise StepError(f"Step {fn.__qualname__} must be declared with 'async def'.")
         self.fn = fn
         self.retry = retry
         self.lane = lane
+        # Names rows may still carry from before a rename; the registry resolves them here.
+        self.aliases = aliases
         self.name = fn.__name__
         self.owner: type[Any] | None = None
         self.signature = inspect.signature(fn)
@@ -300,6 +307,22 @@ def _check_arguments(
     return encoded
 
 
+def _check_aliases(aliases: Iterable[str]) -> tuple[str, ...]:
+    """The former names as a tuple: each a non-empty string, none twice."""
+    if isinstance(aliases, str):
+        # A bare string would be taken for its letters.
+        raise ConfigurationError(
+            f"aliases must be a tuple of former step names, not a string: aliases=({aliases!r},)."
+        )
+    former = tuple(aliases)
+    for name in former:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"An alias must be a step's former name, not {name!r}.")
+    if len(set(former)) != len(former):
+        raise ConfigurationError(f"aliases {former!r} name one step twice.")
+    return former
+
+
 def describe_errors(exc: ValidationError) -> str:
     """pydantic's errors as `name=value: why`, the first few, each value shortened."""
     shown = []
@@ -325,6 +348,7 @@ def step(
     backoff: timedelta = DEFAULT_BACKOFF,
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
+    aliases: Iterable[str] = (),
 ) -> Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]: ...
 def step(
     fn: Callable[Concatenate[W, P], Awaitable[R]] | None = None,
@@ -334,15 +358,21 @@ def step(
     backoff: timedelta = DEFAULT_BACKOFF,
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
+    aliases: Iterable[str] = (),
 ) -> Step[W, P] | Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]:
-    """Declare a workflow step: `@step`, or `@step(retries=3, backoff=..., lane=...)`."""
+    """Declare a workflow step: `@step`, or `@step(retries=3, backoff=..., lane=...)`.
+
+    `aliases` are the names this step had before a rename: a row that still
+    names one runs this step (see `engine.registry`).
+    """
     if retries < 0:
         raise ValueError(f"retries must be zero or more, not {retries}.")
     if backoff <= timedelta(0) or max_backoff < backoff:
         raise ValueError("backoff must be positive and no longer than max_backoff.")
     policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+    former = _check_aliases(aliases)
 
     def decorate(f: Callable[Concatenate[W, P], Awaitable[R]]) -> Step[W, P]:
-        return Step(f, retry=policy, lane=lane)
+        return Step(f, retry=policy, lane=lane, aliases=former)
 
     return decorate(fn) if fn is not None else decorate

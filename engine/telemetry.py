@@ -7,11 +7,12 @@ configured. `pip install duly[metrics]` counts attempts by outcome and times
 step bodies in prometheus-client's default registry, which the app serves at
 `/metrics`, with the sizes of claims and the event layer's figures: outbox
 rows by status, drains by the status they leave and their time, delivery
-attempts by status, duplicate events ignored, executions by state. Without
-them, every function here returns at once: importing this module costs two
-failed imports, once. (FastAPI itself depends on
-opentelemetry-api, so the API is usually there; with no tracer provider
-configured its spans are OpenTelemetry's own no-ops.)
+attempts by status, duplicate events ignored, executions by state, and runs
+stranded at a step the worker's code does not have. Without them, every
+function here returns at once: importing this module costs two failed
+imports, once. (FastAPI itself depends on opentelemetry-api, so the API is
+usually there; with no tracer provider configured its spans are
+OpenTelemetry's own no-ops.)
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ if prometheus_client is not None:
         "Step attempts, by workflow, step and outcome.",
         ["workflow", "step", "outcome"],
     )
+    STRANDED: Any = prometheus_client.Gauge(
+        "duly_stranded_runs",
+        "Runs due for longer than the grace period at a step this worker's code does not "
+        "have, by workflow and step, as of its last check (engine.stranded).",
+        ["workflow", "step"],
+    )
     STEP_SECONDS: Any = prometheus_client.Histogram(
         "duly_step_seconds",
         "Time a step's body took, by workflow and step.",
@@ -143,6 +150,12 @@ def rows_claimed(workflow: str, rows: int) -> None:
     """Record one claim's size for `workflow`."""
     if prometheus_client is not None:
         _child(CLAIMED_ROWS, workflow).observe(rows)
+
+
+def runs_stranded(workflow: str, step: str, runs: int) -> None:
+    """Set how many runs of `workflow` wait, past the grace period, at a step no worker took."""
+    if prometheus_client is not None:
+        _child(STRANDED, workflow, step).set(runs)
 
 
 def outbox_backlog(counts: dict[str, int]) -> None:

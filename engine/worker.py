@@ -6,6 +6,10 @@ database when the next row comes due. The worker then sleeps until that instant,
 step of its own finishing, whichever is first, and never longer than
 `max_idle_interval`. Nothing polls on a short timer: `poll_interval` only
 spaces out passes while something is due that this worker could not take.
+
+A claimed row naming a step this code does not have (renamed, removed, or
+only in the next release) is handed back unrun, and from then on the worker
+claims that table by the step names it has (`engine.stranded`).
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
 from engine.errors import NotRunningError
 from engine.execution import StepContext, execute
+from engine.group_memory import GroupMemory
 from engine.idle import IdleContract, OnIdle
-from engine.leases import LeaseKeeper
+from engine.leases import LeaseKeeper, hand_back_unrun
 from engine.limited_claims import claim_limited, needs_bucket
 from engine.listener import Listener
 from engine.next_due import NextDue, next_due
 from engine.notify import EVERYONE
 from engine.registry import WorkflowInfo
-from engine.rows import build_row, primary_key
+from engine.rows import build_row, claimed_key
 from engine.steps import DEFAULT_LANE
+from engine.stranded import StrandedWatch, stranded_after
 from engine.telemetry import rows_claimed
 
 log = logging.getLogger("duly.worker")
@@ -115,6 +121,10 @@ class Worker:
         }
         needs_bucket(list(self.tables.values()), connection.rate_bucket)
         self._buckets = connection.rate_bucket.__table__ if connection.rate_bucket else None
+        # What each limited table's claims remember of its groups between visits of all.
+        self._group_memories = {
+            name: GroupMemory() for name, info in self.tables.items() if info.limit is not None
+        }
         self._engine = connection.engine
         self._autocommit = connection.autocommit
         self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
@@ -129,6 +139,8 @@ class Worker:
             release_slot=self._release_slot,
             release_preempted=self._leases.release_preempted,
         )
+        # The steps handed back unrun because this code lacks them, and when to look again.
+        self._stranded = StrandedWatch(stranded_after())
         self._busy: set[asyncio.Task[None]] = set()  # steps whose body holds a slot
         self._due_again = False  # the last pass saw work due that it did not take
         self._wakeup = asyncio.Event()
@@ -237,7 +249,11 @@ class Worker:
             error_delay = FIRST_ERROR_DELAY
             if result is not None and result.filled:
                 continue
-            await self._sleep(self._sleep_for(free, result))
+            wait = self._sleep_for(free, result)
+            until_check = self._stranded.seconds_until_check()
+            if result is not None and until_check is not None:
+                wait = min(wait, until_check)  # a pass makes the stranded check when due
+            await self._sleep(wait)
 
     async def _pass(self, free: int) -> PassResult:
         """Claim up to `free` due rows, start their steps, and ask what is due next if idle."""
@@ -260,11 +276,15 @@ class Worker:
                 rows = await self._claim(conn, info, free - len(claimed))
                 claimed.extend((info, row) for row in rows)
             # Start the steps first: asking when more is due can wait, they cannot.
+            unrun: list[tuple[WorkflowInfo, Any]] = []
             for info, values in claimed:
-                row = build_row(info, values._mapping)
+                if info.resolve(values.next_step) is None:
+                    unrun.append((info, values))  # a step this code does not have
+                    continue
+                row = build_row(info, values)
                 claim = Claim(
                     info,
-                    primary_key(info, row),
+                    claimed_key(info, values),
                     values.wf_version,
                     lease_end=values.claimed_until,
                     scheduled_at=values.duly_scheduled_at,
@@ -274,22 +294,79 @@ class Worker:
                 self._claims[task] = claim
                 self._busy.add(task)
                 self.steps_started += 1
+            if unrun:
+                await self._hand_back_unrun(conn, unrun)
+            # Rows handed back were not this worker's work: they count as neither claimed
+            # nor running, and the next-due question below no longer sees them.
+            started = len(claimed) - len(unrun)
             # A step still running (or committing) as the question is asked may change the
             # answer after it: such a pass does not count as caught up, even if the step is
             # done by the time the answer comes back.
             running = bool(self._claims)
-            if len(claimed) < free:
+            if started < free:
                 upcoming = await next_due(
                     conn, infos, [self._served[i.name] for i in infos], self._buckets
                 )
-        if len(claimed) < free:
+            if self._stranded.watching:
+                await self._watch_stranded(conn, claimed, upcoming)
+        if started < free:
             await self.idle.after_pass(
                 self.passes,
-                len(claimed),
+                started,
                 upcoming.at if upcoming is not None else None,
                 running=running or bool(self._claims),
             )
-        return PassResult(len(claimed), free, upcoming)
+        return PassResult(started, free, upcoming)
+
+    async def _hand_back_unrun(
+        self, conn: AsyncConnection, unrun: list[tuple[WorkflowInfo, Any]]
+    ) -> None:
+        """Give back rows naming a step this code lacks, untouched, and claim by name from now.
+
+        Claiming by the names it knows, the worker never takes those rows again
+        and its next-due answer ignores them: no loop, and a worker that has the
+        step (during a rolling deploy, the other release's) takes them.
+        """
+        for info, values in unrun:
+            claim = Claim(
+                info,
+                claimed_key(info, values),
+                values.wf_version,
+                lease_end=values.claimed_until,
+                scheduled_at=values.duly_scheduled_at,
+                claimed_at=values.duly_claimed_at,
+            )
+            await hand_back_unrun(conn, claim)
+            self._stranded.handed_back(
+                info, values.next_step, values.duly_scheduled_at, values.duly_claimed_at
+            )
+            served = served_steps(info, self.options.lanes, listed=True)
+            self._served[info.name] = served
+            if not served:
+                self.tables.pop(info.name, None)  # no step left: nothing here to claim
+
+    async def _watch_stranded(
+        self,
+        conn: AsyncConnection,
+        claimed: list[tuple[WorkflowInfo, Any]],
+        upcoming: NextDue | None,
+    ) -> None:
+        """Read the database's time from this pass's answers; check for stranded runs if due."""
+        if claimed:
+            self._stranded.observe(claimed[-1][1].duly_claimed_at)
+        elif upcoming is not None:
+            self._stranded.observe(upcoming.at - timedelta(seconds=upcoming.seconds))
+        if self._stranded.check_due():
+            await self._stranded.check(conn)
+
+    @property
+    def served(self) -> dict[str, tuple[str, ...] | None]:
+        """The step names this worker claims, per table (None: every step), as of now.
+
+        A table's entry becomes an explicit list once the worker has handed back
+        a row naming a step its code does not have.
+        """
+        return dict(self._served)
 
     async def _claim(self, conn: AsyncConnection, info: WorkflowInfo, want: int) -> list[Any]:
         """Claim up to `want` due rows of one table, of the steps this worker serves."""
@@ -300,8 +377,9 @@ class Worker:
             rows = await claim_due(conn, info, want, self.options.lease, steps)
         else:
             async with self._engine.connect() as claiming:
+                memory = self._group_memories[info.name]
                 rows = await claim_limited(
-                    claiming, info, want, self.options.lease, steps, self._buckets
+                    claiming, info, want, self.options.lease, steps, self._buckets, memory
                 )
         rows_claimed(info.name, len(rows))
         return list(rows)

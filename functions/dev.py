@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -29,6 +30,9 @@ from engine.graphs.configure import get_graph_runtime
 from engine.graphs.versions import activate_template, active_template_id, save_design
 from engine.testing import move_clock, reset_clock
 from functions.app import connection_of, create_app, database_registry, event_tables
+from functions.console.auth import require_reader
+from functions.console.overview_pages import clock_of
+from functions.console.rendering import ConsolePage, error_page, render, shift_text
 
 if TYPE_CHECKING:
     from engine.connection import WorkflowConnection
@@ -43,6 +47,15 @@ EXPENSE_SUBMITTED = "expense.submitted"  # the examples' event, named like the m
 MAX_EXPENSE_ID = 2**31 - 1  # the expense table's integer key
 
 dev_router = APIRouter(prefix="/dev", tags=["dev"])
+# The console's clock control: a console page's form, so its session and CSRF rules apply.
+console_clock_router = APIRouter(
+    prefix="/console",
+    route_class=ConsolePage,
+    dependencies=[Depends(require_reader)],
+    include_in_schema=False,
+)
+ClockUnit = Literal["minutes", "hours", "days"]
+ClockDirection = Literal["forward", "back", "reset"]
 
 
 def create_dev_app(
@@ -54,6 +67,8 @@ def create_dev_app(
     """The app of `create_app` with the /dev routes: for `duly dev` and tests, never deployed."""
     app = create_app(Session, run_worker=run_worker, worker_options=worker_options)
     app.include_router(dev_router)
+    app.include_router(console_clock_router)
+    app.state.console_clock = True  # the overview shows the clock control
     return app
 
 
@@ -110,6 +125,52 @@ async def dev_reset_clock(request: Request) -> dict[str, float]:
     """Put the database clock back on PostgreSQL's own time."""
     await reset_clock(request.app.state.Session)
     return {"shift_seconds": 0.0}
+
+
+@console_clock_router.post("/clock", response_model=None)
+async def console_move_clock(
+    request: Request,
+    amount: Annotated[str, Form(max_length=40)] = "1",
+    unit: Annotated[ClockUnit, Form()] = "days",
+    direction: Annotated[ClockDirection, Form()] = "forward",
+) -> Response:
+    """The overview's clock control: move the clock (through `POST /dev/clock`) or reset it.
+
+    htmx gets the control back, redrawn, and tells the overview to refresh
+    at once; a browser without script goes back to the overview.
+    """
+    error = None
+    try:
+        if direction == "reset":
+            await dev_reset_clock(request)
+        else:
+            by = float(amount.strip())
+            if by != by or by in (float("inf"), float("-inf")):  # NaN or infinite
+                raise ValueError(amount)
+            move = ClockMove(**{unit: -by if direction == "back" else by})
+            await dev_move_clock(request, move)
+    except ValueError:
+        error = f"{amount!r} is not a number of {unit}."
+    except HTTPException as exc:
+        error = str(exc.detail)
+    if not request.headers.get("hx-request"):
+        if error is not None:
+            return error_page(request, 400, error)
+        return RedirectResponse("/console", status_code=303)
+    now, shift = await clock_of(request)
+    note = None if error else f"Moved: the clock is now {shift_text(shift)} from PostgreSQL's own."
+    context = {
+        "now": now,
+        "shift": shift,
+        "amount": amount,
+        "unit_chosen": unit,
+        "clock_error": error,
+        "clock_note": note,
+    }
+    response = render(request, "overview/clock.html", context, status_code=200)
+    if error is None:
+        response.headers["HX-Trigger"] = "clock-moved"
+    return response
 
 
 @dev_router.post("/onboarding")

@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import (
 from engine import EventRegistry, get_event_registry
 from engine.connection import WorkflowConnection, activate, open_connection
 from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.retention import RetentionSettings
 from engine.worker import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from infra.aws_settings import AwsSettings, resolve_database_url
@@ -155,8 +156,10 @@ class Runtime:
         clients: Callable[[str], Any] | None = None,
         max_concurrency: int = MAX_CONCURRENCY,
         engine_options: dict[str, Any] | None = None,
+        retention: RetentionSettings | None = None,
     ) -> None:
         self._settings = settings
+        self._retention = retention
         self._scheduler_factory = scheduler
         self._invoke = invoke
         self._client_factory = clients
@@ -179,6 +182,13 @@ class Runtime:
         if self._settings is None:
             self._settings = AwsSettings.from_env()
         return self._settings
+
+    @property
+    def retention(self) -> RetentionSettings:
+        """The retention settings given, else the environment's (read once, when first used)."""
+        if self._retention is None:
+            self._retention = RetentionSettings.from_env()
+        return self._retention
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -38,12 +38,12 @@ from engine import (
     WorkflowEvent,
     run_workflows,
 )
-from engine.claims import served_steps
 from engine.connection import activate
 from engine.events.configure import routing_of
 from engine.events.database import event_values
 from engine.next_due import next_due
 from engine.registry import WorkflowInfo, registered_workflows
+from engine.retention import prune
 from engine.worker import Worker
 from functions.lambda_runtime import Budget, Container, Runtime
 
@@ -303,7 +303,9 @@ async def spread_work(
     take (or a limit holds back, which another wake would not help).
     """
     infos = list(worker.tables.values())
-    served = [served_steps(info, worker.options.lanes) for info in infos]
+    # The worker's own answer: a table whose rows name a step this code lacks is served
+    # by name, so a row no wake can take never asks for another wake.
+    served = [worker.served[info.name] for info in infos]
     bucket = worker.connection.rate_bucket
     table = bucket.__table__ if bucket is not None else None
     await asyncio.sleep(SPREAD_FIRST)
@@ -351,7 +353,8 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     """Route the outbox rows due now (as `duly drain`), bounded by the deadline.
 
     Also the safety net: when anything is due now that no wake has taken (a
-    lost wake-up, or more than the drain could route), it kicks a wake.
+    lost wake-up, or more than the drain could route), it kicks a wake. With
+    DULY_PRUNE_ON_DRAIN, a bounded prune pass follows (`engine.retention`).
     """
     check_command(event, "drain")
     container = await rt.container()
@@ -386,7 +389,17 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     kicked = not caught_up or await due_now(container)
     if kicked:
         await rt.kick()
-    return {"routed": routed, "caught_up": caught_up, "kicked": kicked}
+    result: dict[str, Any] = {"routed": routed, "caught_up": caught_up, "kicked": kicked}
+    retention = rt.retention
+    if retention.prune_on_drain and budget.until_stop() > 0:
+        # A few batches at most, so the drain stays short: the next drain prunes on.
+        pruned = await prune(container.connection, retention, max_batches=retention.drain_batches)
+        result["pruned"] = {
+            "rows": pruned.rows,
+            "batches": pruned.batches,
+            "complete": pruned.complete,
+        }
+    return result
 
 
 async def due_now(container: Container) -> bool:

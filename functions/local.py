@@ -259,9 +259,10 @@ async def serve(
 
 def print_banner(host: str, port: int, workflows: list[str], shown_url: str) -> None:
     """Where to look, how to move the clock, and where the database is."""
-    # The app's first workflow: a page of its runs says more than the list of tables.
+    # The console first; then the app's first workflow as JSON: a page of its runs says
+    # more than the list of tables.
     first = f"/runs/{workflows[0]}" if workflows else "/workflows"
-    print(f"duly dev: open http://{host}:{port}{first} (or /workflows, /docs)")
+    print(f"duly dev: open http://{host}:{port}/console (or {first}, /workflows, /docs)")
     print(
         f"Move the clock: curl -X POST localhost:{port}/dev/clock "
         """-H 'content-type: application/json' -d '{"days": 3}'"""

@@ -81,11 +81,15 @@ class EmbeddedPostgres:
         """The libpq URL of a database on this server, for ``psycopg.connect``."""
         return self.url_for(database).replace("+psycopg", "", 1)
 
-    def restart(self) -> None:
-        """Restart the server (fast shutdown) and wait until it accepts connections."""
+    def restart(self, mode: str = "fast") -> None:
+        """Restart the server and wait until it accepts connections.
+
+        `mode` is pg_ctl's shutdown mode: "fast", or "immediate" (a crash: no
+        checkpoint, recovery from the WAL at start) for the chaos soak.
+        """
         started = time.monotonic()
         # Without -o, pg_ctl restart reuses postmaster.opts, so the socket stays where it was.
-        self._pg_ctl("-m", "fast", "-l", str(self.log_path), "restart")
+        self._pg_ctl("-m", mode, "-l", str(self.log_path), "restart")
         self._wait_for_connections()
         logger.info("Restarted PostgreSQL in %s in %.2f s.", self.data_dir, elapsed(started))
 

@@ -62,7 +62,9 @@ def test_duly_dev_serves_runs_the_demo_and_stops_cleanly_on_ctrl_c(
         wait_for(lambda: welcome.search(output.text), SETTLE, "the welcome step line", output)
         assert "send_email('demo@example.com', 'welcome')" in output.text
         assert demo_run()["next_step"] == "check"
-        assert f"duly dev: open http://127.0.0.1:{port}/runs/onboarding (or" in output.text
+        assert (
+            f"duly dev: open http://127.0.0.1:{port}/console (or /runs/onboarding," in output.text
+        )
         assert f"curl -X POST localhost:{port}/dev/clock" in output.text
         assert "database clock:" not in output.text  # a fresh database's clock is not moved
 

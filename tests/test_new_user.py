@@ -90,7 +90,8 @@ def test_an_app_of_ones_own_runs_from_its_folder_and_its_database_is_reachable(
         workflows = client.get("/workflows").json()["workflows"]
         assert [workflow["name"] for workflow in workflows] == ["invoice"]
         # The banner points at the app's own (first) workflow, not the example's.
-        banner = f"duly dev: open http://127.0.0.1:{port}/runs/invoice (or /workflows, /docs)\n"
+        url = f"http://127.0.0.1:{port}"
+        banner = f"duly dev: open {url}/console (or /runs/invoice, /workflows, /docs)\n"
         wait_for(lambda: "database: " in output.text, SETTLE, "the database line", output)
         assert banner in output.text
         [url] = re.findall(r"^database: (\S+)$", output.text, re.MULTILINE)

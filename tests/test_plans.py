@@ -21,6 +21,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.claims import claim_due
+from engine.group_memory import WINDOW_PER_SLOT, GroupMemory
 from engine.limited_claims import claim_limited
 from engine.next_due import next_due
 from engine.registry import WorkflowInfo, workflow_info
@@ -207,12 +208,15 @@ async def seeded_lookup(db: Database, hot_rows: int = 0) -> AsyncEngine:
 
 
 async def limited_claim(
-    engine: AsyncEngine, info: WorkflowInfo, steps: tuple[str, ...] | None = None
+    engine: AsyncEngine,
+    info: WorkflowInfo,
+    steps: tuple[str, ...] | None = None,
+    memory: GroupMemory | None = None,
 ) -> tuple[Sent, list[Row[Any]]]:
     """Run the real limited claim (it commits); what it sent and the rows it took."""
     with sent(engine) as seen:
         async with engine.connect() as conn:
-            rows = await claim_limited(conn, info, WANT, LEASE, steps, BUCKET)
+            rows = await claim_limited(conn, info, WANT, LEASE, steps, BUCKET, memory)
     return seen, rows
 
 
@@ -252,6 +256,25 @@ async def test_the_limited_claim_that_visits_every_group_skip_scans_its_index(
     assert skip_scan_probes(choose, "lookup", "customer") == GROUPS + 1, drawn(choose)
     claim = await plan_of(engine, the_one(seen, "SKIP LOCKED"))
     assert reached_by(claim, "lookup") == LOOKUP_CLAIMS, drawn(claim)
+
+
+async def test_the_limited_claim_behind_a_backlog_probes_only_the_remembered_groups(
+    db: Database,
+) -> None:
+    # The same customer ahead of everyone: the first claim visits every group and remembers
+    # them; the next probes only the longest-waiting it remembers, one probe of the
+    # (customer, wake_at) index each, and never the skip scan.
+    engine = await seeded_lookup(db, hot_rows=5000)
+    memory = GroupMemory(clock=lambda: 0.0)
+    await limited_claim(engine, workflow_info(Lookup), memory=memory)
+    seen, rows = await limited_claim(engine, workflow_info(Lookup), memory=memory)
+    assert len(rows) == WANT and memory.visits == 1
+    choose = await plan_of(engine, the_one(seen, "pg_try_advisory_xact_lock"), analyze=True)
+    assert reached_by(choose, "lookup") == LOOKUP_CHOOSES, drawn(choose)
+    assert skip_scan_probes(choose, "lookup", "customer") == 0, drawn(choose)
+    probes = [n for n in nodes(choose) if n.get("Alias") == "recalled"]
+    assert [n.get("Index Name") for n in probes] == ["ix_lookup_due_by_customer"], drawn(choose)
+    assert int(probes[0]["Actual Loops"]) == WANT * WINDOW_PER_SLOT, drawn(choose)
 
 
 async def test_the_limited_claim_of_a_lane_uses_the_indexes(db: Database) -> None:

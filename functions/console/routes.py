@@ -1,16 +1,31 @@
-"""Every console page under /console, mounted by `functions.app.create_app`."""
+"""Every console page under /console, mounted by `functions.app.create_app`.
+
+One router gathers the page modules' routers, behind one dependency: with
+DULY_API_TOKEN set, every page needs a session (`auth.require_reader`; the
+login form excepted). `duly dev` adds the clock control beside it
+(`functions.dev`).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse
 
-from functions.console.templating import templates
+from functions.console import auth, graph_pages, outbox_pages, overview_pages, run_pages
+from functions.console.rendering import ConsolePage
 
-console_router = APIRouter(prefix="/console", include_in_schema=False)
-
-
-@console_router.get("", response_class=HTMLResponse)
-async def home(request: Request) -> HTMLResponse:
-    """The console's first page."""
-    return templates.TemplateResponse(request, "home.html", {"title": "duly"})
+console_router = APIRouter(
+    prefix="/console", include_in_schema=False, dependencies=[Depends(auth.require_reader)]
+)
+# The overview is /console itself: a path no sub-router can be included at.
+console_router.add_api_route(
+    "",
+    overview_pages.overview_page,
+    response_class=HTMLResponse,
+    route_class_override=ConsolePage,
+)
+console_router.include_router(auth.router)
+console_router.include_router(overview_pages.router)
+console_router.include_router(run_pages.router)
+console_router.include_router(outbox_pages.router)
+console_router.include_router(graph_pages.router)

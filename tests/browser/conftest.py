@@ -17,7 +17,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 import uvicorn
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Page
 
 from engine import configure_event_registry, get_event_registry
 from engine.graphs.configure import forget_graph_runtime
@@ -97,6 +99,17 @@ class LiveConsole:
             sock.close()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The browser tests run after every other test of the session.
+
+    Playwright's sync API keeps its event loop running on the main thread from
+    the first browser test to the end of the session, where no later
+    pytest-asyncio test could run its own (`pytest tests/browser tests/...`).
+    """
+    here = Path(__file__).parent
+    items.sort(key=lambda item: here in Path(str(item.path)).parents)
+
+
 @pytest.fixture(scope="session")
 def console(server: Server) -> Iterator[LiveConsole]:
     """`duly dev`'s app with the examples configured as `duly dev` configures them."""
@@ -130,3 +143,26 @@ def screenshots() -> Path:
     """Where the browser tests write their screenshots (ignored by git)."""
     SCREENSHOTS.mkdir(exist_ok=True)
     return SCREENSHOTS
+
+
+# What an accessibility check refuses: axe-core's two worst impacts.
+REFUSED_IMPACTS = frozenset({"serious", "critical"})
+
+
+@pytest.fixture(scope="session")
+def accessible() -> Callable[[Page], None]:
+    """A check that the page, as it stands, has no serious or critical axe-core violation."""
+    axe = Axe()
+
+    def check(page: Page) -> None:
+        results = axe.run(page)
+        refused = [v for v in results.response["violations"] if v["impact"] in REFUSED_IMPACTS]
+        if refused:
+            report = "\n".join(
+                f"{v['id']} ({v['impact']}): {v['help']} at "
+                + ", ".join(", ".join(n["target"]) for n in v["nodes"][:5])
+                for v in refused
+            )
+            raise AssertionError(f"{page.url} has accessibility violations:\n{report}")
+
+    return check

@@ -1,0 +1,314 @@
+"""Counting and deleting what is past its retention period, one short transaction a batch.
+
+    found = await count_prunable(connection, settings)   # the dry run: rows per table
+    done = await prune(connection, settings)              # deletes the same, batch by batch
+
+Both own their transactions (each statement its own, on the connection's
+autocommit engine) and read the cutoffs once, at their start, from the
+database clock (`db_now()`: a moved test clock moves them).
+
+A batch is one statement. It chooses at most `batch_size` rows through the
+walk's index, starting after the last row the previous batch chose (a
+keyset on `(at, key)`, so no batch steps again over rows already deleted
+and not yet vacuumed), deletes them by `ctid` (a TID scan: no second index
+lookup) with their companions, and says where it stopped. Its row locks last
+that one statement, so a worker's claims never queue behind a prune, and a
+prune stopped anywhere leaves every batch it finished done and the rest
+untouched. After a batch that deleted rows the prune pauses (`pause_ms`):
+flat out, its WAL and its CPU would slow the workers' commits (bench/prune.py
+measures it; see `engine.retention.settings`). A pass bounded by
+`max_batches` bounds each walk, so every table moves on in every pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    DateTime,
+    Integer,
+    Select,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    or_,
+    select,
+)
+
+from engine.clock import db_now
+from engine.connection import WorkflowConnection
+from engine.retention.scans import Scan, prune_scans
+from engine.retention.settings import KINDS, RetentionSettings
+
+BEGINNING = datetime(1, 1, 1, tzinfo=UTC)  # where every walk starts: before any row
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """One table's rows past their kind's retention period: counted, or deleted."""
+
+    kind: str
+    table: str
+    rows: int
+    days: int  # the retention period
+    cutoff: datetime  # the rows finished before this instant
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a dry run counted or a prune deleted, table by table."""
+
+    applied: bool  # rows were deleted (else only counted)
+    tables: tuple[TableRows, ...]
+    kept: tuple[str, ...] = ()  # kinds kept for good (their period is `never`)
+    batches: int = 0  # the transactions that deleted (0 for a dry run)
+    complete: bool = True  # False when `max_batches` stopped the prune first
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        """Rows of every table."""
+        return sum(t.rows for t in self.tables)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON values (times in ISO 8601)."""
+        return {
+            "applied": self.applied,
+            "rows": self.rows,
+            "batches": self.batches,
+            "complete": self.complete,
+            "seconds": round(self.seconds, 3),
+            "kept": list(self.kept),
+            "tables": [
+                {
+                    "kind": t.kind,
+                    "table": t.table,
+                    "rows": t.rows,
+                    "days": t.days,
+                    "cutoff": t.cutoff.isoformat(),
+                }
+                for t in self.tables
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch committed: what `prune` tells its `on_batch` callback."""
+
+    kind: str
+    table: str  # the table the batch walked (its companions' rows are counted in `deleted`)
+    deleted: int  # rows this batch deleted, companions included
+    batches: int  # batches committed so far
+    rows: int  # rows deleted so far
+
+
+@dataclass
+class Walk:
+    """A scan under way: its period and cutoff, and where its last batch stopped."""
+
+    scan: Scan
+    days: int
+    cutoff: datetime
+    after_at: datetime = BEGINNING
+    after_key: Any = None  # None at the start: every key is after it
+
+
+@dataclass
+class Tally:
+    """Rows per table, in the order the tables were first met."""
+
+    tables: dict[str, TableRows] = field(default_factory=dict)
+
+    def add(self, walk: Walk, table: str, rows: int) -> None:
+        """Count `rows` more of `table`, met on `walk`."""
+        before = self.tables.get(table)
+        total = rows + (before.rows if before is not None else 0)
+        self.tables[table] = TableRows(walk.scan.kind, table, total, walk.days, walk.cutoff)
+
+    def counts(self, walk: Walk, row: Any) -> int:
+        """Add a statement's counts (`removed`, `companion_<n>`) for `walk`; their sum."""
+        found = [(walk.scan.table.name, int(row.removed))]
+        found += [
+            (column.table.name, int(row._mapping[f"companion_{n}"]))
+            for n, column in enumerate(walk.scan.companions)
+        ]
+        for table, rows in found:
+            self.add(walk, table, rows)
+        return sum(rows for _, rows in found)
+
+
+async def count_prunable(
+    connection: WorkflowConnection, settings: RetentionSettings
+) -> PruneResult:
+    """Count, per table, what `prune` with the same settings would delete now (a dry run)."""
+    started = time.monotonic()
+    walks, kept = await plan(connection, settings)
+    tally = Tally()
+    async with connection.autocommit.connect() as conn:
+        for walk in walks:
+            for table in walk_tables(walk):
+                tally.add(walk, table, 0)  # every table listed, even with nothing to prune
+            row = await conn.execute(count_statement(walk.scan), {"duly_cutoff": walk.cutoff})
+            tally.counts(walk, row.one())
+    return PruneResult(
+        False, tuple(tally.tables.values()), kept, seconds=time.monotonic() - started
+    )
+
+
+async def prune(
+    connection: WorkflowConnection,
+    settings: RetentionSettings,
+    *,
+    max_batches: int | None = None,
+    on_batch: Callable[[Batch], Awaitable[None]] | None = None,
+) -> PruneResult:
+    """Delete what is past its retention period, `settings.batch_size` rows a transaction.
+
+    With `max_batches`, each walk makes at most that many batches (so no
+    table waits for another's backlog, and the pass's length is bounded);
+    the result says whether anything was left. `on_batch` is awaited after
+    each batch commits.
+    """
+    started = time.monotonic()
+    walks, kept = await plan(connection, settings)
+    tally = Tally()
+    for walk in walks:
+        for table in walk_tables(walk):
+            tally.add(walk, table, 0)
+    batches = deleted = 0
+    deleted_last = False
+    complete = True
+    for walk in walks:
+        statement = batch_statement(walk.scan)
+        made = 0
+        while True:
+            if max_batches is not None and made >= max_batches:
+                complete = False
+                break
+            params = {
+                "duly_cutoff": walk.cutoff,
+                "duly_after_at": walk.after_at,
+                "duly_after_key": walk.after_key,
+                "duly_batch_size": settings.batch_size,
+            }
+            if deleted_last and settings.pause_ms:
+                # After a batch that deleted: the disk (its WAL) and a CPU are the workers'.
+                await asyncio.sleep(settings.pause_ms / 1000)
+            async with connection.autocommit.connect() as conn:  # one statement, committed
+                row = (await conn.execute(statement, params)).one()
+            made += 1
+            batches += 1
+            now_deleted = tally.counts(walk, row)
+            deleted += now_deleted
+            deleted_last = now_deleted > 0
+            if on_batch is not None:
+                table = walk.scan.table.name
+                await on_batch(Batch(walk.scan.kind, table, now_deleted, batches, deleted))
+            if row.chosen < settings.batch_size:
+                break  # the walk reached the cutoff
+            walk.after_at, walk.after_key = row.last_at, row.last_key
+    return PruneResult(
+        True,
+        tuple(tally.tables.values()),
+        kept,
+        batches=batches,
+        complete=complete,
+        seconds=time.monotonic() - started,
+    )
+
+
+async def plan(
+    connection: WorkflowConnection, settings: RetentionSettings
+) -> tuple[list[Walk], tuple[str, ...]]:
+    """The walks to make, each with its cutoff from the database clock; the kinds kept."""
+    async with connection.autocommit.connect() as conn:
+        now = (await conn.execute(select(db_now()))).scalar_one()
+    assert isinstance(now, datetime)
+    walks = []
+    for scan in prune_scans(connection):
+        days = settings.days_for(scan.kind)
+        if days is not None:
+            walks.append(Walk(scan, days, now - timedelta(days=days)))
+    kept = tuple(kind for kind in KINDS if settings.days_for(kind) is None)
+    return walks, kept
+
+
+def walk_tables(walk: Walk) -> Iterable[str]:
+    """The tables a walk deletes from: its own, then its companions'."""
+    yield walk.scan.table.name
+    for column in walk.scan.companions:
+        yield column.table.name
+
+
+def count_statement(scan: Scan) -> Select[Any]:
+    """How many rows the scan finds past :duly_cutoff, and how many companion rows they have."""
+    prunable = select(scan.key.label("key")).where(*scan.conditions()).cte("prunable")
+    companions = [
+        select(func.count())
+        .select_from(column.table)
+        .where(column.in_(select(prunable.c.key)))
+        .scalar_subquery()
+        .label(f"companion_{n}")
+        for n, column in enumerate(scan.companions)
+    ]
+    return select(count(prunable).label("removed"), *companions)
+
+
+def batch_statement(scan: Scan) -> Select[Any]:
+    """One batch: choose, delete with companions, and say where the walk stopped.
+
+    Parameters: :duly_cutoff, :duly_batch_size, and the last row the previous
+    batch chose, :duly_after_at and :duly_after_key (BEGINNING and None first).
+    """
+    table = scan.table
+    after_at = scan.at >= bindparam("duly_after_at", type_=DateTime(timezone=True))
+    past = or_(
+        scan.at > bindparam("duly_after_at", type_=DateTime(timezone=True)),
+        scan.key > bindparam("duly_after_key", type_=scan.key.type),
+    )
+    # The next rows in index order after the previous batch's last, past the cutoff.
+    chosen = (
+        select(literal_column("ctid").label("row_id"), scan.at.label("at"), scan.key.label("key"))
+        .where(*scan.conditions(), after_at, past)
+        .order_by(scan.at, scan.key)
+        .limit(bindparam("duly_batch_size", type_=Integer))
+        .cte("chosen")
+    )
+    # Deleted by their ctid (a TID scan); the conditions are checked again on each row, so
+    # a row that moved since it was chosen (an execution run again, say) is left alone.
+    chosen_ids = func.array(select(chosen.c.row_id).scalar_subquery())  # ARRAY(SELECT ...)
+    removed = (
+        delete(table)
+        .where(literal_column("ctid") == any_(chosen_ids), *scan.conditions())
+        .returning(scan.key.label("key"))
+        .cte("removed")
+    )
+    companions = [
+        delete(column.table)
+        .where(column.in_(select(removed.c.key)))
+        .returning(column)
+        .cte(f"removed_{n}")
+        for n, column in enumerate(scan.companions)
+    ]
+    last = select(chosen.c.at, chosen.c.key).order_by(chosen.c.at.desc(), chosen.c.key.desc())
+    return select(
+        count(chosen).label("chosen"),
+        last.with_only_columns(chosen.c.at).limit(1).scalar_subquery().label("last_at"),
+        last.with_only_columns(chosen.c.key).limit(1).scalar_subquery().label("last_key"),
+        count(removed).label("removed"),
+        *(count(cte).label(f"companion_{n}") for n, cte in enumerate(companions)),
+    )
+
+
+def count(cte: CTE) -> Any:
+    """The number of rows of `cte`, as a scalar subquery."""
+    return select(func.count()).select_from(cte).scalar_subquery()

@@ -1,0 +1,107 @@
+"""What is pruned, table by table: each kind's rows past the cutoff, walked through an index.
+
+- attempts: attempt-log rows whose attempt finished before the cutoff, walked
+  by `(finished_at, id)` (the log's `ix_<table>_finished` index);
+- events: outbox rows `processed` before the cutoff (`settled_at`) whose
+  every delivery attempt succeeded, walked by `(status, created_at)` (the
+  outbox's status index), each deleted with its event record and its
+  delivery attempts. A row with a dead-lettered (or failed) route is kept,
+  like the dead-lettered rows themselves: until replayed or discarded;
+- executions: durable executions completed, failed or cancelled before the
+  cutoff (`finished_at`) whose run has ended, one walk per state by
+  `(state, created_at)` (the execution table's state index).
+
+A row is created before it finishes, so "created before the cutoff" bounds
+each walk by its index without changing what it finds. The workflow tables
+themselves (the application's business rows) are never pruned.
+
+Tables are found on a `WorkflowConnection`: its attempt log, and the outbox
+and execution tables among its workflows (the ones in the database).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
+from sqlalchemy.sql.elements import BindParameter
+
+from engine.connection import WorkflowConnection
+from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
+from engine.executions.durable import WorkflowExecutionRecord
+from engine.executions.state import TERMINAL_STATES
+from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
+
+
+def cutoff_parameter() -> BindParameter[Any]:
+    """The cutoff every statement compares with: rows older than it are pruned."""
+    return bindparam("duly_cutoff", type_=DateTime(timezone=True))
+
+
+# eq=False: its fields are SQL expressions, which == would turn into more SQL.
+@dataclass(frozen=True, eq=False)
+class Scan:
+    """One walk through a table's prunable rows, in the order of one of its indexes."""
+
+    kind: str  # one of engine.retention.settings.KINDS
+    table: Table
+    at: Column[Any]  # the time the walk follows: only rows before the cutoff
+    key: Column[Any]  # unique in the table: breaks ties of `at`, names the row to companions
+    where: tuple[ColumnElement[bool], ...]  # what else makes a row prunable (uses the cutoff)
+    companions: tuple[Column[Any], ...] = ()  # other tables' columns holding `key`: deleted too
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """Everything that makes a row of the table prunable now."""
+        return [*self.where, self.at < cutoff_parameter()]
+
+
+def prune_scans(connection: WorkflowConnection) -> list[Scan]:
+    """The walks over every table of duly's own in the connection's database."""
+    scans: list[Scan] = []
+    if connection.attempt_log is not None:
+        scans.append(attempt_scan(connection.attempt_log.__table__))
+    for info in connection.workflows:
+        if issubclass(info.cls, OutboxColumns):
+            tables = tables_for(info.cls)
+            scans.append(
+                event_scan(tables.outbox_table, tables.record_table, tables.delivery_table)
+            )
+        elif issubclass(info.cls, WorkflowExecutionRecord):
+            scans.extend(execution_scans(info.table))
+    return scans
+
+
+def attempt_scan(log: Table) -> Scan:
+    """Attempt-log rows that finished before the cutoff."""
+    return Scan(ATTEMPTS, log, log.c.finished_at, log.c.id, ())
+
+
+def event_scan(outbox: Table, records: Table, deliveries: Table) -> Scan:
+    """Processed outbox rows settled before the cutoff, all of whose routes succeeded."""
+    owed = exists().where(
+        deliveries.c.event_id == outbox.c.event_id, deliveries.c.status != SUCCEEDED
+    )
+    where = (
+        outbox.c.status == PROCESSED,
+        outbox.c.settled_at < cutoff_parameter(),
+        ~owed,
+    )
+    companions = (deliveries.c.event_id, records.c.event_id)
+    return Scan(EVENTS, outbox, outbox.c.created_at, outbox.c.event_id, where, companions)
+
+
+def execution_scans(executions: Table) -> list[Scan]:
+    """Executions that finished before the cutoff: one walk per terminal state."""
+    c = executions.c
+    ended = (c.next_step.is_(None), c.waiting_for.is_(None), c.claimed_until.is_(None))
+    return [
+        Scan(
+            EXECUTIONS,
+            executions,
+            c.created_at,
+            c.execution_id,
+            (c.state == state.value, c.finished_at < cutoff_parameter(), *ended),
+        )
+        for state in TERMINAL_STATES
+    ]

@@ -1,0 +1,227 @@
+"""How a console page answers: its template with what every page needs, or a refusal as a page.
+
+`render` adds the context every page shares (the CSRF token, whether this
+visitor may write, the dev clock control) and the headers every page
+sends: no caching, no framing (a confirmation page in another site's frame
+could be clicked through), and a content security policy that lets only
+the console's own scripts run. `ConsolePage` is the route class of the
+console's routers: a client's mistake (a bad key, a value the database
+refuses, a missing run) becomes a page saying so with its 4xx status,
+never a JSON body or a 500. The filters format what pages show: times
+relative to the database's clock (which `duly dev` can move), durations,
+JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+from fastapi import HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import ValidationError
+from sqlalchemy.exc import DataError
+
+from engine.connection import WorkflowConnection
+from engine.errors import DulyError, NotFoundError
+from engine.run_views import json_value
+from functions.console.auth import LoginRequired, can_write, console_auth
+from functions.console.templating import templates
+
+# Scripts only from the console's own folder (htmx, console.js); styles may sit in attributes
+# (the bars of a chart are sized there); no page of another site may frame a console page.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+)
+MAX_SHOWN_TEXT = 2000  # characters of one value shown in a table cell
+
+
+def api() -> ModuleType:
+    """`functions.app`, whose route functions and request models the console's forms call.
+
+    Imported when first asked: `functions.app` includes the console's router,
+    so importing it at the top of a page module would make a circle that
+    breaks whichever of the two is imported first.
+    """
+    return importlib.import_module("functions.app")
+
+
+def connection_of(request: Request) -> WorkflowConnection:
+    """The workflow connection the app's lifespan opened."""
+    connection: WorkflowConnection = request.app.state.connection
+    return connection
+
+
+def render(
+    request: Request,
+    name: str,
+    context: Mapping[str, Any] | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    """The template `name` with every page's shared context and headers."""
+    auth = console_auth(request)
+    shared = {
+        "writable": can_write(request),
+        "login_required": auth.login_required,
+        "dev_clock": bool(getattr(request.app.state, "console_clock", False)),
+        "path": request.url.path,
+    }
+    response = templates.TemplateResponse(
+        request, name, {**shared, **(context or {})}, status_code=status_code
+    )
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "same-origin"
+    return response
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """A client's mistake, as a page with its status."""
+    titles = {404: "Not found", 401: "Log in first", 403: "Refused"}
+    context = {"title": titles.get(status, "Not done"), "status": status, "message": message}
+    return render(request, "error.html", context, status_code=status)
+
+
+def problem_of(exc: Exception) -> tuple[int, str]:
+    """The status and sentence a page shows for an error a client caused."""
+    if isinstance(exc, NotFoundError):
+        return 404, str(exc)
+    if isinstance(exc, HTTPException):
+        return exc.status_code, str(exc.detail)
+    if isinstance(exc, DataError):
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["invalid"])[0]
+        return 400, f"The database refused a value in this request: {reason.rstrip('.')}."
+    if isinstance(exc, RequestValidationError | ValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
+        where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path"))
+        return 400, f"{where or 'The request'}: {first['msg']}."
+    return 400, str(exc)
+
+
+CLIENT_MISTAKES = (DulyError, DataError, RequestValidationError, ValidationError)
+
+
+class ConsolePage(APIRoute):
+    """A console route: a client's mistake is a page saying so, never JSON or a 500."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except LoginRequired:
+                raise  # a redirect to the login form, answered by FastAPI
+            except HTTPException as exc:
+                if exc.status_code >= 500:
+                    raise
+                return error_page(request, *problem_of(exc))
+            except CLIENT_MISTAKES as exc:
+                return error_page(request, *problem_of(exc))
+
+        return page
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+def relative(moment: datetime | None, now: datetime | None) -> str:
+    """`moment` from `now`, in words: "in 3 days", "2 minutes ago", "now"."""
+    if moment is None:
+        return "—"
+    if now is None:
+        return absolute(moment)
+    seconds = (moment - now).total_seconds()
+    ahead = seconds >= 0
+    span = abs(seconds)
+    if span < 1:
+        return "now"
+    words = _two_units(int(span))
+    return f"in {words}" if ahead else f"{words} ago"
+
+
+UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+
+def _two_units(seconds: int) -> str:
+    """A span in its largest unit and the next: "2 days 23 hours", "4 minutes 5 seconds"."""
+    parts: list[tuple[int, str]] = []
+    for unit, size in UNITS:
+        count, seconds = divmod(seconds, size)
+        if count or parts:
+            parts.append((count, unit))
+        if len(parts) == 2:
+            break
+    return " ".join(f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in parts if n)
+
+
+def absolute(moment: datetime | None) -> str:
+    """A time as people read it, in UTC, to the second."""
+    if moment is None:
+        return "—"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(moment: datetime | None) -> str:
+    """A time in ISO 8601, for `<time datetime>`."""
+    return moment.isoformat() if moment is not None else ""
+
+
+def duration(ms: float | None) -> str:
+    """A step's time: milliseconds below a second, seconds above."""
+    if ms is None:
+        return "—"
+    if ms < 1:
+        return f"{ms:.2f} ms"
+    if ms < 1000:
+        return f"{ms:.1f} ms"
+    return f"{ms / 1000:.2f} s"
+
+
+def shift_text(shift: timedelta) -> str:
+    """A clock shift as people say it: "+3 days 2 hours", "none"."""
+    seconds = int(shift.total_seconds())
+    if seconds == 0:
+        return "none"
+    sign = "+" if seconds > 0 else "-"
+    return sign + _two_units(abs(seconds))
+
+
+def pretty(value: Any) -> str:
+    """A value as indented JSON (times in ISO 8601)."""
+    return json.dumps(json_value(value), indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def cell(value: Any) -> str:
+    """A value for a table cell: text as it is, anything else as compact JSON, shortened."""
+    if value is None:
+        return "—"
+    plain = json_value(value)  # times become ISO text, shown without quotes
+    text = plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)
+    return text if len(text) <= MAX_SHOWN_TEXT else text[: MAX_SHOWN_TEXT - 1] + "…"
+
+
+def number(value: int | None) -> str:
+    """A count with thousands separated."""
+    return "—" if value is None else f"{value:,}"
+
+
+templates.env.filters.update(
+    relative=relative,
+    absolute=absolute,
+    iso=iso,
+    duration=duration,
+    pretty=pretty,
+    cell=cell,
+    number=number,
+    shift_text=shift_text,
+)
+templates.env.globals["relative"] = relative

@@ -1,0 +1,438 @@
+"""A workflow's runs (`/console/runs/{workflow}`) and one run's page, with its actions.
+
+The list and the run are `engine.run_views`'s (the queries of the JSON
+API and of `duly runs` / `duly show`). A run's page redraws its live part
+every 2 s while the run can still change. Every action is a form that
+calls the JSON API's own route function (`start_workflow`,
+`run_on_workflow`, `deliver_to_workflow`, `cancel_workflow`) with the
+API's own request model, so a form is checked and refused exactly as the
+API would; run, deliver and cancel ask for a confirmation first, then go
+back to the run's page (Post/Redirect/Get) saying what they did. A refusal
+redraws the form with each error beside its field.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from sqlalchemy.exc import DataError
+
+from engine.errors import DulyError, NotFoundError
+from engine.events.records import OutboxColumns
+from engine.overview import RUN_STATES
+from engine.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.run_views import (
+    DEFAULT_PAGE,
+    MAX_FILTER_TEXT,
+    RUN_ORDERS,
+    SCAN_WINDOW,
+    RunDetail,
+    RunFilter,
+    database_now,
+    find_workflow,
+    list_runs,
+    run_detail,
+)
+from engine.steps import Step
+from functions.console.charts import timeline
+from functions.console.forms import errors_by_field, fields_of, raw_values, values_of
+from functions.console.rendering import ConsolePage, api, connection_of, render
+
+router = APIRouter(prefix="/runs", route_class=ConsolePage)
+
+ATTEMPTS_SHOWN = 200  # a run page's newest attempts
+LIVE_STATES = frozenset({"running", "waiting", "scheduled", "retrying"})
+ACTIONS = ("run", "deliver")
+FilterText = Annotated[str | None, Query(max_length=MAX_FILTER_TEXT)]
+# What a run's page says after an action sent it back there (`?done=...&count=n`).
+DONE = {
+    "started": "Started: the run is due now.",
+    "run": "Done: {count} run(s) will run the step now.",
+    "deliver": "Delivered: {count} run(s) accepted the event.",
+    "cancel": "Cancelled: {count} run(s) were still live.",
+}
+
+
+def run_url(workflow: str, key: str) -> str:
+    """The console's page of one run."""
+    return f"/console/runs/{quote(workflow, safe='')}/{quote(key, safe='')}"
+
+
+def _writable(request: Request, workflow: str) -> WorkflowInfo:
+    """The workflow, if the API lets runs of it be started and addressed (not the outbox)."""
+    info = find_workflow(connection_of(request), workflow)
+    if issubclass(info.cls, OutboxColumns):
+        raise HTTPException(
+            404, f"{info.name} is the outbox: its rows are events, on the outbox's page."
+        )
+    return info
+
+
+# -- the list ------------------------------------------------------------------------------------
+
+
+@router.get("/{workflow}", response_class=HTMLResponse)
+async def runs_page(
+    request: Request,
+    workflow: str,
+    state: FilterText = None,
+    step: FilterText = None,
+    key: FilterText = None,
+    error: FilterText = None,
+    order: FilterText = "newest",
+    after: Annotated[str | None, Query(max_length=2000)] = None,
+) -> HTMLResponse:
+    """A page of a workflow's runs, filtered, newest or soonest first."""
+    connection = connection_of(request)
+    info = find_workflow(connection, workflow)
+    given = {"state": state, "step": step, "key": key, "error": error}
+    filters = RunFilter(**{name: value or None for name, value in given.items()})
+    chosen = order or "newest"
+    page = await list_runs(
+        connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
+    )
+    query = {name: value for name, value in given.items() if value}
+    query["order"] = chosen
+    next_url = None
+    if page.next_after is not None:
+        next_url = f"?{urlencode({**query, 'after': page.next_after})}"
+    business = [c.name for c in info.table.c if c.name not in ENGINE_COLUMNS][:4]
+    async with connection.autocommit.connect() as conn:
+        now = await database_now(conn)
+    context = {
+        "title": f"{info.name} runs",
+        "now": now,
+        "info": info,
+        "page": page,
+        "filters": filters,
+        "order": chosen,
+        "orders": RUN_ORDERS,
+        "states": RUN_STATES,
+        "steps": list(info.steps),
+        "business": business,
+        "next_url": next_url,
+        "window": SCAN_WINDOW,
+        "first_url": f"?{urlencode(query)}" if after else None,
+        "startable": not issubclass(info.cls, OutboxColumns),
+        "run_url": run_url,
+    }
+    return render(request, "runs/list.html", context)
+
+
+# -- starting a run ------------------------------------------------------------------------------
+
+
+@router.get("/{workflow}/start", response_class=HTMLResponse)
+async def start_form(
+    request: Request, workflow: str, step: Annotated[str | None, Query(max_length=200)] = None
+) -> HTMLResponse:
+    """The form that starts a run: its row's columns, its first step and that step's arguments."""
+    info = _writable(request, workflow)
+    chosen = _step_of(info, step)
+    return _start_page(request, info, chosen, {}, {}, [])
+
+
+@router.post("/{workflow}/start", response_model=None)
+async def start_run(request: Request, workflow: str) -> Response:
+    """Start the run the form describes, through the API's `POST /workflows/{name}/start`."""
+    info = _writable(request, workflow)
+    form = await request.form()
+    chosen = _step_of(info, _text(form.get("step")))
+    typed = raw_values(form, ("row", "args"))
+    row_fields = fields_of(api().columns_of(info).model, "row")
+    arg_fields = fields_of(chosen.arguments.model, "args")
+    row, row_errors = values_of(row_fields, form)
+    args, arg_errors = values_of(arg_fields, form)
+    if row_errors or arg_errors:
+        return _start_page(request, info, chosen, typed, {**row_errors, **arg_errors}, [], 400)
+    try:
+        body = api().StartRequest(row=row, step=chosen.name, args=args)
+        started = await api().start_workflow(request, info.name, body)
+    except (RequestValidationError, ValidationError) as exc:
+        by_field, general = errors_by_field(exc.errors())
+        return _start_page(request, info, chosen, typed, by_field, general, 400)
+    except (HTTPException, DulyError, DataError) as exc:
+        return _start_page(request, info, chosen, typed, {}, [_message(exc)], _status(exc))
+    target = run_url(info.name, started["key"]) + "?done=started"
+    return RedirectResponse(target, status_code=303)
+
+
+def _start_page(
+    request: Request,
+    info: WorkflowInfo,
+    chosen: Step[Any, Any],
+    typed: dict[str, str],
+    errors: dict[str, str],
+    general: list[str],
+    status_code: int = 200,
+) -> HTMLResponse:
+    context = {
+        "title": f"Start a run of {info.name}",
+        "info": info,
+        "step": chosen,
+        "steps": list(info.steps),
+        "row_fields": fields_of(api().columns_of(info).model, "row"),
+        "arg_fields": fields_of(chosen.arguments.model, "args"),
+        "typed": typed,
+        "errors": errors,
+        "general": general,
+    }
+    return render(request, "runs/start.html", context, status_code=status_code)
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+
+@router.get("/{workflow}/{key}/live", response_class=HTMLResponse)
+async def run_live(request: Request, workflow: str, key: str) -> HTMLResponse:
+    """The part of a run's page that redraws itself while the run can change."""
+    return render(request, "runs/live.html", await _run_context(request, workflow, key))
+
+
+@router.get("/{workflow}/{key}/{action}", response_class=HTMLResponse)
+async def action_form(
+    request: Request,
+    workflow: str,
+    key: str,
+    action: str,
+    step: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """The form of an action on a run: run a step now, or deliver an event to it."""
+    if action not in ACTIONS:
+        raise HTTPException(404, f"No action {action!r} on a run: use one of run, deliver.")
+    info = _writable(request, workflow)
+    detail = await run_detail(connection_of(request), info, key, attempts=0)
+    chosen = _step_of(info, step or detail.summary.waiting_for)
+    return _action_page(request, info, detail, action, chosen, {}, {}, [])
+
+
+@router.post("/{workflow}/{key}/{action}", response_model=None)
+async def act_on_run(request: Request, workflow: str, key: str, action: str) -> Response:
+    """Run a step now, deliver an event, or cancel: first a confirmation, then the API's route."""
+    if action not in (*ACTIONS, "cancel"):
+        raise HTTPException(404, f"No action {action!r} on a run: use run, deliver or cancel.")
+    info = _writable(request, workflow)
+    connection = connection_of(request)
+    detail = await run_detail(connection, info, key, attempts=0)
+    form = await request.form()
+    confirmed = form.get("confirmed") == "yes"
+    if action == "cancel":
+        if not confirmed:
+            return _confirm_page(request, info, detail, "cancel", None, {}, {})
+        body = api().CancelRequest(key=_body_key(info, key))
+        done = await api().cancel_workflow(request, info.name, body)
+        return _back_to_run(info.name, key, "cancel", done["cancelled"])
+    chosen = _step_of(info, _text(form.get("step")))
+    typed = raw_values(form, ("args", "options"))
+    args, errors = values_of(fields_of(chosen.arguments.model, "args"), form)
+    if errors:
+        return _action_page(request, info, detail, action, chosen, typed, errors, [], 400)
+    options = _delivery_options(form) if action == "deliver" else {}
+    model = api().DeliverRequest if action == "deliver" else api().RunRequest
+    try:
+        body = model(key=_body_key(info, key), step=chosen.name, args=args, **options)
+        if not confirmed:
+            _check_arguments(chosen, args)  # the API's own check, before asking to confirm
+            return _confirm_page(request, info, detail, action, chosen, typed, options)
+        if action == "deliver":
+            count = (await api().deliver_to_workflow(request, info.name, body))["accepted"]
+        else:
+            count = (await api().run_on_workflow(request, info.name, body))["addressed"]
+    except (RequestValidationError, ValidationError) as exc:
+        by_field, general = errors_by_field(exc.errors())
+        return _action_page(request, info, detail, action, chosen, typed, by_field, general, 400)
+    except (HTTPException, DulyError, DataError) as exc:
+        general = [_message(exc)]
+        return _action_page(request, info, detail, action, chosen, typed, {}, general, _status(exc))
+    return _back_to_run(info.name, key, action, count)
+
+
+def _check_arguments(step: Step[Any, Any], args: dict[str, Any]) -> None:
+    """The step's argument check, its errors placed as the API places them (under `args`)."""
+    try:
+        step.arguments.validate(args)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", "args", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+@router.get("/{workflow}/{key:path}", response_class=HTMLResponse)
+async def run_page(
+    request: Request,
+    workflow: str,
+    key: str,
+    done: Annotated[str | None, Query(max_length=20)] = None,
+    count: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> HTMLResponse:
+    """One run: its row, what it waits for, its attempts as a timeline, and its actions."""
+    context = await _run_context(request, workflow, key)
+    note = DONE.get(done or "")
+    context["note"] = note.format(count=count) if note else None
+    return render(request, "runs/run.html", context)
+
+
+async def _run_context(request: Request, workflow: str, key: str) -> dict[str, Any]:
+    connection = connection_of(request)
+    info = find_workflow(connection, workflow)
+    detail = await run_detail(connection, info, key, attempts=ATTEMPTS_SHOWN)
+    summary = detail.summary
+    business = {k: v for k, v in summary.row.items() if k not in ENGINE_COLUMNS}
+    history = detail.history or []
+    label = (
+        f"Timeline of {info.name} {summary.key}: {len(history)} attempts shown, "
+        f"{sum(a['outcome'] != 'ok' for a in history)} failed."
+    )
+    deadline = None
+    if isinstance(summary.deadline, str):  # stored as ISO text in the wait's arguments
+        try:
+            deadline = datetime.fromisoformat(summary.deadline)
+        except ValueError:
+            deadline = None
+    parent = summary.parent
+    parent_url = None
+    if parent:
+        parent_key = parent.get("key", [])
+        parent_text = str(parent_key[0]) if len(parent_key) == 1 else _json_list(parent_key)
+        parent_url = run_url(str(parent.get("table")), parent_text)
+    return {
+        "title": f"{info.name} {summary.key}",
+        "info": info,
+        "detail": detail,
+        "run": summary,
+        "business": business,
+        "engine": detail.engine,
+        "history": history,
+        "timeline": timeline(history, label=label),
+        "live": summary.state in LIVE_STATES,
+        "now": detail.now,
+        "steps": list(info.steps),
+        "actionable": not issubclass(info.cls, OutboxColumns),
+        "parent_url": parent_url,
+        "deadline": deadline,
+        "run_url": run_url,
+        "live_url": run_url(info.name, summary.key) + "/live",
+    }
+
+
+def _action_page(
+    request: Request,
+    info: WorkflowInfo,
+    detail: RunDetail,
+    action: str,
+    chosen: Step[Any, Any],
+    typed: dict[str, str],
+    errors: dict[str, str],
+    general: list[str],
+    status_code: int = 200,
+) -> HTMLResponse:
+    verb = "Run a step now" if action == "run" else "Deliver an event"
+    context = {
+        "title": f"{verb}: {info.name} {detail.summary.key}",
+        "verb": verb,
+        "info": info,
+        "run": detail.summary,
+        "action": action,
+        "step": chosen,
+        "steps": list(info.steps),
+        "fields": fields_of(chosen.arguments.model, "args"),
+        "typed": typed,
+        "errors": errors,
+        "general": general,
+        "run_url": run_url(info.name, detail.summary.key),
+    }
+    return render(request, "runs/action.html", context, status_code=status_code)
+
+
+def _confirm_page(
+    request: Request,
+    info: WorkflowInfo,
+    detail: RunDetail,
+    action: str,
+    chosen: Step[Any, Any] | None,
+    typed: dict[str, str],
+    options: dict[str, Any],
+) -> HTMLResponse:
+    summary = detail.summary
+    questions = {
+        "cancel": f"Cancel {info.name} {summary.key}? It stops where it stands "
+        f"({summary.state}); what it has done stays.",
+        "run": f"Run {chosen.name if chosen else ''} now on {info.name} {summary.key}? "
+        "It replaces what the run had scheduled.",
+        "deliver": f"Deliver the event for {chosen.name if chosen else ''} to {info.name} "
+        f"{summary.key}?",
+    }
+    context = {
+        "title": "Confirm",
+        "question": questions[action],
+        "action": action,
+        "step": chosen,
+        "typed": typed,
+        "options": options,
+        "post_url": run_url(info.name, summary.key) + f"/{action}",
+        "back_url": run_url(info.name, summary.key),
+    }
+    return render(request, "runs/confirm.html", context)
+
+
+def _back_to_run(workflow: str, key: str, action: str, count: int) -> RedirectResponse:
+    target = run_url(workflow, key) + "?" + urlencode({"done": action, "count": count})
+    return RedirectResponse(target, status_code=303)
+
+
+def _step_of(info: WorkflowInfo, name: str | None) -> Step[Any, Any]:
+    """The step named, or the workflow's first; a 404 page naming the steps when unknown."""
+    if not info.steps:
+        raise HTTPException(404, f"Workflow {info.name} has no steps.")
+    if not name:
+        return next(iter(info.steps.values()))
+    found = info.steps.get(name)
+    if found is None:
+        raise HTTPException(
+            404, f"Workflow {info.name} has no step {name!r}; its steps: {', '.join(info.steps)}."
+        )
+    return found
+
+
+def _body_key(info: WorkflowInfo, key: str) -> Any:
+    """A run's key as the API's body gives it: the value as text, or the composite list."""
+    if len(info.mapper.primary_key) == 1:
+        return key
+    try:
+        return json.loads(key)
+    except ValueError:
+        raise DulyError(f"The key of {info.name} has several parts: give a JSON list.") from None
+
+
+def _delivery_options(form: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"restart": form.get("options.restart") == "true"}
+    idempotency = _text(form.get("options.idempotency_key"))
+    if idempotency:
+        options["idempotency_key"] = idempotency
+    return options
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _json_list(values: list[Any]) -> str:
+    return json.dumps(values)
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, HTTPException):
+        return str(exc.detail)
+    return str(exc)
+
+
+def _status(exc: Exception) -> int:
+    if isinstance(exc, HTTPException):
+        return exc.status_code
+    return 404 if isinstance(exc, NotFoundError) else 400
