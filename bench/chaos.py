@@ -107,6 +107,7 @@ class WorkerSlot:
     def __init__(self, url: str, listen_url: str | None) -> None:
         self.url, self.listen_url = url, listen_url
         self.process: asyncio.subprocess.Process | None = None
+        self.running = False  # said "ready", and not killed since
 
     async def start(self) -> None:
         extra = ["--listen-url", self.listen_url] if self.listen_url else []
@@ -128,8 +129,10 @@ class WorkerSlot:
             # while the database, or the pooler's login to it, is down exits at once).
             await self.kill()
             raise NotReady(f"a chaos worker said {line!r}, not ready; its stderr is above")
+        self.running = True
 
     async def kill(self) -> None:
+        self.running = False
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL)
@@ -306,6 +309,7 @@ async def drive(
     began = time.monotonic()
     end = began + settings.seconds
     next_kill = began + random.uniform(*settings.kill_every)
+    starting: set[asyncio.Task[Any]] = set()  # new workers in place of killed ones
     restarts_at = [
         began + settings.seconds * (i + 1) / (settings.restarts + 1)
         for i in range(settings.restarts)
@@ -313,18 +317,22 @@ async def drive(
     while time.monotonic() < end:
         tick = time.monotonic()
         await load.round()
-        if time.monotonic() >= next_kill:
-            # Counted from the kill, not from the new worker's start: one every 3-5 s.
+        alive = [slot for slot in slots if slot.running]
+        if time.monotonic() >= next_kill and alive:
+            # Counted from the kill, not from the new worker's start: one every 3-5 s. The
+            # new one starts beside the load (after a crash, the pooler refuses logins for a
+            # while), and is not killed again before it is up.
             next_kill = time.monotonic() + random.uniform(*settings.kill_every)
-            slot = random.choice(slots)
+            slot = random.choice(alive)
             await slot.kill()
             report.kills += 1
-            await retried(slot.start, end + 60)
+            starting.add(asyncio.create_task(retried(slot.start, end + 60)))
         if restarts_at and time.monotonic() >= restarts_at[0]:
             restarts_at.pop(0)
             await asyncio.to_thread(server.restart, "immediate")
             report.restarts += 1
         await asyncio.sleep(max(0.0, tick + TICK - time.monotonic()))
+    await asyncio.gather(*starting)
     await load.finish()
 
 

@@ -2,8 +2,12 @@
 
 - each run is counted in the one state its engine columns say (running,
   waiting, scheduled, retrying, finished, failed, cancelled), and across them
-  the due-now and the stranded (leased past the lease's end), with the next
-  due instant of a step not running: test_each_run_counts_in_its_state
+  the due-now and the stranded (due for longer than the grace period, 15
+  minutes: no worker has taken it; a lease ended a minute ago is not), with
+  the next due instant of a step not running: test_each_run_counts_in_its_state
+- the stranded runs are listed by workflow and step, in the API's answer and
+  under `duly status`'s table: test_the_api_answers_the_same_counts,
+  test_duly_status_prints_the_overview
 - `GET /overview` answers the same counts, with the outbox's summary beside
   them: test_the_api_answers_the_same_counts
 - `duly status` prints them as a table, and as JSON with `--json`, through the
@@ -29,7 +33,9 @@ from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 # (user id, the engine's columns as SQL): one onboarding run in each situation.
 RUNS = {
     "running": "claimed_until = now() + interval '1 minute', next_step = 'check'",
-    "stranded": "claimed_until = now() - interval '1 minute', next_step = 'check'",
+    "expired": "claimed_until = now() - interval '1 minute', next_step = 'check', "
+    "wake_at = now() - interval '1 minute'",
+    "stranded": "next_step = 'check', wake_at = now() - interval '1 hour'",
     "waiting": "next_step = NULL, waiting_for = 'activated'",
     "due": "next_step = 'check', wake_at = now() - interval '1 second'",
     "later": "next_step = 'check', wake_at = now() + interval '1 hour'",
@@ -39,9 +45,9 @@ RUNS = {
     "cancelled": "next_step = NULL, last_error = 'cancelled'",
 }
 EXPECTED = {
-    "running": 2,  # the stranded one is leased too
+    "running": 2,  # the expired lease is still a lease
     "waiting": 1,
-    "scheduled": 2,
+    "scheduled": 3,  # due, later, and the stranded one
     "retrying": 1,
     "finished": 1,
     "failed": 1,
@@ -70,10 +76,10 @@ async def test_each_run_counts_in_its_state(db: Database) -> None:
         counts = {c.workflow: c for c in await workflow_overview(connection)}
     onboarding = counts["onboarding"]
     assert dict(onboarding.states) == EXPECTED
-    assert (onboarding.total, onboarding.due, onboarding.stranded) == (len(RUNS), 1, 1)
-    # The earliest wake_at of a step nobody holds: the due one, a second ago.
+    assert (onboarding.total, onboarding.due, onboarding.stranded) == (len(RUNS), 2, 1)
+    # The earliest wake_at of a step nobody holds: the stranded one, an hour ago.
     assert onboarding.next_due is not None
-    assert abs(onboarding.next_due - datetime.now(UTC)) < timedelta(seconds=30)
+    assert abs(onboarding.next_due - datetime.now(UTC) + timedelta(hours=1)) < timedelta(minutes=1)
     assert counts["expense"].total == 0 and counts["expense"].next_due is None
 
 
@@ -85,7 +91,9 @@ async def test_the_api_answers_the_same_counts(db: Database) -> None:
     body = response.json()
     [onboarding] = [w for w in body["workflows"] if w["workflow"] == "onboarding"]
     assert onboarding["states"] == EXPECTED
-    assert (onboarding["due"], onboarding["stranded"]) == (1, 1)
+    assert (onboarding["due"], onboarding["stranded"]) == (2, 1)
+    [stranded] = body["stranded"]
+    assert (stranded["workflow"], stranded["step"], stranded["runs"]) == ("onboarding", "check", 1)
     assert body["outbox"]["counts"]["pending"] == 0
 
 
@@ -96,7 +104,7 @@ async def test_duly_status_prints_the_overview(db: Database, tmp_path: Path) -> 
     assert as_json.returncode == 0, as_json.stderr
     document = json.loads(as_json.stdout)
     [onboarding] = [w for w in document["workflows"] if w["workflow"] == "onboarding"]
-    assert onboarding["states"] == EXPECTED and onboarding["due"] == 1
+    assert onboarding["states"] == EXPECTED and onboarding["due"] == 2
     assert document["outbox"]["counts"]["dead_letter"] == 0
 
     table = run_duly("status", cwd=REPO_ROOT, env=env)
@@ -104,7 +112,8 @@ async def test_duly_status_prints_the_overview(db: Database, tmp_path: Path) -> 
     header, *rows = table.stdout.splitlines()
     assert header.split()[:3] == ["workflow", "due", "running"]
     [line] = [row for row in rows if row.startswith("onboarding ")]
-    assert line.split()[1:10] == ["1", "2", "1", "2", "1", "1", "1", "1", "1"]
+    assert line.split()[1:10] == ["2", "2", "1", "3", "1", "1", "1", "1", "1"]
+    assert "onboarding at check: 1 runs, the oldest due since" in table.stdout
     assert "outbox: pending 0" in table.stdout
 
     missing = run_duly("status", cwd=REPO_ROOT, env={**env, "DULY_DATABASE_URL": ""})

@@ -14,6 +14,7 @@ The browser is Debian's `chromium-headless-shell` (installed by `.ci/run`);
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 import threading
 import time
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,7 +32,6 @@ from playwright.sync_api import Page
 
 from engine import configure_event_registry, get_event_registry
 from engine.graphs.configure import forget_graph_runtime
-from functions import examples
 from functions.app_config import configure_app_graphs
 from functions.dev import create_dev_app, install_example_graph
 from functions.local import configure_events
@@ -41,6 +42,14 @@ CHROMIUM = Path("/usr/lib/chromium/chromium-headless-shell")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 STARTUP = 30.0
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
+
+
+def example_app() -> ModuleType:
+    """`functions.examples`, imported when a browser test first runs, not when this file is
+    collected: this folder is collected first, and a workflow class imported then would be
+    registered before the test apps' classes that map the same tables (`lookup`), so apps
+    built without naming their workflows would serve those instead (the later one wins)."""
+    return importlib.import_module("functions.examples")
 
 
 @dataclass
@@ -78,7 +87,7 @@ class LiveConsole:
 
     async def _serve(self) -> None:
         async with fresh_database(self.server) as database:
-            Session = await database.create(examples.Base.metadata)
+            Session = await database.create(example_app().Base.metadata)
             self.database_url = database.url
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
@@ -113,6 +122,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def console(server: Server) -> Iterator[LiveConsole]:
     """`duly dev`'s app with the examples configured as `duly dev` configures them."""
+    examples = example_app()
     configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
     configure_app_graphs(examples.__name__)
     live = LiveConsole(server)
