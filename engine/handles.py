@@ -19,6 +19,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -29,7 +30,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql import Executable, operators
 from sqlalchemy.sql.elements import BinaryExpression, BindParameter
 
@@ -90,6 +91,8 @@ class Handle(Generic[W]):
             event["event_key"] = key
         params: dict[str, Any] = {
             "duly_step": call.step.name,
+            # A run parked on a step's former name (`@step(aliases=...)`) takes it too.
+            "duly_step_names": [call.step.name, *call.step.aliases],
             "duly_event": event,
             "duly_key": key,
         }
@@ -285,7 +288,8 @@ def _delivery(
         )
     # Waiting for this step, and the deadline (judged now, as the delivery reaches the
     # row) not passed; or finished, and told to start again.
-    takes = [and_(t.c.waiting_for == step_name, or_(deadline.is_(None), deadline > now))]
+    names = bindparam("duly_step_names", type_=ARRAY(Text))
+    takes = [and_(t.c.waiting_for == any_(names), or_(deadline.is_(None), deadline > now))]
     if restart:
         takes.append(and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None)))
     # IS TRUE: a NULL (no wait, no deadline) must read as "no", not as unknown.

@@ -15,6 +15,8 @@
   run stopped, whatever the retry policy; a TypeError inside a body whose
   arguments bind still follows the retry policy.
 - A renamed step's retry names the step by its new name.
+- A run parked on a step's former name takes an event addressed to the step
+  by its new name.
 - Aliases that would make a name ambiguous are refused when the class is mapped.
 - The stranded report reads only the due index.
 """
@@ -359,6 +361,24 @@ async def test_a_renamed_steps_retry_carries_its_new_name(db: Database) -> None:
         assert (row.next_step, row.attempts) == ("review_v2", 1)
         assert row.next_args == {"args": ["nobody"], "kwargs": {}}
         assert [(h.step, h.outcome) for h in await row.history()] == [("review_v2", "retry")]
+
+
+async def test_a_run_parked_on_a_former_name_takes_the_event_by_the_new_name(
+    db: Database,
+) -> None:
+    Session = await db.create(deploy_new.Base.metadata)
+    # Parked by the earlier release on `review`, which this one calls `review_v2`.
+    db.sql(
+        "INSERT INTO deploy_order (id, ran_by, reviewer, tallied, waiting_for, attempts, "
+        "wf_version) VALUES (1, '', '', 0, 'review', 0, 0)"
+    )
+    async with connect_workflows(Session, workflows=[NewOrder]):
+        taken = await NewOrder.by(NewOrder.id == 1).deliver(NewOrder.review_v2("kim"))
+        assert taken == 1, "the old name is the same step"
+        assert await drain(Session, [NewOrder]) == 1
+        row = await fetch(Session, NewOrder, 1)
+        assert (row.reviewer, row.ran_by) == ("kim", "new")
+        assert (row.next_step, row.waiting_for) == (None, None)
 
 
 def test_a_renamed_step_is_found_by_both_names_and_served_by_both() -> None:
