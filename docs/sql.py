@@ -59,7 +59,7 @@ from engine.graphs import history as graph_history  # noqa: E402
 from engine.graphs import locks, sync, votes  # noqa: E402
 from engine.graphs import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
-from engine.overview import open_outbox_statement, overview_statement, recent_statement  # noqa: E402
+from engine.overview import OPEN_STORED, overview_statement, recent_statement  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
 from engine.retention.pruning import batch_statement, count_statement  # noqa: E402
 from engine.retention.scans import attempt_scan, event_scan  # noqa: E402
@@ -325,7 +325,10 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 onboarding,
             ),
             built(
-                "the outbox's open rows (the overview)", open_outbox_statement, tables_for(Outbox)
+                "the outbox's open rows (the overview)",
+                views.summary_statement,
+                tables_for(Outbox),
+                OPEN_STORED,
             ),
             (
                 "a page of runs, newest first, a filter over a window (the console, "

@@ -38,19 +38,17 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, Select, and_, case, func, literal, null, select
-from sqlalchemy.sql import Executable
+from sqlalchemy import ColumnElement, Interval, Select, and_, func, literal, select
 
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
 from engine.due import scheduled
 from engine.events.records import CLAIMED, DEAD_LETTER, FAILED, PENDING, EventTables
 from engine.events.views import (
-    RETRYABLE,
     HandlerCounts,
     OutboxSummary,
     handler_counts_statement,
-    view_status,
+    summary_statement,
 )
 from engine.handles import CANCELLED
 from engine.registry import WorkflowInfo
@@ -63,6 +61,8 @@ RESTING_STATES = ("waiting", "finished", "failed", "cancelled")
 RECENT_RUNS = 10_000  # rows of a table, newest first, its resting states are counted among
 # The outbox statuses the overview counts: what is still to do, or needs a person.
 OPEN_STATUSES = (PENDING, CLAIMED, FAILED, DEAD_LETTER)
+# The statuses open rows are stored with (claimed is a pending row under a live lease).
+OPEN_STORED = (PENDING, FAILED, DEAD_LETTER)
 
 
 def state_condition(table: Any, state: str) -> ColumnElement[bool]:
@@ -197,38 +197,10 @@ async def workflow_overview(
     return found
 
 
-@lru_cache(maxsize=64)
-def open_outbox_statement(tables: EventTables) -> Executable:
-    """One row: the database's time, the outbox's open rows by status, its earliest due instant.
-
-    `status IN (...)` reads the open rows through the status index; the
-    processed ones, which are nearly all of them, are never read.
-    """
-    outbox = tables.outbox_table
-    rows = (
-        select(
-            view_status(outbox).label("status"),
-            case((outbox.c.status.in_(RETRYABLE), outbox.c.wake_at), else_=null()).label("due"),
-        )
-        .where(outbox.c.status.in_((PENDING, FAILED, DEAD_LETTER)))
-        .subquery("rows")
-    )
-    by_status = (
-        select(rows.c.status, func.count().label("n"), func.min(rows.c.due).label("due"))
-        .group_by(rows.c.status)
-        .cte("by_status")
-    )
-    return select(
-        db_now().label("now"),
-        func.jsonb_object_agg(by_status.c.status, by_status.c.n).label("counts"),
-        func.min(by_status.c.due).label("next_due_at"),
-    ).select_from(by_status)
-
-
 async def open_outbox(connection: WorkflowConnection, tables: EventTables) -> OutboxSummary:
     """The outbox's open rows by status, its next due instant, and the failing handlers."""
     async with connection.autocommit.connect() as conn:
-        totals = (await conn.execute(open_outbox_statement(tables))).one()
+        totals = (await conn.execute(summary_statement(tables, OPEN_STORED))).one()
         handlers = (await conn.execute(handler_counts_statement(tables))).all()
     counts = dict.fromkeys(OPEN_STATUSES, 0)
     counts.update({status: int(n) for status, n in (totals.counts or {}).items()})

@@ -281,16 +281,8 @@ class Worker:
                 if info.resolve(values.next_step) is None:
                     unrun.append((info, values))  # a step this code does not have
                     continue
-                row = build_row(info, values)
-                claim = Claim(
-                    info,
-                    claimed_key(info, values),
-                    values.wf_version,
-                    lease_end=values.claimed_until,
-                    scheduled_at=values.duly_scheduled_at,
-                    claimed_at=values.duly_claimed_at,
-                )
-                task = asyncio.create_task(self._run(claim, row))
+                claim = claim_of(info, values)
+                task = asyncio.create_task(self._run(claim, build_row(info, values)))
                 self._claims[task] = claim
                 self._busy.add(task)
                 self.steps_started += 1
@@ -328,14 +320,7 @@ class Worker:
         step (during a rolling deploy, the other release's) takes them.
         """
         for info, values in unrun:
-            claim = Claim(
-                info,
-                claimed_key(info, values),
-                values.wf_version,
-                lease_end=values.claimed_until,
-                scheduled_at=values.duly_scheduled_at,
-                claimed_at=values.duly_claimed_at,
-            )
+            claim = claim_of(info, values)
             await hand_back_unrun(conn, claim)
             self._stranded.handed_back(
                 info, values.next_step, values.duly_scheduled_at, values.duly_claimed_at
@@ -460,6 +445,18 @@ class Worker:
             self._claims.pop(task, None)
             self._busy.discard(task)
             self._wakeup.set()
+
+
+def claim_of(info: WorkflowInfo, values: Any) -> Claim:
+    """The Claim of a row a claim statement returned (its columns, then the claim's own)."""
+    return Claim(
+        info,
+        claimed_key(info, values),
+        values.wf_version,
+        lease_end=values.claimed_until,
+        scheduled_at=values.duly_scheduled_at,
+        claimed_at=values.duly_claimed_at,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -25,12 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import select as selecting
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -61,6 +56,7 @@ from tests.apps.deploy_old import OrderAttempt
 from tests.apps.limited import Render
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until
+from tests.processes.conftest import WorkerProcesses
 from tests.test_plans import analyzed, drawn, plan_of, reached_by, seed, sent, the_one
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,49 +65,24 @@ BATCH = 30  # runs started in each phase of the rolling deploy
 HANDED_BACK = "which this code's Order does not have"  # the worker's warning, once a step
 
 
-class Releases:
-    """Worker processes of one release or the other; their logs kept, every one reaped."""
+class Releases(WorkerProcesses):
+    """Worker processes of one release or the other, their logs kept, every one reaped."""
 
     def __init__(self, folder: Path) -> None:
+        super().__init__(folder / "marks")
         self.folder = folder
-        self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, url: str, release: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        with open(self.folder / f"{release}.log", "w") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.apps.deploy_worker", url, release],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-        self.started.append(process)
-        assert process.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = selecting.select([process.stdout], [], [], 0.1)
-            if ready and process.stdout.readline().strip() == "ready":
-                return process
-            if process.poll() is not None:
-                raise RuntimeError(f"{release} worker exited with {process.returncode}")
-        raise TimeoutError(f"{release} worker did not become ready")
+    def start_release(self, url: str, release: str) -> subprocess.Popen[str]:
+        log = self.folder / f"{release}.log"
+        return self.start(url, release, module="tests.apps.deploy_worker", log=log)
 
-    def stop(self, process: subprocess.Popen[str]) -> None:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(20) == 0
+    def stop(self, process: subprocess.Popen[str], timeout: float = 20.0) -> int:
+        code = super().stop(process, timeout)
+        assert code == 0
+        return code
 
     def log(self, release: str) -> str:
         return (self.folder / f"{release}.log").read_text()
-
-    def kill_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.kill()
-                process.wait(5)
-            if process.stdout is not None:
-                process.stdout.close()
 
 
 @pytest.fixture
@@ -156,7 +127,7 @@ async def test_two_releases_side_by_side_each_run_only_the_steps_they_have(
     second = list(range(BATCH + 1, 2 * BATCH + 1))
     third = list(range(2 * BATCH + 1, 3 * BATCH + 1))
     renamed = [i for i in first + second if i % 2 == 0]
-    old = releases.start(db.url, "old")
+    old = releases.start_release(db.url, "old")
     async with connect_workflows(Session, workflows=[OldOrder]):
         # The deploy begins: the new release's web process starts runs at review_v2 while
         # only old workers run. They run theirs, and leave review_v2 alone.
@@ -172,7 +143,7 @@ async def test_two_releases_side_by_side_each_run_only_the_steps_they_have(
             )
             assert waiting.wake_at == due[i], "handed back as it was: due since it started"
         # New workers come up beside the old: both run, each what it has.
-        new = releases.start(db.url, "new")
+        new = releases.start_release(db.url, "new")
         await start_runs(second, renamed=True)
         await wait_until(lambda: finished(Session, first + second), timeout=30)
         # The old workers go; runs still started at review are the new release's, by alias.

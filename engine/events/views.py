@@ -293,13 +293,21 @@ def outbox_columns(outbox: Any) -> list[ColumnElement[Any]]:
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def summary_statement(tables: EventTables) -> Executable:
-    """One row: the database's time, the outbox's count by status, its earliest due instant."""
+def summary_statement(tables: EventTables, statuses: tuple[str, ...] | None = None) -> Executable:
+    """One row: the database's time, the outbox's count by status, its earliest due instant.
+
+    `statuses` keeps only rows stored with one of them (`status IN (...)`, read
+    through the status index): the overview's open rows, never the processed
+    ones, which only grow.
+    """
     outbox = tables.outbox_table
-    rows = select(
+    stored = select(
         view_status(outbox).label("status"),
         case((outbox.c.status.in_(RETRYABLE), outbox.c.wake_at), else_=null()).label("due"),
-    ).subquery("rows")
+    )
+    if statuses is not None:
+        stored = stored.where(outbox.c.status.in_(statuses))
+    rows = stored.subquery("rows")
     by_status = (
         select(rows.c.status, func.count().label("n"), func.min(rows.c.due).label("due"))
         .group_by(rows.c.status)

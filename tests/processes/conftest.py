@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 20.0  # seconds for a worker process to start
+WORKER_MODULE = "tests.processes.worker"
 
 
 class WorkerProcesses:
@@ -24,15 +26,21 @@ class WorkerProcesses:
         self.marks = marks
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, url: str, *args: str) -> subprocess.Popen[str]:
+    def start(
+        self, url: str, *args: str, module: str = WORKER_MODULE, log: Path | None = None
+    ) -> subprocess.Popen[str]:
+        """`python -m module url *args`, once it said "ready"; its stderr to `log` if given."""
         env = {**os.environ, "DULY_TEST_MARKS": str(self.marks), "PYTHONPATH": str(REPO_ROOT)}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.processes.worker", url, *args],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        with contextlib.ExitStack() as files:
+            stderr = files.enter_context(open(log, "w")) if log is not None else None
+            process = subprocess.Popen(
+                [sys.executable, "-m", module, url, *args],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
         self.started.append(process)
         assert process.stdout is not None
         deadline = time.monotonic() + READY_TIMEOUT
