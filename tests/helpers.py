@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any, TypeVar
 
 import httpx
@@ -21,6 +23,12 @@ import psutil
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import configure_event_registry, get_event_registry
+from engine.graphs.configure import forget_graph_runtime
+from functions.app_config import configure_app_graphs
+from functions.local import configure_events
+from infra.settings import Settings
 
 T = TypeVar("T")
 STARTUP = 10.0  # seconds for uvicorn to start serving
@@ -182,3 +190,22 @@ def run_duly(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(
         [*DULY, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
     )
+
+
+@contextlib.contextmanager
+def examples_configured() -> Iterator[ModuleType]:
+    """What `duly dev` configures for the example app: its event registry and graph runtime.
+
+    The examples are imported here, when a test first asks, not when this file is:
+    a workflow class imported during collection would be registered before the test
+    apps' classes that map the same tables, and apps built without naming their
+    workflows would serve it instead (the later one wins).
+    """
+    examples = importlib.import_module("functions.examples")
+    configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
+    configure_app_graphs(examples.__name__)
+    try:
+        yield examples
+    finally:
+        configure_event_registry(None)
+        forget_graph_runtime()

@@ -42,16 +42,11 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from engine import configure_event_registry, get_event_registry
-from engine.graphs.configure import forget_graph_runtime
 from functions import examples
-from functions.app_config import configure_app_graphs
 from functions.dev import create_dev_app, install_example_graph
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
-from functions.local import configure_events
-from infra.settings import Settings
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import examples_configured, serving
 
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 PAGES = "/console/graphs"
@@ -60,13 +55,8 @@ PAGES = "/console/graphs"
 @pytest.fixture
 def dev_app_configured() -> Iterator[None]:
     """What `duly dev` configures for the examples: their registry and graph runtime."""
-    configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
-    configure_app_graphs(examples.__name__)
-    try:
+    with examples_configured():
         yield
-    finally:
-        configure_event_registry(None)
-        forget_graph_runtime()
 
 
 @pytest.fixture

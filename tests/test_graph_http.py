@@ -30,18 +30,15 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from engine import GraphRuntime, configure_event_registry, get_event_registry, graph_tables
+from engine import GraphRuntime, graph_tables
 from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
 from functions import examples
 from functions.app import create_app
-from functions.app_config import configure_app_graphs
 from functions.dev import create_dev_app, install_example_graph
-from functions.local import configure_events
-from infra.settings import Settings
 from tests.apps import graphs as graph_app
 from tests.conftest import Database
-from tests.helpers import serving, wait_until
+from tests.helpers import examples_configured, serving, wait_until
 
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 SETTLE = 5.0
@@ -50,13 +47,8 @@ SETTLE = 5.0
 @pytest.fixture
 def dev_app_configured() -> Iterator[None]:
     """What `duly dev` configures for the examples: their registry and graph runtime."""
-    configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
-    configure_app_graphs(examples.__name__)
-    try:
+    with examples_configured():
         yield
-    finally:
-        configure_event_registry(None)
-        forget_graph_runtime()
 
 
 @pytest.fixture

@@ -30,13 +30,9 @@ import uvicorn
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Page
 
-from engine import configure_event_registry, get_event_registry
-from engine.graphs.configure import forget_graph_runtime
-from functions.app_config import configure_app_graphs
 from functions.dev import create_dev_app, install_example_graph
-from functions.local import configure_events
 from infra.pytest_plugin import Server, fresh_database
-from infra.settings import Settings
+from tests.helpers import examples_configured
 
 CHROMIUM = Path("/usr/lib/chromium/chromium-headless-shell")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
@@ -45,10 +41,8 @@ FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 
 
 def example_app() -> ModuleType:
-    """`functions.examples`, imported when a browser test first runs, not when this file is
-    collected: this folder is collected first, and a workflow class imported then would be
-    registered before the test apps' classes that map the same tables (`lookup`), so apps
-    built without naming their workflows would serve those instead (the later one wins)."""
+    """`functions.examples`, imported when first used, not when this file is collected
+    (see `tests.helpers.examples_configured`)."""
     return importlib.import_module("functions.examples")
 
 
@@ -122,17 +116,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def console(server: Server) -> Iterator[LiveConsole]:
     """`duly dev`'s app with the examples configured as `duly dev` configures them."""
-    examples = example_app()
-    configure_events(Settings(database_url=None), [examples.Base.metadata], get_event_registry())
-    configure_app_graphs(examples.__name__)
-    live = LiveConsole(server)
-    try:
-        live.start()
-        yield live
-    finally:
-        live.stop()
-        configure_event_registry(None)
-        forget_graph_runtime()
+    with examples_configured():
+        live = LiveConsole(server)
+        try:
+            live.start()
+            yield live
+        finally:
+            live.stop()
 
 
 @pytest.fixture(scope="session")
