@@ -15,7 +15,7 @@ import pytest
 from bench.chaos import SoakSettings, format_report, soak
 from infra.embedded import EmbeddedPostgres, start_embedded
 
-SOAK_SECONDS = 30.0
+SOAK_SECONDS = 50.0
 
 
 @pytest.fixture
