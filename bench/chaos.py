@@ -342,19 +342,8 @@ async def settle(engine: AsyncEngine, deadline: float) -> None:
         try:
             async with engine.connect() as conn:
                 left = 0
-                for model in app.RUN_TABLES:
-                    table = model.__table__
-                    left += await conn.scalar(
-                        select(func.count())
-                        .select_from(table)
-                        .where(
-                            (table.c.next_step.is_not(None)) | (table.c.waiting_for.is_not(None))
-                        )
-                    )
-                outbox = app.Outbox.__table__
-                left += await conn.scalar(
-                    select(func.count()).select_from(outbox).where(outbox.c.status != "processed")
-                )
+                for name in ("unfinished", "outbox_unprocessed"):
+                    left += int(await conn.scalar(text(INVARIANTS[name])) or 0)
             if left == 0:
                 return
         except TRANSIENT:
@@ -364,34 +353,31 @@ async def settle(engine: AsyncEngine, deadline: float) -> None:
         await asyncio.sleep(0.5)
 
 
+def summed(condition: str, tables: list[str]) -> str:
+    """The count of rows meeting `condition` over every one of `tables`."""
+    return "SELECT " + " + ".join(
+        f"(SELECT count(*) FROM {table} WHERE {condition})" for table in tables
+    )
+
+
+def expected_steps() -> str:
+    """Every (workflow, run, step) the runs must have committed (`STEPS_PER_RUN`)."""
+    return " UNION ALL ".join(
+        f"SELECT '{table}' AS workflow, id::text AS run_key, s AS step "
+        f"FROM {table}, unnest(ARRAY[{', '.join(repr(step) for step in steps)}]) AS s"
+        for table, steps in app.STEPS_PER_RUN.items()
+    )
+
+
+RUN_TABLE_NAMES = list(app.STEPS_PER_RUN)
+HANDLERS = [f"{handler.__module__}.{handler.__qualname__}" for handler in app.HANDLERS]
 INVARIANTS = {
-    "unfinished": """
-        SELECT (SELECT count(*) FROM chaos_journey WHERE next_step IS NOT NULL
-                  OR waiting_for IS NOT NULL)
-             + (SELECT count(*) FROM chaos_waiter WHERE next_step IS NOT NULL
-                  OR waiting_for IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan WHERE next_step IS NOT NULL
-                  OR waiting_for IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan_child WHERE next_step IS NOT NULL)
-             + (SELECT count(*) FROM chaos_limited WHERE next_step IS NOT NULL)""",
-    "failed": """
-        SELECT (SELECT count(*) FROM chaos_journey WHERE last_error IS NOT NULL)
-             + (SELECT count(*) FROM chaos_waiter WHERE last_error IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan WHERE last_error IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan_child WHERE last_error IS NOT NULL)
-             + (SELECT count(*) FROM chaos_limited WHERE last_error IS NOT NULL)""",
+    "unfinished": summed("next_step IS NOT NULL OR waiting_for IS NOT NULL", RUN_TABLE_NAMES),
+    "failed": summed("last_error IS NOT NULL", RUN_TABLE_NAMES),
     # Every (run, step) a run of each kind must commit, against the attempt log's ok rows.
-    "step_not_once": """
-        WITH expected AS (
-            SELECT 'chaos_journey' AS workflow, id::text AS run_key, s AS step
-              FROM chaos_journey, unnest(ARRAY['begin', 'fire', 'finish']) AS s
-            UNION ALL SELECT 'chaos_waiter', id::text, s
-              FROM chaos_waiter, unnest(ARRAY['park', 'answer']) AS s
-            UNION ALL SELECT 'chaos_fan', id::text, s
-              FROM chaos_fan, unnest(ARRAY['split', 'join']) AS s
-            UNION ALL SELECT 'chaos_fan_child', id::text, 'run' FROM chaos_fan_child
-            UNION ALL SELECT 'chaos_limited', id::text, 'work' FROM chaos_limited
-        ), ok AS (
+    "step_not_once": f"""
+        WITH expected AS ({expected_steps()}),
+        ok AS (
             SELECT workflow, run_key, step, count(*) AS n FROM chaos_attempt_log
              WHERE outcome = 'ok' GROUP BY workflow, run_key, step
         )
@@ -400,11 +386,10 @@ INVARIANTS = {
          WHERE o.n IS DISTINCT FROM 1 OR e.step IS NULL""",
     "event_wrong": "SELECT count(*) FROM chaos_waiter WHERE received IS DISTINCT FROM id",
     "outbox_unprocessed": "SELECT count(*) FROM chaos_outbox WHERE status <> 'processed'",
-    "delivery_not_once": """
+    "delivery_not_once": f"""
         WITH expected AS (
             SELECT o.event_id, h AS handler FROM chaos_outbox o,
-                   unnest(ARRAY['bench.chaos_app.start_journey',
-                                'bench.chaos_app.answer_waiter']) AS h
+                   unnest(ARRAY[{", ".join(repr(handler) for handler in HANDLERS)}]) AS h
         ), succeeded AS (
             SELECT event_id, handler, count(*) AS n FROM chaos_deliveries
              WHERE status = 'succeeded' GROUP BY event_id, handler
@@ -416,13 +401,7 @@ INVARIANTS = {
         SELECT count(*) FROM chaos_events e
          WHERE NOT EXISTS (SELECT 1 FROM chaos_journey j
                             WHERE j.id = (e.payload ->> 'journey')::int)""",
-    "left_claimed": """
-        SELECT (SELECT count(*) FROM chaos_journey WHERE claimed_until IS NOT NULL)
-             + (SELECT count(*) FROM chaos_waiter WHERE claimed_until IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan WHERE claimed_until IS NOT NULL)
-             + (SELECT count(*) FROM chaos_fan_child WHERE claimed_until IS NOT NULL)
-             + (SELECT count(*) FROM chaos_limited WHERE claimed_until IS NOT NULL)
-             + (SELECT count(*) FROM chaos_outbox WHERE claimed_until IS NOT NULL)""",
+    "left_claimed": summed("claimed_until IS NOT NULL", [*RUN_TABLE_NAMES, "chaos_outbox"]),
     "timer_early": "SELECT count(*) FROM chaos_journey WHERE fired_at < due_at",
 }
 

@@ -55,11 +55,12 @@ from engine.clock import clock  # noqa: E402
 from engine.events import database, deliveries, views  # noqa: E402
 from engine.events.deliveries import delivery_shape  # noqa: E402
 from engine.events.records import tables_for  # noqa: E402
+from engine.events.views import OPEN_STORED  # noqa: E402
 from engine.graphs import history as graph_history  # noqa: E402
 from engine.graphs import locks, sync, votes  # noqa: E402
 from engine.graphs import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
-from engine.overview import OPEN_STORED, overview_statement, recent_statement  # noqa: E402
+from engine.overview import overview_statement, recent_statement  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
 from engine.retention.pruning import batch_statement, count_statement  # noqa: E402
 from engine.retention.scans import attempt_scan, event_scan  # noqa: E402

@@ -43,13 +43,8 @@ from sqlalchemy import ColumnElement, Interval, Select, and_, func, literal, sel
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
 from engine.due import scheduled
-from engine.events.records import CLAIMED, DEAD_LETTER, FAILED, PENDING, EventTables
-from engine.events.views import (
-    HandlerCounts,
-    OutboxSummary,
-    handler_counts_statement,
-    summary_statement,
-)
+from engine.events.records import EventTables
+from engine.events.views import OutboxSummary, outbox_summary
 from engine.handles import CANCELLED
 from engine.registry import WorkflowInfo
 from engine.stranded import STRANDED_AFTER, StrandedRuns, stranded_after, stranded_runs
@@ -59,10 +54,6 @@ RUN_STATES = ("running", "waiting", "scheduled", "retrying", "finished", "failed
 LIVE_STATES = ("running", "scheduled", "retrying")
 RESTING_STATES = ("waiting", "finished", "failed", "cancelled")
 RECENT_RUNS = 10_000  # rows of a table, newest first, its resting states are counted among
-# The outbox statuses the overview counts: what is still to do, or needs a person.
-OPEN_STATUSES = (PENDING, CLAIMED, FAILED, DEAD_LETTER)
-# The statuses open rows are stored with (claimed is a pending row under a live lease).
-OPEN_STORED = (PENDING, FAILED, DEAD_LETTER)
 
 
 def state_condition(table: Any, state: str) -> ColumnElement[bool]:
@@ -199,17 +190,7 @@ async def workflow_overview(
 
 async def open_outbox(connection: WorkflowConnection, tables: EventTables) -> OutboxSummary:
     """The outbox's open rows by status, its next due instant, and the failing handlers."""
-    async with connection.autocommit.connect() as conn:
-        totals = (await conn.execute(summary_statement(tables, OPEN_STORED))).one()
-        handlers = (await conn.execute(handler_counts_statement(tables))).all()
-    counts = dict.fromkeys(OPEN_STATUSES, 0)
-    counts.update({status: int(n) for status, n in (totals.counts or {}).items()})
-    return OutboxSummary(
-        now=totals.now,
-        counts=counts,
-        next_due_at=totals.next_due_at,
-        handlers=[HandlerCounts(row.handler, row.failed, row.dead_letter) for row in handlers],
-    )
+    return await outbox_summary(tables, engine=connection.autocommit, open_only=True)
 
 
 @dataclass(frozen=True)

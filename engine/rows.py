@@ -40,7 +40,7 @@ def claimed_key(info: WorkflowInfo, values: Sequence[Any]) -> tuple[Any, ...]:
 @lru_cache(maxsize=1024)
 def _attribute_positions(info: WorkflowInfo) -> tuple[tuple[str, int], ...]:
     """(attribute key, position in the table's columns) of each column the class maps."""
-    positions: dict[Any, int] = {column: i for i, column in enumerate(info.table.c)}
+    positions = _column_positions(info)
     return tuple(
         (prop.key, positions[prop.columns[0]])
         for prop in info.mapper.column_attrs
@@ -51,8 +51,13 @@ def _attribute_positions(info: WorkflowInfo) -> tuple[tuple[str, int], ...]:
 @lru_cache(maxsize=1024)
 def _key_positions(info: WorkflowInfo) -> tuple[int, ...]:
     """The positions of the primary key's columns among the table's, in key order."""
-    positions: dict[Any, int] = {column: i for i, column in enumerate(info.table.c)}
+    positions = _column_positions(info)
     return tuple(positions[column] for column in info.mapper.primary_key)
+
+
+def _column_positions(info: WorkflowInfo) -> dict[Any, int]:
+    """Each of the table's columns by its position (as a claim's RETURNING orders them)."""
+    return {column: i for i, column in enumerate(info.table.c)}
 
 
 def refresh_row(info: WorkflowInfo, row: object, values: Mapping[Any, Any]) -> None:

@@ -53,6 +53,10 @@ from engine.events.records import (
 STATEMENT_CACHE_SIZE = 64
 # What a row can be seen as: the stored statuses and the derived one.
 VIEW_STATUSES = (PENDING, CLAIMED, PROCESSED, FAILED, DEAD_LETTER)
+# The open statuses: what is still to do, or needs a person (the overview counts only these).
+OPEN_STATUSES = (PENDING, CLAIMED, FAILED, DEAD_LETTER)
+# The statuses open rows are stored with (claimed is a pending row under a live lease).
+OPEN_STORED = (PENDING, FAILED, DEAD_LETTER)
 RETRYABLE = (PENDING, FAILED)  # the stored statuses a claim can hold
 
 
@@ -155,13 +159,18 @@ def engine_of(engine: AsyncEngine | None) -> AsyncEngine:
 
 
 async def outbox_summary(
-    tables: EventTables, *, engine: AsyncEngine | None = None
+    tables: EventTables, *, engine: AsyncEngine | None = None, open_only: bool = False
 ) -> OutboxSummary:
-    """Counts by status, the next due instant, and the handlers with failing routes."""
+    """Counts by status, the next due instant, and the handlers with failing routes.
+
+    `open_only` counts the open rows alone, through the status index: never
+    the processed ones, which only grow (the overview's summary).
+    """
+    statuses = OPEN_STORED if open_only else None
     async with engine_of(engine).connect() as conn:
-        totals = (await conn.execute(summary_statement(tables))).one()
+        totals = (await conn.execute(summary_statement(tables, statuses))).one()
         handlers = (await conn.execute(handler_counts_statement(tables))).all()
-    counts = dict.fromkeys(VIEW_STATUSES, 0)
+    counts = dict.fromkeys(OPEN_STATUSES if open_only else VIEW_STATUSES, 0)
     counts.update({status: int(n) for status, n in (totals.counts or {}).items()})
     return OutboxSummary(
         now=totals.now,
