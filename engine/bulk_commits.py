@@ -130,7 +130,9 @@ async def bulk_fenced_writes(
             if c.shape == shape
         ]
         columns.update(companion_parameters(shape, f"c{index}_", attached))
-    statement = bulk_statement(info, attempt_log, changed, shapes)  # type: ignore[arg-type]
+    # The row comes back whole only for a worker that runs its next step itself.
+    whole = any(write.outcome.hold is not None for write in writes)
+    statement = bulk_statement(info, attempt_log, changed, shapes, whole)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
     for row in (await conn.execute(statement, columns)).all():
         written[row.v_position] = row
@@ -143,12 +145,16 @@ def bulk_statement(
     attempt_log: type[Any] | None,
     changed: tuple[str, ...] = (),
     companions: tuple[CompanionShape, ...] = (),
+    whole: bool = True,
 ) -> Executable:
     """The array-driven fenced UPDATE of one table (and its log INSERT), built once.
 
     `changed` are the user columns every write of the statement sets;
     `companions` the shapes of the rows its writes attached (written for the
-    writes that land: `engine.companions`).
+    writes that land: `engine.companions`). With `whole`, each row comes back
+    as written; without, only which writes landed (a step that finished or
+    handed its run back reads nothing more, and decoding the row would cost
+    it more than the UPDATE).
     """
     table = info.table
     keys = list(info.mapper.primary_key)
@@ -180,7 +186,7 @@ def bulk_statement(
             }
         )
         .returning(
-            *table.c,
+            *(table.c if whole else ()),
             # What the statement reads back: where each write goes, whether it is announced,
             # and (for the log) its attempt record; nothing else, so rows come back narrow.
             v.c.v_position,

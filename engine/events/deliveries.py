@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class Delivery:
 
 
 COLUMNS = ("event_id", "route", "event_key", "handler", "status", "attempts", "error")
+_row_values = operator.attrgetter(*COLUMNS)  # a Delivery's values, in COLUMNS' order
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
@@ -90,7 +92,7 @@ def delivery_shape(table: Table) -> CompanionShape:
 
 def delivery_rows(table: Table, deliveries: Sequence[Delivery]) -> Companion:
     """`deliveries` as rows of `table`, to write alone or with a step's commit."""
-    rows = tuple(tuple(getattr(d, name) for name in COLUMNS) for d in merge(deliveries))
+    rows = tuple(map(_row_values, merge(deliveries)))
     return Companion(delivery_shape(table), rows)
 
 
@@ -180,6 +182,8 @@ def merge(deliveries: Sequence[Delivery]) -> list[Delivery]:
 
     An upsert may not touch a row twice in one statement.
     """
+    if len(deliveries) < 2:
+        return list(deliveries)  # a drain's usual record: one route's success
     kept: dict[tuple[str, str], Delivery] = {}
     for d in deliveries:
         key = (d.event_id, d.route)

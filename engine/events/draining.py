@@ -124,9 +124,20 @@ async def drain_event(
         elif result.error is not None:
             failure = Failure(reg, result.attempts, result.error)
             (refused if result.attempts == 0 else failed).append(failure)
-    verdict = await _judge(
-        event, settings, completed, completed_now, succeeded, failed, refused, route_attempts
-    )
+    if failed or refused:
+        verdict = await _judge(
+            event, settings, completed, completed_now, succeeded, failed, refused, route_attempts
+        )
+    else:  # every route that applied completed (or none applied): the row is processed
+        verdict = Verdict(
+            status=PROCESSED,
+            route_attempts=route_attempts,
+            error=None,
+            retry_in=None,
+            completed=completed,
+            completed_now=completed_now,
+            deliveries=tuple(succeeded),
+        )
     outbox_drained(verdict.status, time.perf_counter() - began)
     return verdict
 

@@ -145,23 +145,26 @@ class Routes:
                 self._matching.clear()
             return kept
 
-    def matching(self, event: WorkflowEvent) -> list[Registration]:
+    def matching(self, event: WorkflowEvent) -> tuple[Registration, ...]:
         """The routes for `event`, as of now: type routes first, each bucket in order.
 
         Kept per (type, name) until the next registration: a drain asks this
-        once per event, and events of one kind share their routes.
+        once per event, and events of one kind share their routes. A kept
+        answer is read without the lock (a dict lookup is atomic, and the
+        answer is immutable); only a miss computes one under it.
         """
         key = (event.event_type, event.event_name)
+        found = self._matching.get(key)
+        if found is not None:
+            return found
         with self._lock:
-            found = self._matching.get(key)
-            if found is None:
-                snapshot = self._registrations
-                by_type = [r for r in snapshot if r.routes_by_type and r.matches(event)]
-                by_name = [r for r in snapshot if not r.routes_by_type and r.matches(event)]
-                if len(self._matching) >= MAX_MATCHING_KEPT:
-                    self._matching.clear()  # many kinds of events: start over, never grow
-                found = self._matching[key] = tuple(by_type + by_name)
-        return list(found)
+            snapshot = self._registrations
+            by_type = [r for r in snapshot if r.routes_by_type and r.matches(event)]
+            by_name = [r for r in snapshot if not r.routes_by_type and r.matches(event)]
+            if len(self._matching) >= MAX_MATCHING_KEPT:
+                self._matching.clear()  # many kinds of events: start over, never grow
+            found = self._matching[key] = tuple(by_type + by_name)
+        return found
 
     def __len__(self) -> int:
         with self._lock:
