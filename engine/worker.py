@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
 )
 
+from engine import heap
 from engine.claims import Claim, claim_due, served_steps
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
@@ -164,6 +165,7 @@ class Worker:
 
     async def start(self) -> None:
         """Start the pass loop, the lease keeper and (if listening) the listener."""
+        heap.settle()
         if self.options.listen and self.tables:
             self.listener = Listener(
                 self.options.listen_engine or self._engine,
@@ -205,6 +207,7 @@ class Worker:
         step of the world: no listener, no sleeping, no clock of its own; and
         `duly drain` routes the outbox with it. Running steps' leases are renewed.
         """
+        heap.settle()
         self._committer.start()
         # Leases are kept here too: `duly drain` runs this way, and its routes may run long.
         keeper = asyncio.create_task(self._leases.keep())
