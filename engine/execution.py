@@ -31,7 +31,7 @@ from engine import telemetry
 from engine.attempt_log import run_key
 from engine.claims import Claim
 from engine.committer import TRANSIENT_ERRORS, Committer
-from engine.companions import collecting
+from engine.companions import Collecting
 from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.errors import StepError
 from engine.fanout import FanOut
@@ -90,7 +90,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
-        with telemetry.step_span(info.name, name, failures + 1, row), collecting() as attached:
+        with telemetry.step_span(info.name, name, failures + 1, row), Collecting() as attached:
             result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
@@ -140,7 +140,8 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         telemetry.attempt_finished(info.name, name, "fenced", took)
         await ctx.release_preempted(claim)
         return None
-    log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
+    if log.isEnabledFor(logging.INFO):  # its arguments cost more than the step, unlogged
+        log.info("%s %s ok in %.1f ms%s", _label(claim), name, took, _describe(directive))
     telemetry.attempt_finished(info.name, name, "ok", took)
     if keep:
         refresh_row(info, row, written._mapping)

@@ -113,14 +113,22 @@ def _child(metric: Any, *labels: str) -> Any:
     return child
 
 
-@contextlib.contextmanager
-def step_span(workflow: str, step: str, attempt: int, row: object) -> Iterator[None]:
+_NO_SPAN = contextlib.nullcontext()  # entered and left by every attempt while nothing traces
+
+
+def step_span(
+    workflow: str, step: str, attempt: int, row: object
+) -> contextlib.AbstractContextManager[None]:
     """A span around one attempt of a step's body on `row` (nothing without tracing)."""
     # Until the application sets a tracer provider, a span would be a no-op that still
     # costs a context switch per attempt: skip it (FastAPI installs the API, not a provider).
     if _tracer is None or isinstance(trace.get_tracer_provider(), NO_PROVIDER):
-        yield
-        return
+        return _NO_SPAN
+    return _span(workflow, step, attempt, row)
+
+
+@contextlib.contextmanager
+def _span(workflow: str, step: str, attempt: int, row: object) -> Iterator[None]:
     attributes = {
         "duly.workflow": workflow,
         "duly.step": step,
