@@ -46,6 +46,7 @@ from engine.companions import (
     companion_parameters,
     companion_shapes,
 )
+from engine.driver import fetch
 from engine.notify import announcement
 from engine.outcomes import (
     FIELD_TYPES,
@@ -134,7 +135,7 @@ async def bulk_fenced_writes(
     whole = any(write.outcome.hold is not None for write in writes)
     statement = bulk_statement(info, attempt_log, changed, shapes, whole)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
-    for row in (await conn.execute(statement, columns)).all():
+    for row in await fetch(conn, statement, columns):
         written[row.v_position] = row
     return written
 

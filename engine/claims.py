@@ -24,6 +24,7 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Update
 
 from engine.clock import db_now
+from engine.driver import fetch
 from engine.due import due, no_flush_wait
 from engine.registry import WorkflowInfo
 
@@ -75,7 +76,7 @@ async def claim_due(
 ) -> Sequence[Row[Any]]:
     """Lease up to `limit` due rows of one workflow table (of `steps`, if given)."""
     statement = claim_statement(info, steps)
-    return (await conn.execute(statement, {"limit": limit, "lease": lease})).all()
+    return await fetch(conn, statement, {"limit": limit, "lease": lease})
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)

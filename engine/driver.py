@@ -1,0 +1,179 @@
+"""The hot statements on the driver's own connection: SQLAlchemy's text, not its execution path.
+
+A worker claims and commits once every few steps, thousands of times a
+second. Around each of those statements SQLAlchemy's execution path (a
+greenlet hop, an execution context, a cursor result and its metadata) costs
+about twice what psycopg itself does: ~150 us of client CPU a statement
+against ~50, measured on this machine with a claim that finds nothing. So
+those statements are compiled by SQLAlchemy once, and each run sends their
+text and values on the psycopg connection under the SQLAlchemy connection,
+in its transaction when it has one. Nothing else changes:
+
+- values go through the bind processors SQLAlchemy would apply, and result
+  columns through its result processors (a TypeDecorator's, an Enum's), found
+  once per statement from the first result's column types;
+- errors are raised as SQLAlchemy raises them (`DBAPIError.instance`: an
+  IntegrityError is an IntegrityError), and a lost connection is
+  invalidated, so callers' except clauses and the pool behave as before;
+- `before_cursor_execute` and `after_cursor_execute` listeners hear each
+  statement, so statement logs and counts still see it;
+- rows come back as named tuples that also answer `_mapping` (by column
+  name), which is all the engine reads of SQLAlchemy's rows.
+
+A statement SQLAlchemy renders again at each execution (an expanding IN
+list, such as a claim restricted to some steps) goes through SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import Any, cast
+
+import psycopg
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeEngine
+
+STATEMENT_CACHE_SIZE = 512
+Processor = Callable[[Any], Any]
+
+
+class Prepared:
+    """A statement compiled once: its text, defaults, bind processors and result types."""
+
+    __slots__ = ("bind_processors", "defaults", "result_processors", "result_types", "text")
+
+    def __init__(
+        self,
+        text: str,
+        defaults: dict[str, Any],
+        bind_processors: tuple[tuple[str, Processor], ...],
+        result_types: tuple[TypeEngine[Any], ...],
+    ) -> None:
+        self.text = text
+        self.defaults = defaults
+        self.bind_processors = bind_processors
+        self.result_types = result_types
+        # Found from the first result's column types (a numeric's depends on them).
+        self.result_processors: tuple[tuple[int, Processor], ...] | None = None
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def prepare(statement: Executable, dialect: Dialect) -> Prepared | None:
+    """Compile `statement` for `dialect` once; None if SQLAlchemy renders it per execution."""
+    compiled = cast(ClauseElement, statement).compile(dialect=dialect)
+    assert isinstance(compiled, SQLCompiler)
+    if compiled.post_compile_params or compiled.literal_execute_params:
+        return None  # an expanding IN list, a literal rendered with its value
+    processors = []
+    for bind, name in compiled.bind_names.items():
+        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None:
+            processors.append((compiled.escaped_bind_names.get(name, name), process))
+    exported = getattr(statement, "exported_columns", ())
+    return Prepared(
+        str(compiled),
+        dict(compiled.params),
+        tuple(processors),
+        tuple(column.type for column in exported),
+    )
+
+
+@lru_cache(maxsize=STATEMENT_CACHE_SIZE)
+def row_class(names: tuple[str, ...]) -> type[tuple[Any, ...]]:
+    """A named tuple of these columns that also answers `_mapping`, as SQLAlchemy's Row does."""
+    base = collections.namedtuple("DriverRow", names, rename=True)  # type: ignore[misc]
+
+    def mapping(self: tuple[Any, ...]) -> Mapping[str, Any]:
+        return dict(zip(names, self, strict=True))
+
+    return type("DriverRow", (base,), {"__slots__": (), "_mapping": property(mapping)})
+
+
+async def fetch(
+    conn: AsyncConnection, statement: Executable, params: Mapping[str, Any]
+) -> list[Any]:
+    """Run `statement` with `params` on `conn`'s driver connection; its rows (none: empty)."""
+    prepared = prepare(statement, conn.dialect)
+    if prepared is None:
+        return list((await conn.execute(statement, params)).all())
+    values = {**prepared.defaults, **params}
+    for name, process in prepared.bind_processors:
+        if name in values:  # a missing value is psycopg's error to raise, as through SQLAlchemy
+            values[name] = process(values[name])
+    if not conn.in_transaction():
+        await conn.begin()  # as SQLAlchemy's autobegin: its commit() and rollback() apply
+    sync = conn.sync_connection
+    assert sync is not None  # a connection in a transaction is started
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None  # a connection checked out of the pool has its driver's
+    context = SimpleNamespace()  # what listeners may note between before and after
+    cursor = None
+    try:
+        cursor = driver.cursor()
+        for listener in sync.dispatch.before_cursor_execute:
+            listener(sync, cursor, prepared.text, values, context, False)
+        await cursor.execute(prepared.text, values)
+        described = cursor.description
+        raw = await cursor.fetchall() if described else []
+    except psycopg.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, driver, cursor)  # type: ignore[arg-type]
+        if lost:
+            await conn.invalidate()
+        raise DBAPIError.instance(
+            prepared.text,
+            values,
+            exc,
+            psycopg.Error,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        ) from exc
+    finally:
+        if cursor is not None:
+            await cursor.close()
+    for listener in sync.dispatch.after_cursor_execute:
+        listener(sync, cursor, prepared.text, values, context, False)
+    if not described:
+        return []
+    return _rows(prepared, conn.dialect, described, raw)
+
+
+def _rows(
+    prepared: Prepared, dialect: Dialect, described: Sequence[Any], raw: list[tuple[Any, ...]]
+) -> list[Any]:
+    processors = prepared.result_processors
+    if processors is None:
+        processors = prepared.result_processors = _result_processors(prepared, dialect, described)
+    make = row_class(tuple(column.name for column in described))
+    if not processors:
+        return [tuple.__new__(make, values) for values in raw]
+    rows = []
+    for values in raw:
+        converted = list(values)
+        for position, process in processors:
+            converted[position] = process(converted[position])
+        rows.append(tuple.__new__(make, converted))
+    return rows
+
+
+def _result_processors(
+    prepared: Prepared, dialect: Dialect, described: Sequence[Any]
+) -> tuple[tuple[int, Processor], ...]:
+    types = prepared.result_types
+    if len(types) != len(described):
+        raise ValueError(
+            f"The statement returns {len(described)} columns but declares {len(types)}: "
+            "run it through SQLAlchemy."
+        )
+    found = []
+    for position, (type_, column) in enumerate(zip(types, described, strict=True)):
+        process = type_.dialect_impl(dialect).result_processor(dialect, column.type_code)
+        if process is not None:
+            found.append((position, process))
+    return tuple(found)
