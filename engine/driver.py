@@ -107,11 +107,14 @@ async def fetch(
     for name, process in prepared.bind_processors:
         if name in values:  # a missing value is psycopg's error to raise, as through SQLAlchemy
             values[name] = process(values[name])
-    if not conn.in_transaction():
-        await conn.begin()  # as SQLAlchemy's autobegin: its commit() and rollback() apply
     sync = conn.sync_connection
-    assert sync is not None  # a connection in a transaction is started
-    driver = (await conn.get_raw_connection()).driver_connection
+    assert sync is not None  # an AsyncConnection entered or awaited is started
+    autocommit = sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    if not autocommit and not conn.in_transaction():
+        await conn.begin()  # as SQLAlchemy's autobegin: its commit() and rollback() apply
+    # A live connection's DBAPI connection is an attribute; an invalidated one's is reopened.
+    pooled = await conn.get_raw_connection() if sync.invalidated else sync.connection
+    driver = pooled.driver_connection
     assert driver is not None  # a connection checked out of the pool has its driver's
     context = SimpleNamespace()  # what listeners may note between before and after
     cursor = None
