@@ -51,8 +51,12 @@ def attempt_log_classes() -> list[type[Any]]:
 
 def run_key(row: object) -> str:
     """The run's primary key as the text the attempt log stores."""
-    values = class_mapper(type(row)).primary_key_from_instance(row)
-    return json.dumps(values[0] if len(values) == 1 else list(values), default=str)
+    return key_text(class_mapper(type(row)).primary_key_from_instance(row))
+
+
+def key_text(key: Sequence[Any]) -> str:
+    """A primary key's values (a claim's key) as the text the attempt log stores."""
+    return json.dumps(key[0] if len(key) == 1 else list(key), default=str)
 
 
 def log_attempts(

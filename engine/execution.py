@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine import telemetry
-from engine.attempt_log import run_key
+from engine.attempt_log import key_text
 from engine.claims import Claim
 from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.companions import Collecting
@@ -116,7 +116,9 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         claim,
         outcome,
         # The record's key is text the attempt log keeps; a workflow without a log needs none.
-        AttemptRecord(run_key(row) if info.logged else "", name, failures + 1, "ok", None, took),
+        AttemptRecord(
+            key_text(claim.key) if info.logged else "", name, failures + 1, "ok", None, took
+        ),
         announce=isinstance(directive, RunNow) and not keep,
         fan_out=directive if isinstance(directive, FanOut) else None,
         finishes_child_of=_parent_if_final(row, outcome),
@@ -192,7 +194,7 @@ async def _record_failure(
             recent_event_keys=_taken_keys(row),
         )
         verdict = "retry"
-    record = AttemptRecord(run_key(row), name, failures, verdict, error, took)
+    record = AttemptRecord(key_text(claim.key), name, failures, verdict, error, took)
     log.warning(
         "%s %s attempt %d %s: %s",
         _label(claim),
