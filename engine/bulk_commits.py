@@ -45,6 +45,7 @@ from engine.companions import (
     companion_insert,
     companion_parameters,
     companion_shapes,
+    unnest_arrays,
 )
 from engine.driver import fetch
 from engine.notify import announcement
@@ -135,7 +136,7 @@ async def bulk_fenced_writes(
     whole = any(write.outcome.hold is not None for write in writes)
     statement = bulk_statement(info, attempt_log, changed, shapes, whole)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
-    for row in await fetch(conn, statement, columns):
+    for row in await fetch(conn, statement, unnest_arrays(columns)):
         written[row.v_position] = row
     return written
 

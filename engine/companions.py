@@ -164,6 +164,23 @@ def companion_parameters(
     return params
 
 
+def unnest_arrays(arrays: dict[str, list[Any]]) -> dict[str, list[Any] | None]:
+    """`arrays` (the arguments of one multi-array unnest()) with each array of only NULLs
+    sent as one NULL.
+
+    unnest() pads a shorter array (and a NULL one is empty) with NULLs to the
+    longest one's length, so the rows are the same; psycopg dumps an array
+    element by element, ~0.4 us each, and most of a statement's arrays (the
+    errors, the waits, the deadlines of steps that have none) are all NULL.
+    Only for statements whose every row has a non-NULL value in some array
+    (a key, a position).
+    """
+    return {
+        name: None if all(value is None for value in values) else values
+        for name, values in arrays.items()
+    }
+
+
 def companion_insert(shape: CompanionShape, prefix: str, landed: Any = None) -> Insert:
     """The INSERT of `shape`'s rows from arrays named `<prefix><column>`.
 
