@@ -71,6 +71,11 @@ class Committer:
             await self._flush(self._take())
         await self._connection.close()
 
+    async def release(self) -> None:
+        """Give back the connection flushes keep, while nothing is queued (the worker idles)."""
+        if not self._pending:
+            await self._connection.close()
+
     async def write(self, write: Write) -> Row[Any] | None:
         """Queue `write` and wait for the row as written, or None when fenced."""
         future: asyncio.Future[Row[Any] | None] = asyncio.get_running_loop().create_future()

@@ -28,6 +28,7 @@ class HeldConnection:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._conn: AsyncConnection | None = None
+        self._using = False
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
@@ -35,6 +36,7 @@ class HeldConnection:
         conn = self._conn
         if conn is None or conn.closed or conn.invalidated:
             conn = self._conn = await self._engine.connect()
+        self._using = True
         try:
             yield conn
         except DBAPIError as exc:
@@ -45,11 +47,19 @@ class HeldConnection:
         except BaseException:
             await self._drop(conn)
             raise
+        finally:
+            self._using = False
 
     async def close(self) -> None:
-        """Give the kept connection back to the pool (the loop is done with it)."""
-        if self._conn is not None:
-            await self._drop(self._conn)
+        """Give the kept connection back to the pool, unless a block is using it now.
+
+        The loop is done with it, or will not need it for a while: an idle
+        worker holds no connection of its own, as before it kept one.
+        """
+        conn = self._conn
+        if conn is not None and not self._using:
+            self._conn = None
+            await conn.close()  # healthy: back to the pool
 
     async def _drop(self, conn: AsyncConnection) -> None:
         if self._conn is conn:

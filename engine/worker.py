@@ -261,6 +261,10 @@ class Worker:
             until_check = self._stranded.seconds_until_check()
             if result is not None and until_check is not None:
                 wait = min(wait, until_check)  # a pass makes the stranded check when due
+            if wait > 0 and not self._claims:
+                # Nothing runs or commits: an idle worker keeps no connection checked out.
+                await self._pass_connection.close()
+                await self._committer.release()
             await self._sleep(wait)
 
     async def _pass(self, free: int) -> PassResult:
