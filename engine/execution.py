@@ -111,7 +111,9 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         return None
     if not keep:
         ctx.release_slot()
-    outcome = replace(outcome, changes=user_changes(info, row), recent_event_keys=_taken_keys(row))
+    changes, taken = user_changes(info, row), _taken_keys(row)
+    if changes or taken is not None:  # most steps change neither: no copy to make
+        outcome = replace(outcome, changes=changes, recent_event_keys=taken)
     write = Write(
         claim,
         outcome,
