@@ -22,6 +22,9 @@ Transitions:
 - a move completes the visit, closes the other pending votes, writes
   APPROVAL and STATUS_CHANGE, and enters the target:
   test_a_move_completes_the_visit_and_enters_the_target
+- ... the other pending votes of users named on the state too, and a sole
+  assignee's move leaves none pending:
+  test_a_move_closes_the_pending_votes_of_the_other_named_users
 - refused: a finished instance (409), a branch of another instance or no
   longer active, no edge, a person not assigned, an empty comment where one
   is required, an escalation edge, a branch that moved on from the state the
@@ -59,6 +62,17 @@ Speed that must not regress quietly:
 - reads between moves leave the moves' statements prepared on a shared
   connection (psycopg forgets them on a ROLLBACK; reads end in COMMIT):
   test_reads_between_moves_keep_the_moves_prepared
+- ... and the generic plan they settle on, made on small tables' statistics,
+  finds the rows the write changes through their indexes, never a read of a
+  whole table: test_a_moves_generic_plan_finds_its_rows_through_the_indexes
+
+The driver path (statements sent on psycopg's connection, not SQLAlchemy's):
+- a refused move's transaction is rolled back before its connection goes back
+  to the pool: test_a_refused_move_leaves_its_connection_out_of_any_transaction
+- a move on a lost connection fails as a lost connection, and the next one moves:
+  test_a_move_whose_connection_was_lost_fails_and_the_next_one_moves
+- lists travel as array text and arrive unchanged:
+  test_lists_reach_the_database_as_array_text_unchanged
 """
 
 from __future__ import annotations
@@ -67,12 +81,15 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import ARRAY, BigInteger, DateTime, Text, bindparam, insert, select, text, update
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import (
@@ -92,6 +109,7 @@ from engine.errors import (
 from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.directory import StaticDirectory
 from engine.graphs.model import Graph
+from engine.graphs.pipeline import fetch_all
 from engine.graphs.runtime import GraphRuntime, InstanceSnapshot
 from engine.graphs.sync import Shape, write_statement
 from engine.graphs.tables import (
@@ -451,6 +469,28 @@ async def test_a_move_completes_the_visit_and_enters_the_target(db: Database) ->
         assert move.metadata["comment"] == "looks right"
         assert move.metadata["threshold"] == "single"
         assert await world.subject_state(claim) == "approved"
+
+
+async def test_a_move_closes_the_pending_votes_of_the_other_named_users(world: World) -> None:
+    """Users named on the state, not only groups, have their pending votes closed by
+    another's move; a state whose only user moved it has no vote left pending."""
+    nodes = {
+        **LINEAR_NODES,
+        "review": {"type": STATE, "state_code": "review", "assignee_users": ["ann", "abe"]},
+    }
+    graph, _, instance = await submitted(world, nodes)
+    branch = only_branch(instance)
+    await world.runtime.transition_branch(instance.id, branch, node_id(graph, "approved"), "abe")
+    await world.runtime.transition_branch(instance.id, branch, node_id(graph, "end"), "cat")
+    votes = {
+        (v.approver, v.status, v.is_available)
+        for v in await world.rows(app.Vote, app.Vote.instance_id == instance.id)
+    }
+    assert votes == {
+        ("abe", "approved", True),
+        ("ann", "pending", False),
+        ("cat", "approved", True),
+    }
 
 
 async def test_a_completed_instance_refuses_transitions(world: World) -> None:
@@ -821,3 +861,138 @@ async def test_reads_between_moves_keep_the_moves_prepared(db: Database) -> None
     await engine.dispose()
     assert any(statement.startswith("WITH w AS") for statement in prepared), prepared
     assert any("FOR NO KEY UPDATE" in statement for statement in prepared), prepared
+
+
+async def test_a_moves_generic_plan_finds_its_rows_through_the_indexes(db: Database) -> None:
+    """Prepared, a move's write runs a generic plan, made once on the statistics of the
+    moment: planned on a small votes table, the keys of the votes it closes sent as an
+    array (ten keys, for all the planner knew) read the whole table instead of probing its
+    index, a scan then growing with every vote. Nothing references the votes table, so its
+    sequential scans are the write's own."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    generic = {"options": "-c plan_cache_mode=force_generic_plan"}
+    engine = db.engine(pool_size=1, max_overflow=0, connect_args=generic)
+    runtime = GraphRuntime(TABLES, engine=engine)
+    pair = {"type": STATE, "state_code": "rework", "assignee_users": ["bob", "bea"]}
+    async with connect_workflows(Session):
+        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world, {**LINEAR_NODES, "rework": pair})
+        branch = only_branch(instance)
+        review, rework = node_id(graph, "review"), node_id(graph, "rework")
+        async with session_engine(Session).begin() as conn:
+            # A votes table of some hundreds of rows, pending as votes are while states
+            # wait, analyzed (as a bench's, or a young deployment's): the plans' statistics.
+            await conn.execute(
+                text(
+                    "INSERT INTO duly_graph_visits (id, instance_id, branch_id, node_id, status, "
+                    "is_current, iteration, entered_at) SELECT gen_random_uuid(), instance_id, "
+                    "branch_id, node_id, 'approved', false, 0, now() FROM duly_graph_visits, "
+                    "generate_series(1, 150)"
+                )
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO duly_graph_votes (id, visit_id, instance_id, approver, status, "
+                    "is_available, comment) SELECT gen_random_uuid(), v.id, v.instance_id, a, "
+                    "'pending', true, '' FROM duly_graph_visits v, "
+                    "unnest(ARRAY['ann', 'bob']) AS a WHERE NOT v.is_current"
+                )
+            )
+            await conn.execute(text("ANALYZE"))
+        before = await sequential_scans(engine, "duly_graph_votes")
+        for _ in range(5):  # each write planned generic, as a prepared one settles on
+            await runtime.transition_branch(instance.id, branch, rework, "ann", "again")
+            await runtime.transition_branch(instance.id, branch, review, "bob")
+        after = await sequential_scans(engine, "duly_graph_votes")
+    assert after == before
+
+
+async def sequential_scans(engine: Any, table: str) -> int:
+    """Sequential scans of `table` so far, with the counts of `engine`'s connection flushed."""
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT pg_stat_force_next_flush()"))
+        await conn.commit()
+    async with engine.connect() as conn:
+        query = text("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = :table")
+        count = (await conn.execute(query, {"table": table})).scalar_one()
+        await conn.commit()
+    return int(count)
+
+
+async def test_a_refused_move_leaves_its_connection_out_of_any_transaction(
+    db: Database,
+) -> None:
+    """A move's transaction is begun and committed by its statements on the driver: a
+    refused one is rolled back there before its connection goes back to the pool."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
+    runtime = GraphRuntime(TABLES, engine=engine)
+    async with connect_workflows(Session):
+        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world)
+        branch = only_branch(instance)
+        with pytest.raises(StateWorkflowError):
+            await runtime.transition_branch(instance.id, branch, node_id(graph, "approved"), "bob")
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        outcome = await runtime.transition_branch(
+            instance.id, branch, node_id(graph, "approved"), "ann"
+        )
+        assert outcome.moved
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+async def test_a_move_whose_connection_was_lost_fails_and_the_next_one_moves(
+    db: Database,
+) -> None:
+    """A move on a connection the server dropped fails as SQLAlchemy reports a lost
+    connection, and the next move goes through on a fresh one (none is reused broken)."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
+    runtime = GraphRuntime(TABLES, engine=engine)
+    async with connect_workflows(Session):
+        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world)
+        branch = only_branch(instance)
+        async with engine.connect() as conn:
+            pid = await conn.scalar(text("SELECT pg_backend_pid()"))
+        db.sql("SELECT pg_terminate_backend(%s)", pid)
+        with pytest.raises(OperationalError):
+            await runtime.transition_branch(instance.id, branch, node_id(graph, "approved"), "ann")
+        outcome = await runtime.transition_branch(
+            instance.id, branch, node_id(graph, "approved"), "ann"
+        )
+        assert outcome.moved
+
+
+async def test_lists_reach_the_database_as_array_text_unchanged(db: Database) -> None:
+    """The hot statements send lists as PostgreSQL's array text, which their casts read:
+    quotes, backslashes, braces, commas, spaces, the word NULL and None, unicode, ids,
+    integers and aware times arrive as they were."""
+    await db.create(app.Base.metadata)
+    values: dict[str, tuple[Any, list[Any]]] = {
+        "texts": (
+            Text(),
+            ["", 'q"uote', "back\\slash", "{brace}", "a,b", " pad ", "NULL", None, "ünï☃\n"],
+        ),
+        "ids": (postgresql.UUID(), [uuid.uuid4(), uuid.uuid4()]),
+        "numbers": (BigInteger(), [1, -2, 3_000_000_000]),
+        "times": (
+            DateTime(timezone=True),
+            [datetime.now(UTC), datetime(2020, 1, 1, tzinfo=timezone(timedelta(hours=5.5)))],
+        ),
+        "none": (postgresql.UUID(), []),
+    }
+    statement = select(
+        *(bindparam(name, type_=ARRAY(kind)).label(name) for name, (kind, _) in values.items())
+    )
+    engine = db.engine()
+    async with engine.begin() as conn:
+        [[row]] = await fetch_all(conn, [(statement, {k: v for k, (_, v) in values.items()})])
+    await engine.dispose()
+    assert row == {name: given for name, (_, given) in values.items()}

@@ -47,12 +47,12 @@ from engine.graphs.history import HistoryRow, details, state_name
 from engine.graphs.locks import (
     BranchState,
     InstanceState,
-    Statement,
     instance_branches,
     read_branch,
 )
 from engine.graphs.model import Graph, Node
 from engine.graphs.notifications import assignment_event, completion_event
+from engine.graphs.pipeline import Statement
 from engine.graphs.subjects import key_values, subject_class
 from engine.graphs.sync import KEEP, NewVisit, SubjectWrite, Writes, synced_state, write
 from engine.graphs.tables import (
@@ -167,11 +167,23 @@ class Unit:
         if visit_id is None:
             return
         self.writes.visits_ended[visit_id] = status
-        self.writes.votes_closed.append(visit_id)
         node = self.graph.nodes.get(branch.node_id) if branch.node_id is not None else None
+        if node is None or self.may_have_pending(node):
+            self.writes.votes_closed.append(visit_id)
         if node is not None and node.deadline_seconds and visit_id != self.spared_timer:
             self.writes.timers_cancelled.append(visit_id)
         branch.visit_id = None
+
+    def may_have_pending(self, node: Node) -> bool:
+        """Whether a visit of `node` may have pending votes other than the one cast now.
+
+        Entering a state writes a pending vote for each assignee its users and
+        groups named then, and nothing else writes one: a state whose only
+        user is the voter, and no group, has none left to close.
+        """
+        cast = self.writes.vote_cast
+        voter = cast.approver if cast is not None else None
+        return bool(node.assignee_groups) or any(user != voter for user in node.assignee_users)
 
     def record(
         self,

@@ -88,19 +88,9 @@ def state_name(node: Node) -> str:
 
 
 def details(**values: Any) -> dict[str, Any]:
-    """Metadata as JSON values: ids as text, None left out."""
-    return {key: json_value(value) for key, value in values.items() if value is not None}
-
-
-def json_value(value: Any) -> Any:
-    """`value` with every UUID in it as text."""
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return [json_value(item) for item in value]
-    if isinstance(value, dict):
-        return {key: json_value(item) for key, item in value.items()}
-    return value
+    """Metadata, None left out. Ids in it (however deep) become text as the write's JSON
+    document is made (`engine.graphs.sync.parameters`), not one by one here."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 @lru_cache(maxsize=64)

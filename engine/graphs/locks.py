@@ -13,30 +13,24 @@ it, from before the transaction it waited for committed. Every writer of an
 instance's branches updates its row, so the row's version (xmin) tells a
 stale read, and the branches are then read again by a second statement.
 
-The hot statements (this lock and the write of `engine.graphs.sync`) run
-on the driver's own connection (`fetch`): the text and values SQLAlchemy
-would send, without its execution machinery around each one.
+The lock is a hot statement: it runs on the driver's own connection
+(`engine.graphs.pipeline`), and a move's transaction is begun with it there.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
 from sqlalchemy import BindParameter, Select, Uuid, and_, bindparam, literal_column, select, true
-from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ClauseElement
-from sqlalchemy.sql.compiler import SQLCompiler
 
 from engine.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
+from engine.graphs.pipeline import fetch
 from engine.graphs.tables import ACTIVE, GraphTables
 
 
@@ -279,8 +273,19 @@ async def lock_branch(
 
 
 def _live(row: Mapping[str, Any]) -> BranchState:
-    return BranchState.of(
-        {key[len("live_") :]: value for key, value in row.items() if key.startswith("live_")}
+    """A live branch from its `live_` columns of the lock statement's row."""
+    return BranchState(
+        id=row["live_id"],
+        number=row["live_number"],
+        node_id=row["live_current_node_id"],
+        status=row["live_status"],
+        parent_branch_id=row["live_parent_branch_id"],
+        fork_scope=row["live_fork_scope"],
+        fork_node_id=row["live_fork_node_id"],
+        join_node_id=row["live_join_node_id"],
+        started_at=row["live_started_at"],
+        completed_at=row["live_completed_at"],
+        visit_id=row["live_visit_id"],
     )
 
 
@@ -339,69 +344,6 @@ async def read_branch(
         (await conn.execute(branch_statement(tables), {"branch_id": branch_id})).mappings().first()
     )
     return None if row is None else BranchState.of(row)
-
-
-@lru_cache(maxsize=512)
-def driver_text(statement: ClauseElement, dialect: Dialect) -> tuple[str, dict[str, Any]]:
-    """A statement's text for the driver, and its parameters' default values."""
-    compiled = statement.compile(dialect=dialect)
-    assert isinstance(compiled, SQLCompiler)
-    # Parameters SQLAlchemy renders at execution (IN lists, literals) would need its own path.
-    assert not compiled.post_compile_params and not compiled.literal_execute_params
-    return str(compiled), dict(compiled.params)
-
-
-Statement = tuple[ClauseElement, Mapping[str, Any]]
-
-
-async def fetch(
-    conn: AsyncConnection, statement: ClauseElement, params: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """Run a statement of the hot path on the driver's own connection; its rows as dicts.
-
-    The same text and values SQLAlchemy would send, without its execution
-    machinery around each statement. The connection's transaction is the
-    caller's; the transaction's first statement goes out with its BEGIN, in
-    one round trip.
-    """
-    [rows] = await fetch_all(conn, [(statement, params)])
-    return rows
-
-
-async def fetch_all(
-    conn: AsyncConnection, statements: Sequence[Statement], *, commit: bool = False
-) -> list[list[dict[str, Any]]]:
-    """Run `statements` (then COMMIT, if asked) in one round trip; each one's rows.
-
-    psycopg's pipeline mode sends them together (with the BEGIN of a
-    transaction not yet begun) and reads the results at one sync point: a
-    move's write, its notifications and its commit cost the client one wait
-    instead of three. An error aborts the rest, the COMMIT included.
-    """
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert driver is not None  # a connection checked out of the pool has its driver's
-    cursors = []
-    current: tuple[str, dict[str, Any]] = ("", {})
-    try:
-        async with driver.pipeline() as pipeline:
-            for statement, params in statements:
-                text, defaults = driver_text(statement, conn.dialect)
-                current = (text, {**defaults, **params})
-                cursor = driver.cursor(row_factory=dict_row)
-                await cursor.execute(*current)
-                cursors.append(cursor)
-            if commit:
-                current = ("COMMIT", {})
-                await driver.commit()
-            await pipeline.sync()
-            results = []
-            for cursor in cursors:
-                rows: list[dict[str, Any]] = await cursor.fetchall() if cursor.description else []
-                results.append(rows)
-                await cursor.close()
-            return results
-    except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
-        raise DBAPIError.instance(current[0], current[1], exc, psycopg.Error) from exc
 
 
 def _param(name: str) -> BindParameter[uuid.UUID]:

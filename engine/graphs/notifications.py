@@ -37,8 +37,9 @@ from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import WorkflowEvent
 from engine.events.routing import EventRegistry
-from engine.graphs.locks import InstanceState, Statement
+from engine.graphs.locks import InstanceState
 from engine.graphs.model import Graph, Node
+from engine.graphs.pipeline import Statement
 
 log = logging.getLogger("duly.graphs")
 

@@ -76,6 +76,7 @@ from engine.graphs.notifications import (
     publish_in_transaction,
     publish_now,
 )
+from engine.graphs.pipeline import driven
 from engine.graphs.subjects import state_column, subject_ref
 from engine.graphs.sync import Writes
 from engine.graphs.tables import (
@@ -322,7 +323,7 @@ class GraphRuntime:
         if it has moved on since, the transition is refused saying so.
         """
         registry = chosen_registry(self.events)
-        async with self.engine.begin() as conn:
+        async with driven(self.engine) as conn:
             unit, tally = await self._transition(
                 conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
             )

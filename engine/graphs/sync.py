@@ -17,10 +17,15 @@ jsonb_to_recordset), so a move is one round trip however much it changed,
 and its driver work is one text parameter, not dozens of arrays. The
 statement's text depends only on which kinds of rows it carries, so each
 shape is built once and psycopg prepares it (generic plans). The rows an
-UPDATE changes are also given as arrays of keys (`gk_<part>`), so they are
-found through their indexes: joined to the document alone, the planner took
-the set-returning function for 100 rows and hashed the whole table, a scan
-growing with every visit and vote. A row is never written by two CTEs
+UPDATE changes are also given as keys (`gk_<part>`), so they are found
+through their indexes: joined to the document alone, the planner took the
+set-returning function for 100 rows and hashed the whole table, a scan
+growing with every visit and vote. A key that is the only one of its part
+(the subject's always, a move's branch, visit and closed votes mostly) is
+a scalar, not an array: a generic plan counts ten elements in an array it
+has not seen, and planned on a small table's statistics it scanned the
+votes table rather than probe its index, a scan then growing with every
+vote until the next ANALYZE. A row is never written by two CTEs
 of it (which PostgreSQL does not order): the runtime keeps one final value
 per branch, and the vote cast is left out of the votes it closes.
 """
@@ -65,8 +70,9 @@ from sqlalchemy.types import TypeEngine
 
 from engine.clock import db_now
 from engine.graphs.history import HistoryRow
-from engine.graphs.locks import BranchState, InstanceState, Statement, fetch_all
+from engine.graphs.locks import BranchState, InstanceState
 from engine.graphs.model import Graph
+from engine.graphs.pipeline import Statement, fetch_all
 from engine.graphs.subjects import key_values, state_column
 from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
 from engine.handles import cancel_statement
@@ -157,16 +163,19 @@ class Shape:
     subject: type[Any] | None
     timers_new: bool
     timers_cancelled: bool
+    single_keys: bool = False  # each part found by key has one row: its key is a scalar
 
     @property
     def empty(self) -> bool:
         """Whether there is nothing to write."""
-        return not any(value for value in vars(self).values())
+        return not any(value for name, value in vars(self).items() if name != "single_keys")
 
     @classmethod
     def of(cls, writes: Writes) -> Shape:
         """The shape of `writes`."""
         branches = list(writes.branches.values())
+        changed = sum(1 for b in branches if b.changed and not b.new)
+        keyed = (changed, len(writes.visits_ended), len(writes.votes_closed))
         return cls(
             instance_new=writes.instance.new,
             instance_changed=writes.instance_changed and not writes.instance.new,
@@ -181,6 +190,7 @@ class Shape:
             subject=writes.subject.cls if writes.subject is not None else None,
             timers_new=bool(writes.timers_new),
             timers_cancelled=bool(writes.timers_cancelled),
+            single_keys=all(count <= 1 for count in keyed),
         )
 
 
@@ -304,14 +314,19 @@ def _rows(document: Any, part: str, columns: Columns) -> Any:
     return rows.render_derived(name=part, with_types=True)
 
 
-def _among(key: Any, part: str) -> Any:
-    """`key` is one of the keys of the document's `part` rows (parameter `gk_<part>`).
+def _among(key: Any, part: str, single: bool) -> Any:
+    """`key` is one of the keys of the document's `part` rows (parameter `gk_<part>`):
+    the key itself when `single` (the part has one row), else an array of them.
 
     The planner takes a set-returning function for 100 rows, so an UPDATE
     joined to the document alone is planned as a hash join over the whole
-    table (a scan that grows with it); with its keys also given as an array,
-    the rows are found through the key's index, one probe each.
+    table (a scan that grows with it); with its keys also given, the rows are
+    found through the key's index, one probe each. One key is a scalar: a
+    generic plan takes an array it has not seen for ten keys, and on a small
+    table's statistics it scanned the table rather than probe the index.
     """
+    if single:
+        return key == bindparam(f"gk_{part}", type_=key.type)
     return key == any_(bindparam(f"gk_{part}", type_=ARRAY(key.type)))
 
 
@@ -439,7 +454,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(
             update(branches)
             .where(branches.c.id == rows.c.id)
-            .where(_among(branches.c.id, "bc"))
+            .where(_among(branches.c.id, "bc", shape.single_keys))
             .values(
                 current_node_id=rows.c.node,
                 status=rows.c.status,
@@ -492,7 +507,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(
             update(visits)
             .where(visits.c.id == rows.c.id)
-            .where(_among(visits.c.id, "ve"))
+            .where(_among(visits.c.id, "ve", shape.single_keys))
             .values(status=rows.c.status, is_current=false(), completed_at=now_value)
             .cte("visits_ended")
         )
@@ -541,7 +556,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             update(votes)
             .where(
                 votes.c.visit_id == rows.c.visit_id,
-                _among(votes.c.visit_id, "x"),
+                _among(votes.c.visit_id, "x", shape.single_keys),
                 votes.c.status == constant(PENDING),
                 # The vote cast by this transaction is its own CTE's row.
                 votes.c.approver.is_distinct_from(rows.c.keep),
@@ -623,8 +638,8 @@ def _subject_update(cls: type[Any], document: Any) -> Any:
     given = _rows(document, "s", columns)
     return (
         update(table)
-        # One subject a statement: its key given as an array, which its index answers.
-        .where(*(_among(key, f"s{i}") for i, key in enumerate(keys)))
+        # One subject a statement: its key given as scalars, which its index answers.
+        .where(*(_among(key, f"s{i}", True) for i, key in enumerate(keys)))
         .values({table.c[state_column(cls)]: given.c.code})
     )
 
@@ -696,10 +711,12 @@ def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
             }
             for number, h in enumerate(writes.history)
         ]
+    subject_key: tuple[Any, ...] = ()
     if writes.subject is not None:
         subject = writes.subject
+        subject_key = key_values(subject.cls, subject.key)
         row = {"code": subject.code}
-        for i, value in enumerate(key_values(subject.cls, subject.key)):
+        for i, value in enumerate(subject_key):
             row[f"k{i}"] = value
         document["s"] = [row]
     if shape.timers_new:
@@ -709,14 +726,12 @@ def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
         ]
     if shape.timers_cancelled:
         document["tc"] = [{"visit_id": visit} for visit in writes.timers_cancelled]
-    keys = {
-        f"gk_{part}": [row[field] for row in document[part]]
-        for part, field in KEYED_PARTS
-        if part in document
-    }
-    if writes.subject is not None:
-        subject_key = key_values(writes.subject.cls, writes.subject.key)
-        keys.update({f"gk_s{i}": [value] for i, value in enumerate(subject_key)})
+    keys: dict[str, Any] = {}
+    for part, key in KEYED_PARTS:
+        if part in document:
+            found = [row[key] for row in document[part]]
+            keys[f"gk_{part}"] = found[0] if shape.single_keys else found
+    keys.update({f"gk_s{i}": value for i, value in enumerate(subject_key)})
     return {INSTANCE: instance.id, WRITES: json.dumps(document, default=str), **keys}
 
 
