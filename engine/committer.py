@@ -34,6 +34,10 @@ TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the connection, not the
 FIRST_RECONNECT_DELAY = 0.05  # seconds
 MAX_RECONNECT_DELAY = 2.0  # seconds
 MAX_WRITES_PER_STATEMENT = 16  # a statement of more costs more to build than it saves
+# The fast path's text does not grow with its writes (arrays carry them): a busy worker's
+# commits share one statement further. Measured: the outbox at max_concurrency 100 routed
+# ~7,700 events/s at 16 writes a statement, ~11,000 at 64, no more at 128 or 256.
+MAX_BULK_WRITES_PER_STATEMENT = 64
 
 Pending = tuple[Write, "asyncio.Future[Row[Any] | None]"]
 
@@ -94,8 +98,9 @@ class Committer:
             await self._flush(self._take())
 
     async def _flush(self, batch: list[Pending]) -> None:
-        # One statement per table and path, at most MAX_WRITES_PER_STATEMENT writes each:
-        # the cost of building a statement grows faster than its length.
+        # One statement per table and path, at most MAX_WRITES_PER_STATEMENT writes each
+        # (the typed path's statement grows with its writes, and its cost faster than its
+        # length), MAX_BULK_WRITES_PER_STATEMENT on the fast path.
         # The fast path's statements are shaped by the user columns their writes change too.
         groups: dict[tuple[str, str, int, Any], list[Pending]] = {}
         for pending in batch:
@@ -110,8 +115,9 @@ class Committer:
             key = (write.claim.info.table.fullname, path, alone, shape)
             groups.setdefault(key, []).append(pending)
         for (_, path, _, _), group in groups.items():
-            for start in range(0, len(group), MAX_WRITES_PER_STATEMENT):
-                await self._settle_group(path, group[start : start + MAX_WRITES_PER_STATEMENT])
+            most = MAX_BULK_WRITES_PER_STATEMENT if path == "bulk" else MAX_WRITES_PER_STATEMENT
+            for start in range(0, len(group), most):
+                await self._settle_group(path, group[start : start + most])
 
     async def _settle_group(self, path: str, group: list[Pending]) -> None:
         try:
