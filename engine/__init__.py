@@ -1,9 +1,16 @@
 """duly's engine: durable workflows where a workflow is an ordinary SQLAlchemy table.
 
-Import everything from here; the modules behind it are private.
+Import everything from here; the modules behind it are private. The graph
+workflows' names are imported when one is first asked for (`from engine
+import GraphRuntime` works as any other): a process that runs no graph, a
+Lambda wake or a worker of plain workflows, does not pay for their import
+(~15 ms of a cold start, issue 10).
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from engine.attempt_log import AttemptLog
 from engine.connection import connect_workflows
@@ -65,39 +72,6 @@ from engine.executions.durable import DurableWorkflowEngine, WorkflowExecutionRe
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
 from engine.executions.state import WorkflowDefinition, WorkflowExecution, WorkflowState
 from engine.fanout import child, fan_out
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.configure import configure_graph_runtime, get_graph_runtime
-from engine.graphs.design import Design
-from engine.graphs.directory import Directory, StaticDirectory
-from engine.graphs.model import Graph
-from engine.graphs.runtime import (
-    AvailableTransition,
-    GraphRuntime,
-    InstanceSnapshot,
-    TransitionOutcome,
-)
-from engine.graphs.subjects import GraphSubject
-from engine.graphs.tables import (
-    GraphBranch,
-    GraphHistory,
-    GraphInstance,
-    GraphNode,
-    GraphTables,
-    GraphTemplate,
-    GraphTransition,
-    GraphVisit,
-    GraphVote,
-    graph_tables,
-)
-from engine.graphs.timers import GraphTimer
-from engine.graphs.validation import validate_graph
-from engine.graphs.versions import (
-    SavedDesign,
-    activate_template,
-    list_templates,
-    load_design,
-    save_design,
-)
 from engine.handles import Handle
 from engine.limits import Limit, RateBucket
 from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
@@ -214,3 +188,92 @@ __all__ = [
     "wake",
     "wake_in",
 ]
+
+# The graph layer's public names, by the module that defines them: imported on first use.
+_LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    "engine.graphs.conditions": ("ConditionRegistry",),
+    "engine.graphs.configure": (
+        "configure_graph_runtime",
+        "get_graph_runtime",
+    ),
+    "engine.graphs.design": ("Design",),
+    "engine.graphs.directory": (
+        "Directory",
+        "StaticDirectory",
+    ),
+    "engine.graphs.model": ("Graph",),
+    "engine.graphs.runtime": (
+        "AvailableTransition",
+        "GraphRuntime",
+        "InstanceSnapshot",
+        "TransitionOutcome",
+    ),
+    "engine.graphs.subjects": ("GraphSubject",),
+    "engine.graphs.tables": (
+        "GraphBranch",
+        "GraphHistory",
+        "GraphInstance",
+        "GraphNode",
+        "GraphTables",
+        "GraphTemplate",
+        "GraphTransition",
+        "GraphVisit",
+        "GraphVote",
+        "graph_tables",
+    ),
+    "engine.graphs.timers": ("GraphTimer",),
+    "engine.graphs.validation": ("validate_graph",),
+    "engine.graphs.versions": (
+        "SavedDesign",
+        "activate_template",
+        "list_templates",
+        "load_design",
+        "save_design",
+    ),
+}
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+
+if TYPE_CHECKING:
+    from engine.graphs.conditions import ConditionRegistry
+    from engine.graphs.configure import configure_graph_runtime, get_graph_runtime
+    from engine.graphs.design import Design
+    from engine.graphs.directory import Directory, StaticDirectory
+    from engine.graphs.model import Graph
+    from engine.graphs.runtime import (
+        AvailableTransition,
+        GraphRuntime,
+        InstanceSnapshot,
+        TransitionOutcome,
+    )
+    from engine.graphs.subjects import GraphSubject
+    from engine.graphs.tables import (
+        GraphBranch,
+        GraphHistory,
+        GraphInstance,
+        GraphNode,
+        GraphTables,
+        GraphTemplate,
+        GraphTransition,
+        GraphVisit,
+        GraphVote,
+        graph_tables,
+    )
+    from engine.graphs.timers import GraphTimer
+    from engine.graphs.validation import validate_graph
+    from engine.graphs.versions import (
+        SavedDesign,
+        activate_template,
+        list_templates,
+        load_design,
+        save_design,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """A graph workflow name, imported now and kept (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

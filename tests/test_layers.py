@@ -3,17 +3,21 @@
 `lint-imports` (in CI) checks the layers between modules; this checks what
 it cannot see: an import hidden inside a function, which is how an import
 circle hides. Only optional extras may be imported inside a guard, and those
-at module level too (`engine/telemetry.py`).
+at module level too (`engine/telemetry.py`). The graph layer's public names
+are imported by `engine` when first asked for (a Lambda wake runs no graph).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import engine
 
 ENGINE = Path(engine.__file__).parent
+ROOT = ENGINE.parent
 
 
 def test_no_engine_module_imports_inside_a_function() -> None:
@@ -33,3 +37,18 @@ def test_the_public_names_are_sorted_and_all_importable() -> None:
     assert engine.__all__ == sorted(engine.__all__)
     for name in engine.__all__:
         assert getattr(engine, name) is not None, name
+
+
+def test_the_graph_layer_is_imported_when_first_asked_for() -> None:
+    """A process that runs no graph (a Lambda wake) does not import the graph layer; a graph
+    name imported from `engine` brings it, as any other name."""
+    probe = (
+        "import sys, engine\n"
+        "before = any(m.startswith('engine.graphs') for m in sys.modules)\n"
+        "from engine import GraphRuntime, graph_tables\n"
+        "print(before, GraphRuntime.__module__, 'engine.graphs.tables' in sys.modules)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert ran.stdout.split() == ["False", "engine.graphs.runtime", "True"]
