@@ -95,6 +95,7 @@ class SoakReport:
     events_per_s: float = 0.0
     settle_seconds: float = 0.0
     violations: dict[str, int] = field(default_factory=dict)
+    left_undone: list[str] = field(default_factory=list)  # the rows settling did not finish
 
     @property
     def violated(self) -> int:
@@ -292,6 +293,7 @@ async def soak(server: EmbeddedPostgres, settings: SoakSettings) -> SoakReport:
                 await asyncio.gather(*(slot.stop() for slot in slots))
                 configure_event_registry(None)
             report.violations = await invariants(engine)
+            report.left_undone = await left_undone(engine)
             report.violations["limit_exceeded"] = load.limit_exceeded
             await count(engine, report)
             await engine.dispose()
@@ -406,6 +408,35 @@ INVARIANTS = {
 }
 
 
+UNDONE_COLUMNS = "next_step, waiting_for, wake_at, claimed_until, attempts, last_error, wf_version"
+UNDONE = " UNION ALL ".join(
+    [
+        f"SELECT '{table}', id::text, {UNDONE_COLUMNS}, NULL::text, NULL::int FROM {table} "
+        "WHERE next_step IS NOT NULL OR waiting_for IS NOT NULL"
+        for table in RUN_TABLE_NAMES
+    ]
+    + [
+        f"SELECT 'chaos_outbox', event_id, {UNDONE_COLUMNS}, status, route_attempts "
+        "FROM chaos_outbox WHERE status <> 'processed'",
+        "SELECT 'chaos_deliveries', event_id, handler, error, updated_at, NULL, attempts, "
+        "NULL, NULL, status, NULL FROM chaos_deliveries WHERE status <> 'succeeded'",
+        "SELECT 'chaos_waiter_events', id::text, pending_event::text, recent_event_keys::text, "
+        "NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM chaos_waiter "
+        "WHERE received IS DISTINCT FROM id",
+    ]
+)
+
+
+async def left_undone(engine: AsyncEngine, most: int = 20) -> list[str]:
+    """The rows settling left undone, as text, with their engine columns: what to look at."""
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text(f"{UNDONE} LIMIT {most}"))).all()
+        now = await conn.scalar(text("SELECT now()"))
+    if not rows:
+        return []
+    return [f"now {now}", *(" | ".join(str(value) for value in row) for row in rows)]
+
+
 async def invariants(engine: AsyncEngine) -> dict[str, int]:
     """Each invariant's count of violations, from the database alone."""
     found: dict[str, int] = {}
@@ -449,6 +480,7 @@ def format_report(report: SoakReport) -> str:
         "violations: "
         + ", ".join(f"{name} {n}" for name, n in report.violations.items())
         + f" (total {report.violated})",
+        *(f"  left undone: {row}" for row in report.left_undone),
     ]
     return "\n".join(lines)
 

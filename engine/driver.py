@@ -14,7 +14,9 @@ in its transaction when it has one. Nothing else changes:
   once per statement from the first result's column types;
 - errors are raised as SQLAlchemy raises them (`DBAPIError.instance`: an
   IntegrityError is an IntegrityError), and a lost connection is
-  invalidated, so callers' except clauses and the pool behave as before;
+  invalidated with every connection of its pool's generation (`lose`), so
+  callers' except clauses and the pool behave as before: after a server
+  restart, the step bodies' own connections are not handed out stale;
 - `before_cursor_execute` and `after_cursor_execute` listeners hear each
   statement, so statement logs and counts still see it;
 - rows come back as named tuples that also answer `_mapping` (by column
@@ -36,6 +38,7 @@ import psycopg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeEngine
@@ -128,7 +131,7 @@ async def fetch(
     except psycopg.Error as exc:
         lost = conn.dialect.is_disconnect(exc, driver, cursor)  # type: ignore[arg-type]
         if lost:
-            await conn.invalidate()
+            await lose(conn, pooled, exc)
         raise DBAPIError.instance(
             prepared.text,
             values,
@@ -145,6 +148,16 @@ async def fetch(
     if not described:
         return []
     return _rows(prepared, conn.dialect, described, raw)
+
+
+async def lose(conn: AsyncConnection, pooled: PoolProxiedConnection, exc: Exception) -> None:
+    """What SQLAlchemy does when a statement finds its connection lost: every connection
+    the pool opened as long ago is recycled at its next checkout (the server that dropped
+    this one dropped them too: a restart), and this one is invalidated now."""
+    pool = getattr(conn.sync_engine, "pool", None)
+    if pool is not None:
+        pool._invalidate(pooled, exc, _checkin=False)  # marks the generation; no I/O
+    await conn.invalidate()
 
 
 def _rows(

@@ -7,7 +7,8 @@
 - a refused statement raises SQLAlchemy's own error class, and the connection goes on:
   test_a_refused_statement_raises_sqlalchemys_error
 - a lost connection is invalidated, and the error says so:
-  test_a_lost_connection_is_invalidated
+  test_a_lost_connection_is_invalidated; and so is its pool's generation, as through
+  SQLAlchemy: test_a_lost_connection_recycles_the_pool_it_came_from
 - statement listeners hear it: test_cursor_listeners_hear_the_statement
 - a statement SQLAlchemy renders per execution (an expanding IN) goes through SQLAlchemy:
   test_an_expanding_in_goes_through_sqlalchemy
@@ -157,3 +158,24 @@ async def test_commit_and_rollback_apply_as_after_autobegin(engine: AsyncEngine)
     async with engine.connect() as conn:
         ids = (await conn.execute(text("SELECT id FROM driver_things WHERE id > 3"))).all()
     assert [row.id for row in ids] == [11]
+
+
+async def test_a_lost_connection_recycles_the_pool_it_came_from(
+    db: Database, engine: AsyncEngine
+) -> None:
+    """As through SQLAlchemy: the other connections the pool opened before (a restarted
+    server dropped them too) are replaced at their next checkout, not handed out stale."""
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit.connect() as other:
+        await other.scalar(text("SELECT 1"))  # opened, then back in the pool
+    async with autocommit.connect() as conn:
+        async with autocommit.connect() as second:  # the pooled one is in use: a new one
+            await second.scalar(text("SELECT 1"))
+        db.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        with pytest.raises(OperationalError):
+            await fetch(conn, select(things.c.id), {})
+    async with autocommit.connect() as fresh:  # every pooled connection predates the loss
+        assert await fetch(fresh, select(func.count()).select_from(things), {}) == [(3,)]

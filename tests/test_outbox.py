@@ -38,6 +38,8 @@ Delivery attempts
   test_one_delivery_row_per_route_and_event
 - a route that succeeded for an event never runs for it again:
   test_a_succeeded_route_is_not_rerun_when_the_row_is_retried
+- a drain whose own bookkeeping meets a lost database is tried again, not given up:
+  test_a_drain_whose_bookkeeping_meets_a_lost_database_is_tried_again
 - handler-level retries are attempts inside one drain; outbox attempts count drains:
   test_handler_retries_happen_inside_one_drain
 - a handler running past DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS fails its route:
@@ -93,6 +95,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import (
@@ -106,7 +109,7 @@ from engine import (
 )
 from engine.claims import claim_due
 from engine.connection import current_connection, session_engine
-from engine.events.deliveries import Delivery, delivery_log
+from engine.events.deliveries import Delivery, DeliveryLog, delivery_log
 from engine.registry import workflow_info
 from engine.testing import drain, move_clock, read_clock_shift
 from tests.apps import outbox as app
@@ -485,6 +488,41 @@ async def test_a_succeeded_route_is_not_rerun_when_the_row_is_retried(Session: S
     assert statuses == {
         "tests.test_outbox.Calls.ok": ("succeeded", 1),
         "tests.test_outbox.Calls.broken": ("dead_letter", 2),
+    }
+
+
+async def test_a_drain_whose_bookkeeping_meets_a_lost_database_is_tried_again(
+    Session: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delivery record a drain writes between two routes fails as a restarting server
+    fails it: the step is retried a second later, not given up (the event would stay
+    unrouted for good), and the retry routes the event."""
+    registry = use(retry_backoff_seconds=1)
+    calls = Calls()
+    registry.register("order.placed", calls.ok)
+    registry.register("order.placed", calls.flaky)
+    record = DeliveryLog.record
+    losses = [OperationalError("INSERT ...", None, ConnectionError("server closed"))]
+
+    async def lost_once(self: DeliveryLog, deliveries: list[Delivery]) -> None:
+        if losses:
+            raise losses.pop()
+        await record(self, deliveries)
+
+    monkeypatch.setattr(DeliveryLog, "record", lost_once)
+    event = placed()
+    await registry.publish(event)
+    assert await drain(Session) == 1
+    row = await outbox_row(Session, event.event_id)
+    assert (row.status, row.next_step, row.attempts) == ("pending", "route", 1)
+    assert row.last_error is not None and "server closed" in row.last_error
+    await move_clock(Session, timedelta(seconds=2))
+    assert await drain(Session) == 1
+    assert (await outbox_row(Session, event.event_id)).status == "processed"
+    statuses = {d.handler: d.status for d in await deliveries(Session, event.event_id)}
+    assert statuses == {
+        "tests.test_outbox.Calls.ok": "succeeded",
+        "tests.test_outbox.Calls.flaky": "succeeded",
     }
 
 

@@ -15,7 +15,7 @@ are gone once the row is settled: the event record keeps the event.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine.companions import commit_with
@@ -30,6 +30,7 @@ from engine.telemetry import deliveries_recorded
 from engine.workflow import Workflow
 
 FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing recorded yet
+BOOKKEEPING_RETRIES = 40  # attempts a drain's own database errors get (1 s, 2 s, ... 2 min)
 
 
 class WorkflowOutbox(OutboxColumns, Workflow):
@@ -38,7 +39,13 @@ class WorkflowOutbox(OutboxColumns, Workflow):
     # Its delivery attempts are its log: a route step's attempt log row would say less.
     __workflow_attempt_log__ = False
 
-    @step
+    # A drain's own bookkeeping (the delivery records it reads, and writes between routes)
+    # may meet a database that restarts: the attempt is tried again, a second apart and
+    # then less often, for about an hour. A drain is idempotent (a route that succeeded is
+    # never run again); giving up would leave the event unrouted for good.
+    @step(
+        retries=BOOKKEEPING_RETRIES, backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=2)
+    )
     async def route(self, event: dict[str, Any]) -> WakeIn | None:
         """Route the row's event once; settle the row, or come back after the backoff."""
         stored = event_from_json(event)

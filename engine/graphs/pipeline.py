@@ -36,6 +36,8 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from engine.driver import lose
+
 # A pyformat placeholder, or a percent sign SQLAlchemy doubled for pyformat.
 PYFORMAT = re.compile(r"%\(([^)]+)\)s|%%")
 
@@ -255,8 +257,8 @@ async def fetch_all(
         return results
     except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
         lost = conn.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
-        if lost:  # never back to the pool: the next checkout gets a fresh connection
-            await conn.invalidate()
+        if lost:  # never back to the pool, nor its generation (engine.driver.lose)
+            await lose(conn, pooled, exc)
         raise DBAPIError.instance(
             current[0], current[1], exc, psycopg.Error, connection_invalidated=lost
         ) from exc
