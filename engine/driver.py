@@ -14,7 +14,7 @@ in its transaction when it has one. Nothing else changes:
   once per statement from the first result's column types;
 - errors are raised as SQLAlchemy raises them (`DBAPIError.instance`: an
   IntegrityError is an IntegrityError), and a lost connection is
-  invalidated with every connection of its pool's generation (`lose`), so
+  invalidated with every connection of its pool's generation (`translated`), so
   callers' except clauses and the pool behave as before: after a server
   restart, the step bodies' own connections are not handed out stale;
 - `before_cursor_execute` and `after_cursor_execute` listeners hear each
@@ -36,7 +36,7 @@ from typing import Any, cast
 
 import psycopg
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
@@ -115,8 +115,7 @@ async def fetch(
     autocommit = sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
     if not autocommit and not conn.in_transaction():
         await conn.begin()  # as SQLAlchemy's autobegin: its commit() and rollback() apply
-    # A live connection's DBAPI connection is an attribute; an invalidated one's is reopened.
-    pooled = await conn.get_raw_connection() if sync.invalidated else sync.connection
+    pooled = await pooled_of(conn)
     driver = pooled.driver_connection
     assert driver is not None  # a connection checked out of the pool has its driver's
     context = SimpleNamespace()  # what listeners may note between before and after
@@ -129,17 +128,7 @@ async def fetch(
         described = cursor.description
         raw = await cursor.fetchall() if described else []
     except psycopg.Error as exc:
-        lost = conn.dialect.is_disconnect(exc, driver, cursor)  # type: ignore[arg-type]
-        if lost:
-            await lose(conn, pooled, exc)
-        raise DBAPIError.instance(
-            prepared.text,
-            values,
-            exc,
-            psycopg.Error,
-            connection_invalidated=lost,
-            dialect=conn.dialect,
-        ) from exc
+        raise await translated(conn, pooled, exc, (prepared.text, values), cursor) from exc
     finally:
         if cursor is not None:
             await cursor.close()
@@ -150,14 +139,37 @@ async def fetch(
     return _rows(prepared, conn.dialect, described, raw)
 
 
-async def lose(conn: AsyncConnection, pooled: PoolProxiedConnection, exc: Exception) -> None:
-    """What SQLAlchemy does when a statement finds its connection lost: every connection
-    the pool opened as long ago is recycled at its next checkout (the server that dropped
-    this one dropped them too: a restart), and this one is invalidated now."""
-    pool = getattr(conn.sync_engine, "pool", None)
-    if pool is not None:
-        pool._invalidate(pooled, exc, _checkin=False)  # marks the generation; no I/O
-    await conn.invalidate()
+async def pooled_of(conn: AsyncConnection) -> PoolProxiedConnection:
+    """The pooled DBAPI connection under `conn` (checked out, so it has one)."""
+    sync = conn.sync_connection
+    if sync is not None and not sync.closed and not sync.invalidated:
+        # The pooled connection in hand: no hop into SQLAlchemy's greenlet to fetch it.
+        return sync.connection
+    return await conn.get_raw_connection()
+
+
+async def translated(
+    conn: AsyncConnection,
+    pooled: PoolProxiedConnection,
+    exc: psycopg.Error,
+    sent: tuple[str, Any],
+    cursor: Any = None,
+) -> StatementError:
+    """`exc`, raised by the driver for the statement and values `sent`, as SQLAlchemy would
+    raise it (an IntegrityError is an IntegrityError), after what SQLAlchemy does when a
+    statement finds its connection lost: every connection the pool opened as long ago is
+    recycled at its next checkout (the server that dropped this one dropped them too: a
+    restart), and this one is invalidated now."""
+    driver = pooled.driver_connection
+    lost = conn.dialect.is_disconnect(exc, driver, cursor)  # type: ignore[arg-type]
+    if lost:
+        pool = getattr(conn.sync_engine, "pool", None)
+        if pool is not None:
+            pool._invalidate(pooled, exc, _checkin=False)  # marks the generation; no I/O
+        await conn.invalidate()
+    return DBAPIError.instance(
+        sent[0], sent[1], exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+    )
 
 
 def _rows(

@@ -30,13 +30,11 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import AsyncRowFactory, RowMaker
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from engine.driver import lose
+from engine.driver import pooled_of, translated
 
 # A pyformat placeholder, or a percent sign SQLAlchemy doubled for pyformat.
 PYFORMAT = re.compile(r"%\(([^)]+)\)s|%%")
@@ -163,15 +161,6 @@ def _cursor(
     return cursor
 
 
-async def pooled_of(conn: AsyncConnection) -> PoolProxiedConnection:
-    """The pooled DBAPI connection under `conn` (checked out, so it has one)."""
-    sync = conn.sync_connection
-    if sync is not None and not sync.closed and not sync.invalidated:
-        # The pooled connection in hand: no hop into SQLAlchemy's greenlet to fetch it.
-        return sync.connection
-    return await conn.get_raw_connection()
-
-
 async def driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
     """The psycopg connection under `conn` (checked out, so it has one)."""
     driver = (await pooled_of(conn)).driver_connection
@@ -256,9 +245,4 @@ async def fetch_all(
             results.append(await cursor.fetchall() if tuples else [])
         return results
     except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
-        lost = conn.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
-        if lost:  # never back to the pool, nor its generation (engine.driver.lose)
-            await lose(conn, pooled, exc)
-        raise DBAPIError.instance(
-            current[0], current[1], exc, psycopg.Error, connection_invalidated=lost
-        ) from exc
+        raise await translated(conn, pooled, exc, current) from exc
