@@ -25,6 +25,7 @@ from engine.bulk_commits import bulk_columns, bulk_fenced_writes, takes
 from engine.commits import fenced_writes
 from engine.companions import companion_shapes, write_companions
 from engine.fanout import children_finished, count_children, start_children
+from engine.held import HeldConnection
 from engine.outcomes import Write
 
 log = logging.getLogger("duly.worker")
@@ -52,6 +53,7 @@ class Committer:
         transactions: AsyncEngine | None = None,
     ) -> None:
         self._engine = engine  # autocommit: one statement is one transaction
+        self._connection = HeldConnection(engine)  # flushes run one after another
         self._transactions = transactions or engine  # for writes that touch other rows too
         self._attempt_log = attempt_log
         self._lease = lease.total_seconds()
@@ -71,6 +73,12 @@ class Committer:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._pending:
             await self._flush(self._take())
+        await self._connection.close()
+
+    async def release(self) -> None:
+        """Give back the connection flushes keep, while nothing is queued (the worker idles)."""
+        if not self._pending:
+            await self._connection.close()
 
     async def write(self, write: Write) -> Row[Any] | None:
         """Queue `write` and wait for the row as written, or None when fenced."""
@@ -170,7 +178,7 @@ class Committer:
                 if path in ("fan-out", "finishing", "companions"):
                     rows = await self._write_in_transaction(writes)
                     break
-                async with self._engine.connect() as conn:
+                async with self._connection.connect() as conn:
                     if path == "bulk":
                         rows = await bulk_fenced_writes(conn, writes, attempt_log=attempt_log)
                     else:

@@ -172,6 +172,36 @@ async def translated(
     )
 
 
+# SQLSTATEs of a server going away: connection exceptions (class 08), and an
+# administrator's or a crash's shutdown, or a server not yet accepting connections (57P01-03).
+LOST_SERVER_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def lost_connection(error: BaseException) -> bool:
+    """Whether `error` (or an error it was raised from) says the database went away.
+
+    That is SQLAlchemy's verdict on a statement's error (`connection_invalidated`),
+    or a psycopg error with no SQLSTATE (the socket closed, a connection refused)
+    or one of `LOST_SERVER_STATES`. A query cancelled or out of memory is not.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            if current.connection_invalidated:
+                return True
+            if isinstance(current.orig, BaseException):
+                current = current.orig
+                continue
+        if isinstance(current, psycopg.OperationalError | psycopg.InterfaceError):
+            state = current.sqlstate
+            if state is None or state.startswith(LOST_SERVER_STATES):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _rows(
     prepared: Prepared, dialect: Dialect, described: Sequence[Any], raw: list[tuple[Any, ...]]
 ) -> list[Any]:

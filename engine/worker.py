@@ -38,6 +38,7 @@ from engine.connection import WorkflowConnection, activate, open_connection
 from engine.errors import NotRunningError
 from engine.execution import StepContext, execute
 from engine.group_memory import GroupMemory
+from engine.held import HeldConnection
 from engine.idle import IdleContract, OnIdle
 from engine.leases import LeaseKeeper, hand_back_unrun
 from engine.limited_claims import claim_limited, needs_bucket
@@ -128,6 +129,8 @@ class Worker:
         }
         self._engine = connection.engine
         self._autocommit = connection.autocommit
+        # The pass loop's claims and next-due questions, one after another on one connection.
+        self._pass_connection = HeldConnection(self._autocommit)
         self._claims: dict[asyncio.Task[None], Claim] = {}  # every row held, committing or not
         self._leases = LeaseKeeper(self._autocommit, options.lease, self._claims)
         self._committer = Committer(
@@ -191,6 +194,7 @@ class Worker:
             await asyncio.gather(*unfinished, return_exceptions=True)
         # What finished steps queued is written before their abandoned neighbours go back.
         await self._committer.stop()
+        await self._pass_connection.close()
         await self._leases.hand_back(abandoned)
         for task in self._background:
             task.cancel()
@@ -224,6 +228,7 @@ class Worker:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
             await self._committer.stop()
+            await self._pass_connection.close()
         return self.steps_started - claimed_before
 
     async def wake(self, timeout: float) -> bool:
@@ -256,6 +261,10 @@ class Worker:
             until_check = self._stranded.seconds_until_check()
             if result is not None and until_check is not None:
                 wait = min(wait, until_check)  # a pass makes the stranded check when due
+            if wait > 0 and not self._claims:
+                # Nothing runs or commits: an idle worker keeps no connection checked out.
+                await self._pass_connection.close()
+                await self._committer.release()
             await self._sleep(wait)
 
     async def _pass(self, free: int) -> PassResult:
@@ -264,7 +273,7 @@ class Worker:
         infos = self._rotated()
         claimed: list[tuple[WorkflowInfo, Any]] = []
         upcoming: NextDue | None = None
-        async with self._autocommit.connect() as conn:
+        async with self._pass_connection.connect() as conn:
             # Each table gets its share of the pass first, so a backlog in one cannot hold
             # the whole worker; what a table leaves of its share goes round in turn.
             share = max(1, free // len(infos)) if infos else 0

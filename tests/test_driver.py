@@ -14,6 +14,9 @@
   test_an_expanding_in_goes_through_sqlalchemy
 - on a connection with no transaction, SQLAlchemy's commit() and rollback() apply to it,
   as after its own autobegin: test_commit_and_rollback_apply_as_after_autobegin
+- `lost_connection` tells a database that went away (the server ended the connection; a
+  connection refused; an error raised from one) from a statement's own failure (a
+  timeout, a constraint): test_lost_connection_tells_an_outage_from_a_refusal
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import (
     Column,
@@ -40,7 +44,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.driver import fetch
+from engine.driver import fetch, lost_connection
 from tests.conftest import Database
 
 
@@ -179,3 +183,29 @@ async def test_a_lost_connection_recycles_the_pool_it_came_from(
             await fetch(conn, select(things.c.id), {})
     async with autocommit.connect() as fresh:  # every pooled connection predates the loss
         assert await fetch(fresh, select(func.count()).select_from(things), {}) == [(3,)]
+
+
+async def test_lost_connection_tells_an_outage_from_a_refusal(engine: AsyncEngine) -> None:
+    async def error_of(statement: str) -> Exception:
+        async with engine.connect() as conn:
+            try:
+                await conn.execute(text(statement))
+            except Exception as exc:
+                return exc
+        raise AssertionError(f"{statement!r} did not fail")
+
+    ended = await error_of("SELECT pg_terminate_backend(pg_backend_pid())")
+    timed_out = await error_of("SET LOCAL statement_timeout = 1; SELECT pg_sleep(1)")
+    refused = await error_of("INSERT INTO driver_things (id, name) VALUES (1, 'again')")
+    assert lost_connection(ended) and not lost_connection(timed_out)
+    assert not lost_connection(refused)
+    with pytest.raises(psycopg.OperationalError) as unreachable:
+        await psycopg.AsyncConnection.connect("postgresql://nobody@127.0.0.1:1/none")
+    assert lost_connection(unreachable.value)
+    try:
+        try:
+            raise unreachable.value
+        except psycopg.OperationalError as exc:
+            raise RuntimeError("the handler's own wrapping") from exc
+    except RuntimeError as wrapped:
+        assert lost_connection(wrapped)

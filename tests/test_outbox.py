@@ -40,6 +40,9 @@ Delivery attempts
   test_a_succeeded_route_is_not_rerun_when_the_row_is_retried
 - a drain whose own bookkeeping meets a lost database is tried again, not given up:
   test_a_drain_whose_bookkeeping_meets_a_lost_database_is_tried_again
+- a handler whose database goes away has not failed its route: the drain is tried again
+  whole (not dead-lettered beside a route that succeeded), and the route that succeeded
+  is not run again: test_a_handler_that_loses_its_database_is_retried_not_dead_lettered
 - handler-level retries are attempts inside one drain; outbox attempts count drains:
   test_handler_retries_happen_inside_one_drain
 - a handler running past DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS fails its route:
@@ -524,6 +527,42 @@ async def test_a_drain_whose_bookkeeping_meets_a_lost_database_is_tried_again(
         "tests.test_outbox.Calls.ok": "succeeded",
         "tests.test_outbox.Calls.flaky": "succeeded",
     }
+
+
+async def test_a_handler_that_loses_its_database_is_retried_not_dead_lettered(
+    Session: Sessions,
+) -> None:
+    """The second route's handler finds its connection terminated by the server (as a
+    restart does): the seed's rule would dead-letter it, since the first route succeeded;
+    an outage is not the event's fault, so the drain is tried again a second later."""
+    registry = use(retry_backoff_seconds=1)
+    calls = Calls()
+    lost: list[str] = []
+
+    async def writes_to_the_database(event: WorkflowEvent) -> None:
+        async with Session() as session:
+            if not lost:
+                lost.append(event.event_id)
+                # The server ends this very connection: "terminating connection due to
+                # administrator command" (57P01), as it does to every one in a restart.
+                await session.execute(select(func.pg_terminate_backend(func.pg_backend_pid())))
+            await session.execute(select(1))
+        calls.calls.append(f"db:{event.event_id}")
+
+    registry.register("order.placed", calls.ok)
+    registry.register("order.placed", writes_to_the_database)
+    event = placed()
+    await registry.publish(event)
+    assert await drain(Session) == 1
+    row = await outbox_row(Session, event.event_id)
+    assert (row.status, row.next_step, row.attempts) == ("pending", "route", 1)
+    assert row.last_error is not None and "terminating connection" in row.last_error
+    await move_clock(Session, timedelta(seconds=2))
+    assert await drain(Session) == 1
+    assert (await outbox_row(Session, event.event_id)).status == "processed"
+    assert calls.calls == [f"ok:{event.event_id}", f"db:{event.event_id}"]
+    statuses = {d.handler: d.status for d in await deliveries(Session, event.event_id)}
+    assert list(statuses.values()) == ["succeeded", "succeeded"]
 
 
 async def test_handler_retries_happen_inside_one_drain(Session: Sessions) -> None:

@@ -22,6 +22,15 @@ outbox row its own way. The rules, from the seed:
   dead once it is out of drains.
 - A row with no applicable route, or whose routes all succeeded, is
   processed; one whose only results are refusals is dead-lettered.
+
+Beyond the seed: a handler (or predicate) whose error says the database went
+away (`engine.driver.lost_connection`: a server restarting, a connection
+dropped) has not failed its route; the drain stops there and raises, and the
+outbox's step tries the whole drain again after its backoff, as it does when
+the drain's own bookkeeping meets a lost database. Routes that succeeded
+before it are recorded and not run again. Judged as a failed route, it would
+be dead-lettered as soon as another route had succeeded, for an outage that
+had nothing to do with the event.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine.driver import lost_connection
 from engine.events.deliveries import Delivery, DeliveryLog, handler_name, route_id
 from engine.events.event import WorkflowEvent
 from engine.events.records import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
@@ -109,10 +119,14 @@ async def drain_event(
             failed.append(Failure(reg, 1, error))
             continue
         except Exception as exc:  # the predicate or retry_on raised
+            if lost_connection(exc):
+                raise
             failed.append(Failure(reg, 0, exc))
             continue
         if not result.applicable:
             continue
+        if result.error is not None and lost_connection(result.error):
+            raise result.error  # the database, not the route: the whole drain is tried again
         if result.completed:
             completed = completed_now = True
             success = Delivery.of(event.event_id, reg, SUCCEEDED, result.attempts, None)

@@ -1,0 +1,71 @@
+"""A connection kept checked out by one loop that runs its statements one after another.
+
+The worker's pass loop (claims, the next-due question) and its commit queue
+each send a statement, wait for it, then send the next. Checking a
+connection out of SQLAlchemy's pool for each one costs more than a no-op
+step's share of the statement: the pool's bookkeeping, the isolation level
+set on checkout and reset on return, the rollback on return. Such a loop
+keeps one connection instead. It is dropped whenever a block using it
+raises anything but the database refusing a statement (a lost server, a
+cancelled statement, a bug), and the next block opens a fresh one, so a
+broken connection is never used twice; `close()` gives it back when the
+loop ends. Every statement through it is its own transaction (the engine
+given is an autocommit one), so a refused statement leaves it clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+class HeldConnection:
+    """One connection of `engine`, kept between uses by a single sequential user."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+        self._using = False
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """The kept connection (opened if there is none); dropped if the block raises."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._conn = await self._engine.connect()
+        self._using = True
+        try:
+            yield conn
+        except DBAPIError as exc:
+            lost = exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+            if lost:
+                await self._drop(conn)
+            raise
+        except BaseException:
+            await self._drop(conn)
+            raise
+        finally:
+            self._using = False
+
+    async def close(self) -> None:
+        """Give the kept connection back to the pool, unless a block is using it now.
+
+        The loop is done with it, or will not need it for a while: an idle
+        worker holds no connection of its own, as before it kept one.
+        """
+        conn = self._conn
+        if conn is not None and not self._using:
+            self._conn = None
+            await conn.close()  # healthy: back to the pool
+
+    async def _drop(self, conn: AsyncConnection) -> None:
+        if self._conn is conn:
+            self._conn = None
+        # A connection whose statement was interrupted may be mid-protocol: never reuse it.
+        with contextlib.suppress(Exception):
+            await conn.invalidate()
+        with contextlib.suppress(Exception):
+            await conn.close()
