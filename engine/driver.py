@@ -19,6 +19,9 @@ in its transaction when it has one. Nothing else changes:
   restart, the step bodies' own connections are not handed out stale;
 - `before_cursor_execute` and `after_cursor_execute` listeners hear each
   statement, so statement logs and counts still see it;
+- arrays travel in binary (`%(name)b`): psycopg dumps a text array element
+  by element, each searched for characters to quote (~0.9 us a string, 2.4 a
+  timestamp, measured), and a binary one about five to twelve times faster;
 - rows come back as named tuples that also answer `_mapping` (by column
   name), which is all the engine reads of SQLAlchemy's rows.
 
@@ -41,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import ARRAY, TypeEngine
 
 STATEMENT_CACHE_SIZE = 512
 Processor = Callable[[Any], Any]
@@ -75,13 +78,17 @@ def prepare(statement: Executable, dialect: Dialect) -> Prepared | None:
     if compiled.post_compile_params or compiled.literal_execute_params:
         return None  # an expanding IN list, a literal rendered with its value
     processors = []
+    text = str(compiled)
     for bind, name in compiled.bind_names.items():
+        sent_as = compiled.escaped_bind_names.get(name, name)
         process = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if process is not None:
-            processors.append((compiled.escaped_bind_names.get(name, name), process))
+            processors.append((sent_as, process))
+        if isinstance(bind.type, ARRAY):
+            text = text.replace(f"%({sent_as})s", f"%({sent_as})b")
     exported = getattr(statement, "exported_columns", ())
     return Prepared(
-        str(compiled),
+        text,
         dict(compiled.params),
         tuple(processors),
         tuple(column.type for column in exported),

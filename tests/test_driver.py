@@ -14,6 +14,9 @@
   test_an_expanding_in_goes_through_sqlalchemy
 - on a connection with no transaction, SQLAlchemy's commit() and rollback() apply to it,
   as after its own autobegin: test_commit_and_rollback_apply_as_after_autobegin
+- arrays travel in binary, and arrive as the text format would bring them (quotes,
+  braces, NULL-looking text, None, timestamps with their zone, ints of every width):
+  test_arrays_arrive_as_sent
 - `lost_connection` tells a database that went away (the server ended the connection; a
   connection refused; an error raised from one) from a statement's own failure (a
   timeout, a constraint): test_lost_connection_tells_an_outage_from_a_refusal
@@ -22,16 +25,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import (
+    ARRAY,
+    BigInteger,
     Column,
+    DateTime,
     Integer,
     MetaData,
     String,
     Table,
+    Text,
     TypeDecorator,
     bindparam,
     event,
@@ -44,7 +52,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.driver import fetch, lost_connection
+from engine.driver import fetch, lost_connection, prepare
 from tests.conftest import Database
 
 
@@ -209,3 +217,21 @@ async def test_lost_connection_tells_an_outage_from_a_refusal(engine: AsyncEngin
             raise RuntimeError("the handler's own wrapping") from exc
     except RuntimeError as wrapped:
         assert lost_connection(wrapped)
+
+
+async def test_arrays_arrive_as_sent(engine: AsyncEngine) -> None:
+    awkward = ['a "quoted", {braced} \\ word', "NULL", "", None, "ünï"]
+    moments = [datetime(2026, 12, 1, 12, 0, tzinfo=UTC), None]
+    numbers = [1, None, 2**40, -(2**31)]
+    statement = select(
+        bindparam("words", type_=ARRAY(Text())).label("words"),
+        bindparam("moments", type_=ARRAY(DateTime(timezone=True))).label("moments"),
+        bindparam("numbers", type_=ARRAY(BigInteger())).label("numbers"),
+    )
+    values = {"words": awkward, "moments": moments, "numbers": numbers}
+    async with engine.connect() as conn:
+        [ours] = await fetch(conn, statement, values)
+        theirs = (await conn.execute(statement, values)).one()
+        prepared = prepare(statement, conn.dialect)
+    assert prepared is not None and "%(words)b" in prepared.text
+    assert tuple(ours) == tuple(theirs) == (awkward, moments, numbers)
