@@ -42,7 +42,9 @@ Delivery attempts
   test_a_drain_whose_bookkeeping_meets_a_lost_database_is_tried_again
 - a handler whose database goes away has not failed its route: the drain is tried again
   whole (not dead-lettered beside a route that succeeded), and the route that succeeded
-  is not run again: test_a_handler_that_loses_its_database_is_retried_not_dead_lettered
+  is not run again: test_a_handler_that_loses_its_database_is_retried_not_dead_lettered;
+  through publish_sync, the outage is raised to the caller and the stored event is left
+  to a drain: test_publish_sync_whose_handler_loses_its_database_leaves_the_event_to_a_drain
 - handler-level retries are attempts inside one drain; outbox attempts count drains:
   test_handler_retries_happen_inside_one_drain
 - a handler running past DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS fails its route:
@@ -90,7 +92,7 @@ Telemetry (prometheus-client installed)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -197,6 +199,22 @@ class Calls:
 
     def dead_letter(self, event: WorkflowEvent, error: BaseException) -> None:
         self.dead.append((event.event_id, str(error)))
+
+
+def loses_its_database_once(Session: Sessions, calls: Calls) -> Callable[..., Awaitable[None]]:
+    """A handler that reads the database; the first time, the server ends its connection
+    ("terminating connection due to administrator command", 57P01, as in a restart)."""
+    lost: list[str] = []
+
+    async def reads_the_database(event: WorkflowEvent) -> None:
+        async with Session() as session:
+            if not lost:
+                lost.append(event.event_id)
+                await session.execute(select(func.pg_terminate_backend(func.pg_backend_pid())))
+            await session.execute(select(1))
+        calls.calls.append(f"db:{event.event_id}")
+
+    return reads_the_database
 
 
 # Publishing
@@ -537,20 +555,8 @@ async def test_a_handler_that_loses_its_database_is_retried_not_dead_lettered(
     an outage is not the event's fault, so the drain is tried again a second later."""
     registry = use(retry_backoff_seconds=1)
     calls = Calls()
-    lost: list[str] = []
-
-    async def writes_to_the_database(event: WorkflowEvent) -> None:
-        async with Session() as session:
-            if not lost:
-                lost.append(event.event_id)
-                # The server ends this very connection: "terminating connection due to
-                # administrator command" (57P01), as it does to every one in a restart.
-                await session.execute(select(func.pg_terminate_backend(func.pg_backend_pid())))
-            await session.execute(select(1))
-        calls.calls.append(f"db:{event.event_id}")
-
     registry.register("order.placed", calls.ok)
-    registry.register("order.placed", writes_to_the_database)
+    registry.register("order.placed", loses_its_database_once(Session, calls))
     event = placed()
     await registry.publish(event)
     assert await drain(Session) == 1
@@ -563,6 +569,26 @@ async def test_a_handler_that_loses_its_database_is_retried_not_dead_lettered(
     assert calls.calls == [f"ok:{event.event_id}", f"db:{event.event_id}"]
     statuses = {d.handler: d.status for d in await deliveries(Session, event.event_id)}
     assert list(statuses.values()) == ["succeeded", "succeeded"]
+
+
+async def test_publish_sync_whose_handler_loses_its_database_leaves_the_event_to_a_drain(
+    Session: Sessions,
+) -> None:
+    """publish_sync raises the outage to its caller; the event is stored, in hand for the
+    claim TTL as when a publisher dies mid-route, and then a drain routes it."""
+    registry = use(outbox_claim_ttl_seconds=60)
+    calls = Calls()
+    registry.register("order.placed", calls.ok)
+    registry.register("order.placed", loses_its_database_once(Session, calls))
+    event = placed()
+    with pytest.raises(OperationalError):
+        await registry.publish_sync(event)
+    assert (await outbox_row(Session, event.event_id)).status == "pending"
+    assert await drain(Session) == 0  # still in hand
+    await move_clock(Session, timedelta(seconds=61))
+    assert await drain(Session) == 1
+    assert (await outbox_row(Session, event.event_id)).status == "processed"
+    assert calls.calls == [f"ok:{event.event_id}", f"db:{event.event_id}"]
 
 
 async def test_handler_retries_happen_inside_one_drain(Session: Sessions) -> None:
