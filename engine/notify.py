@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from sqlalchemy import ColumnElement, Select, Text, func, select
 
+from engine.literals import text_constant
+
 CHANNEL = "duly"
 EVERYONE = "*"
 
 
 def announcement(payload: str) -> ColumnElement[str]:
     """pg_notify as a select-list value: it returns void, so it is cast to text (NULL)."""
-    return func.pg_notify(CHANNEL, payload).cast(Text)
+    return func.pg_notify(text_constant(CHANNEL), text_constant(payload)).cast(Text)
 
 
 def notify(payload: str) -> Select[tuple[str]]:

@@ -40,7 +40,6 @@ from sqlalchemy import (
     case,
     cast,
     func,
-    literal,
     null,
     select,
     update,
@@ -66,6 +65,7 @@ from engine.events.records import (
 )
 from engine.events.routing import RoutedRegistry
 from engine.events.settings import EventSettings
+from engine.literals import SECOND, int_constant, text_constant
 from engine.notify import announcement
 from engine.telemetry import duplicates_ignored
 
@@ -243,19 +243,20 @@ def event_values(event: WorkflowEvent) -> dict[str, Any]:
 def event_json(record: Any) -> ColumnElement[Any]:
     """An event record's columns as the JSON object the outbox's step takes."""
     return func.jsonb_build_object(
-        "event_id", record.event_id,
-        "event_type", record.event_type,
-        "event_name", record.event_name,
-        "source", record.source,
-        "occurred_at", record.occurred_at,
-        "payload", record.payload,
-        "metadata", record.metadata,
+        text_constant("event_id"), record.event_id,
+        text_constant("event_type"), record.event_type,
+        text_constant("event_name"), record.event_name,
+        text_constant("source"), record.source,
+        text_constant("occurred_at"), record.occurred_at,
+        text_constant("payload"), record.payload,
+        text_constant("metadata"), record.metadata,
     )  # fmt: skip
 
 
 def route_arguments(record: Any) -> ColumnElement[Any]:
     """The outbox step's arguments (as `Call.encoded` spells them) for an event record."""
-    return func.jsonb_build_object("kwargs", func.jsonb_build_object("event", event_json(record)))
+    event = func.jsonb_build_object(text_constant("event"), event_json(record))
+    return func.jsonb_build_object(text_constant("kwargs"), event)
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
@@ -299,7 +300,7 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
     )
     now = db_now()
     # A row in hand is leased to its publisher: due (to a drain) only once the lease ends.
-    until = now + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lease", type_=Float))
+    until = now + SECOND * bindparam("lease", type_=Float)
     queued = (
         insert(outbox)
         .from_select(
@@ -320,16 +321,16 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
                 stored.c.event_id,
                 stored.c.event_type,
                 stored.c.event_name,
-                literal(PENDING),
-                literal(0),
-                literal(ROUTE_STEP),
+                text_constant(PENDING),
+                int_constant(0),
+                text_constant(ROUTE_STEP),
                 route_arguments(stored.c),
                 until if in_hand else now,
                 until if in_hand else null(),
-                literal(0),
+                int_constant(0),
                 # A row in hand is as if claimed once: a drain that takes it over reads its
                 # deliveries (see WorkflowOutbox.route).
-                literal(1 if in_hand else 0),
+                int_constant(1 if in_hand else 0),
             ),
         )
         .on_conflict_do_nothing()
