@@ -7,7 +7,8 @@ through the same SQLAlchemy engine, commit plain single-row UPDATEs instead
 (BEGIN, UPDATE, COMMIT: one transaction each, each client on a row of its
 own): the rate a transition is read beside. The process prints `ready`,
 waits for a line on stdin (so every process starts together), runs for the
-given seconds, and prints one JSON line: its transactions and their latencies.
+given seconds, and prints one JSON line: its transactions, their latencies and the
+process's CPU time meanwhile.
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ async def timed(engine: AsyncEngine, seconds: float, clients: list[Transaction])
             await once()
             latencies.append((time.perf_counter() - began) * 1000)
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(client(once) for once in clients))
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     await engine.dispose()
-    report = {"transactions": len(latencies), "seconds": elapsed, "latencies_ms": latencies}
+    report = {
+        "transactions": len(latencies),
+        "seconds": elapsed,
+        "cpu_seconds": cpu,  # this process's CPU while its clients ran
+        "latencies_ms": latencies,
+    }
     print(json.dumps(report))
 
 

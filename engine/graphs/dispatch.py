@@ -236,6 +236,11 @@ async def read_subject(conn: AsyncConnection, instance: InstanceState) -> Any:
     except NotFoundError:
         return None
     key = key_values(cls, instance.subject_key)
+    if not conn.in_transaction():
+        # A move's transaction is the driver's (`driven`): SQLAlchemy is told of it (it
+        # sends nothing), so the session joins it; owning one, the session would roll it
+        # back as it closes, and the move's lock with it.
+        await conn.begin()
     async with AsyncSession(bind=conn) as session:
         return await session.get(cls, key if len(key) > 1 else key[0])
 
@@ -581,9 +586,14 @@ def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> Non
 
 
 async def save(
-    unit: Unit, *, also: Sequence[Statement] = (), commit: bool = False
+    unit: Unit,
+    *,
+    also: Sequence[Statement] = (),
+    commit: bool = False,
+    announce: Sequence[str] = (),
 ) -> datetime | None:
-    """Write what the unit decided (one statement, with `also` and the COMMIT if asked).
+    """Write what the unit decided (one statement, with `also` and the COMMIT if asked, and
+    the NOTIFY of `announce` after it).
 
     Returns the time it wrote, or None.
     """
@@ -593,4 +603,4 @@ async def save(
     writes.instance_changed = unit.before != unit.instance or bool(
         writes.branches or writes.visits_new or writes.visits_ended
     )
-    return await write(unit.conn, unit.tables, writes, also=also, commit=commit)
+    return await write(unit.conn, unit.tables, writes, also=also, commit=commit, announce=announce)

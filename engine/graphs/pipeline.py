@@ -1,23 +1,26 @@
 """The hot statements of a move, sent on psycopg's own connection, and the move's transaction.
 
 A move is two round trips: the lock (`engine.graphs.locks`) goes out with
-the BEGIN, the write, its notifications and the COMMIT together. Both run
-on the driver's connection under SQLAlchemy's (`fetch_all`), with the text
-SQLAlchemy compiles and the values it would be given, without its
-execution machinery around each statement, and a move's transaction is the
-driver's too (`driven`). Each piece here was a few percent of a move's
-client time in bench/graphs.py (the transitions/s figure): psycopg parsing
-a long statement again on every call (raw cursors take it numbered once),
-escaping every array element with a regular expression (`array_text`),
-describing every result column anew (`_dict_rows`), making a cursor and its
-adapters per statement (`_cursor`), SQLAlchemy's begin and commit around a
+the BEGIN; the write, its notifications, the COMMIT and the outbox's NOTIFY
+together. Both run on the driver's connection under SQLAlchemy's
+(`fetch_all`, through `engine.graphs.wire`), with the text SQLAlchemy
+compiles and the values it would be given, without its execution machinery
+around each statement, and a move's transaction is the driver's too
+(`driven`). Each piece here was a few percent of a move's client time in
+bench/graphs.py (the transitions/s figure): psycopg parsing a long
+statement again on every call (the text is numbered once,
+`driver_statement`), escaping every array element with a regular
+expression (`array_text`), psycopg's pipeline waiting on the socket and
+writing once per statement, SQLAlchemy's begin and commit around a
 transaction it does not send, and text results parsed back into ids and
-times (rows come in binary).
+times (rows come in binary). The NOTIFY goes after the COMMIT: inside the
+transaction it would make every notifying transaction commit alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -27,14 +30,16 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 import psycopg
-from psycopg import pq
-from psycopg.rows import AsyncRowFactory, RowMaker
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from engine.driver import pooled_of, translated
+from engine.graphs.wire import Batch, Sent, dumped, rollback, statements_of
+from engine.notify import CHANNEL
+
+log = logging.getLogger("duly.graphs")
 
 # A pyformat placeholder, or a percent sign SQLAlchemy doubled for pyformat.
 PYFORMAT = re.compile(r"%\(([^)]+)\)s|%%")
@@ -121,45 +126,6 @@ def driver_statement(statement: ClauseElement, dialect: Dialect) -> DriverStatem
 
 Statement = tuple[ClauseElement, Mapping[str, Any]]
 
-# Each statement's result columns, by its text: read from the first result, then kept.
-_columns: dict[str, tuple[str, ...]] = {}
-
-
-def _dict_rows(text: str) -> AsyncRowFactory[dict[str, Any]]:
-    """Rows as dicts keyed by the statement's column names, learnt once per statement
-    (psycopg's dict_row describes every column of every result anew)."""
-
-    def factory(cursor: Any) -> RowMaker[dict[str, Any]]:
-        names = _columns.get(text)
-        if names is None:
-            result = cursor.pgresult
-            assert result is not None
-            names = tuple((result.fname(i) or b"").decode() for i in range(result.nfields))
-            _columns[text] = names
-        return lambda values: dict(zip(names, values, strict=True))
-
-    return factory
-
-
-CURSORS = "duly_graph_cursors"  # the key of a connection's cursors in its pool record's info
-
-
-def _cursor(
-    info: dict[Any, Any], driver: psycopg.AsyncConnection[Any], text: str
-) -> psycopg.AsyncRawCursor[Any]:
-    """The driver connection's cursor for `text`: made once, so psycopg's adaptation of its
-    parameters and rows (a transformer, found per cursor and query) is made once too.
-
-    Kept in the pooled connection's `info`, which lives and dies with the
-    DBAPI connection (a cursor holds its connection: a dictionary keyed by
-    connections would keep every one alive).
-    """
-    mine: dict[str, psycopg.AsyncRawCursor[Any]] = info.setdefault(CURSORS, {})
-    cursor = mine.get(text)
-    if cursor is None or cursor.closed:
-        cursor = mine[text] = psycopg.AsyncRawCursor(driver, row_factory=_dict_rows(text))
-    return cursor
-
 
 async def driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
     """The psycopg connection under `conn` (checked out, so it has one)."""
@@ -174,19 +140,41 @@ async def driven(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     goes with the first (`fetch_all`), COMMIT with the last (`commit=True`).
 
     SQLAlchemy's begin() and commit() around them would each hop into its
-    greenlet to do nothing the server sees. On a failure the transaction is
-    rolled back here, on the driver, before the connection goes back to the
-    pool (a transaction SQLAlchemy began meanwhile, for a statement of its
-    own, ends with it, as the connection closes).
+    greenlet to do nothing the server sees. The transaction is the runtime's
+    own from its first statement, so the prepared names its first batch
+    proves serve its later ones (`engine.graphs.wire`). On a failure the
+    transaction is rolled back here, on the driver (by a ROLLBACK of ours:
+    psycopg's rollback() would deallocate every prepared statement), before
+    the connection goes back to the pool (a transaction SQLAlchemy began
+    meanwhile, for a statement of its own, ends with it, as the connection
+    closes).
     """
     async with engine.connect() as conn:
+        pooled = await pooled_of(conn)
+        kept = statements_of(pooled.info)
+        kept.driving, kept.trusted = True, False
         try:
             yield conn
         except BaseException:
             if not conn.invalidated:  # an invalidated one never goes back to the pool
                 with contextlib.suppress(psycopg.Error):  # broken: the pool's to handle
-                    await (await driver_of(conn)).rollback()
+                    driver = pooled.driver_connection
+                    assert isinstance(driver, psycopg.AsyncConnection)
+                    await rollback(driver)
             raise
+        finally:
+            kept.driving = kept.trusted = False
+
+
+@lru_cache(maxsize=64)
+def notice(payload: str) -> bytes:
+    """NOTIFY `payload` on the engine's channel, as a command of its own."""
+    channel = '"' + CHANNEL.replace('"', '""') + '"'
+    return f"NOTIFY {channel}, '{payload.replace(chr(39), chr(39) * 2)}'".encode()
+
+
+def _notices(payloads: Sequence[str]) -> list[bytes]:
+    return [notice(payload) for payload in payloads]
 
 
 async def fetch(
@@ -204,45 +192,61 @@ async def fetch(
 
 
 async def fetch_all(
-    conn: AsyncConnection, statements: Sequence[Statement], *, commit: bool = False
+    conn: AsyncConnection,
+    statements: Sequence[Statement],
+    *,
+    commit: bool = False,
+    announce: Sequence[str] = (),
 ) -> list[list[dict[str, Any]]]:
     """Run `statements` (then COMMIT, if asked) in one round trip; each one's rows.
 
-    psycopg's pipeline mode sends them together (with the BEGIN of a
-    transaction not yet begun) and reads the results at one sync point, the
-    pipeline's end: a move's write, its notifications and its commit cost
-    the client one wait instead of three. An error aborts the rest, the
-    COMMIT included. Raw cursors, one per statement and connection, take the
-    text numbered once (`driver_statement`): psycopg neither parses nor
-    rewrites a statement per call, finds its adapters once, and prepares it
-    after a few uses (generic plans).
+    They go out together (with the BEGIN of a transaction not yet begun) and
+    their results are read at one sync point (`engine.graphs.wire`): a move's
+    write, its notifications and its commit cost the client one wait instead
+    of three. An error aborts the rest, the COMMIT included. Each statement's
+    text is numbered once (`driver_statement`) and prepared on the server
+    under a name of ours when its names can be trusted; a batch beginning its
+    transaction that finds them deallocated is rolled back and sent again.
+
+    `announce` (with `commit`) names the payloads to NOTIFY on the engine's
+    channel just after the COMMIT, each in a transaction of its own, in the
+    same round trip: a NOTIFY inside the transaction would hold PostgreSQL's
+    one notification lock through the COMMIT's flush, so every notifying
+    transaction of the database would commit one after the other (no group
+    commit). The rows are committed before the workers are told, as before;
+    a failed NOTIFY is logged, never the move's failure (its rows are
+    committed, and the outbox is drained whether or not anyone is woken).
     """
+    assert commit or not announce, "a NOTIFY after the COMMIT needs the COMMIT"
     pooled = await pooled_of(conn)
     driver = pooled.driver_connection
     assert isinstance(driver, psycopg.AsyncConnection)
-    cursors = []
+    kept = statements_of(pooled.info)
     current: tuple[str, Any] = ("", {})
     try:
-        async with driver.pipeline():
-            for statement, params in statements:
-                prepared = driver_statement(statement, conn.dialect)
-                current = (prepared.text, params)
-                cursor = _cursor(pooled.info, driver, prepared.text)
-                if cursor in cursors:  # the same statement twice: each needs its own results
-                    cursor = psycopg.AsyncRawCursor(driver, row_factory=_dict_rows(prepared.text))
-                # Rows in binary: ids and times are copied, not printed and parsed again.
-                await cursor.execute(prepared.text, prepared.values(params), binary=True)
-                cursors.append(cursor)
-            if commit:
-                # Queued like the rest (the driver's commit() would sync the pipeline first).
-                current = ("COMMIT", {})
-                await _cursor(pooled.info, driver, "COMMIT").execute("COMMIT", prepare=False)
-        # Leaving the pipeline synced it: every result is in.
-        results = []
-        for cursor in cursors:
-            result = cursor.pgresult
-            tuples = result is not None and result.status == pq.ExecStatus.TUPLES_OK
-            results.append(await cursor.fetchall() if tuples else [])
-        return results
+        sent = []
+        for statement, params in statements:
+            prepared = driver_statement(statement, conn.dialect)
+            current = (prepared.text, params)
+            values = [dumped(value, kept, driver) for value in prepared.values(params)]
+            sent.append(Sent(prepared.text, values, params))
+        for attempt in (1, 2):
+            batch = Batch(driver, kept, trusted=kept.trusted)
+            outcome = await batch.run(sent, commit=commit, after=_notices(announce))
+            if outcome.after_error is not None:
+                log.warning("NOTIFY after a graph move's commit failed: %s", outcome.after_error)
+            if outcome.error is None:
+                # A transaction of the runtime's own, begun here: its names are proved.
+                kept.trusted = kept.driving and (batch.begins or kept.trusted) and not commit
+                return outcome.rows
+            if outcome.missing:
+                kept.forget()
+                if batch.begins and attempt == 1:
+                    await rollback(driver)  # nothing ran: send it all again, prepared afresh
+                    continue
+            failed = outcome.failed
+            current = (failed.text, failed.params) if failed is not None else (current[0], {})
+            raise outcome.error
+        raise AssertionError("unreachable: the second attempt returns or raises")
     except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
         raise await translated(conn, pooled, exc, current) from exc

@@ -71,7 +71,7 @@ from engine.graphs.model import Edge, Graph, Node, load_graph
 from engine.graphs.notifications import (
     chosen_registry,
     kick_outbox,
-    outbox_statement,
+    outbox_publication,
     publish_after_caller_commits,
     publish_in_transaction,
     publish_now,
@@ -555,13 +555,18 @@ def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
 
 
 async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
-    """Write what `unit` decided and its notifications, then COMMIT, in one round trip.
+    """Write what `unit` decided and its notifications, then COMMIT, in one round trip
+    (the outbox's NOTIFY right after the COMMIT, in the same round trip).
 
     Whether the notifications went to the outbox (else they are told after the commit).
     """
-    publish = outbox_statement(registry, unit.events)
-    await save(unit, also=[publish] if publish is not None else (), commit=True)
-    return publish is not None
+    publish = outbox_publication(registry, unit.events)
+    if publish is None:
+        await save(unit, commit=True)
+        return False
+    announce = [publish.announce] if publish.announce is not None else []
+    await save(unit, also=[publish.statement], commit=True, announce=announce)
+    return True
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -164,11 +164,13 @@ class Shape:
     timers_new: bool
     timers_cancelled: bool
     single_keys: bool = False  # each part found by key has one row: its key is a scalar
+    announced: bool = True  # new timers are announced by this statement's NOTIFY
 
     @property
     def empty(self) -> bool:
         """Whether there is nothing to write."""
-        return not any(value for name, value in vars(self).items() if name != "single_keys")
+        flags = ("single_keys", "announced")
+        return not any(value for name, value in vars(self).items() if name not in flags)
 
     @classmethod
     def of(cls, writes: Writes) -> Shape:
@@ -201,22 +203,29 @@ async def write(
     *,
     also: Sequence[Statement] = (),
     commit: bool = False,
+    announce: Sequence[str] = (),
 ) -> datetime | None:
     """Write everything `writes` gathered in one statement of `conn`'s transaction.
 
     `also` (the notifications' outbox statement) goes with it, and with
-    `commit` the COMMIT too: one round trip. Returns the time it wrote (the
-    database clock's, the same for every row), None when there was nothing
-    to write. New rows and completed ones are given that time here, so a
-    snapshot needs no second read.
+    `commit` the COMMIT too, then the NOTIFY of `announce` and of new
+    timers (after the COMMIT: see `fetch_all`): one round trip. Returns
+    the time it wrote (the database clock's, the same for every row), None
+    when there was nothing to write. New rows and completed ones are given
+    that time here, so a snapshot needs no second read.
     """
     shape = Shape.of(writes)
+    notices = list(announce)
+    if commit and shape.timers_new and tables.timer is not None:
+        # Committed here: the timers are announced after the COMMIT, not inside it.
+        shape = replace(shape, announced=False)
+        notices.append(workflow_info(tables.timer).name)
     statements = list(also)
     if not shape.empty:
         statements.insert(0, (write_statement(tables, shape), parameters(writes, shape)))
     if not statements:
         return None
-    results = await fetch_all(conn, statements, commit=commit)
+    results = await fetch_all(conn, statements, commit=commit, announce=notices)
     if shape.empty:
         return None
     [row] = results[0]
@@ -626,8 +635,9 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         rows = _rows(document_value, "tn", TIMER_NEW)
         info = workflow_info(tables.timer)
         ctes.append(timer_insert(info, rows, instance_id, now_value).cte("timers_new"))
-        # The workers recompute their next instant (the deadline) when this commits.
-        announced.append(announcement(info.name).label("duly_notified"))
+        if shape.announced:
+            # The workers recompute their next instant (the deadline) when this commits.
+            announced.append(announcement(info.name).label("duly_notified"))
     return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
 
 
