@@ -76,6 +76,7 @@ from engine.graphs.pipeline import Statement, fetch_all
 from engine.graphs.subjects import key_values, state_column
 from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
 from engine.handles import cancel_statement
+from engine.literals import SECOND, int_constant, text_constant
 from engine.notify import announcement
 from engine.registry import WorkflowInfo, workflow_info
 
@@ -345,11 +346,6 @@ def _bare(given: Any, rows: Any, *columns: Any) -> Select[Any]:
     return select(*columns).select_from(joined).set_label_style(LABEL_STYLE_NONE)
 
 
-def constant(value: str) -> ColumnElement[str]:
-    """A constant of ours written into the statement, not sent as one more parameter."""
-    return literal_column("'" + value.replace("'", "''") + "'", Text())
-
-
 @lru_cache(maxsize=256)
 def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     """The one statement that writes a transaction's rows of `shape`.
@@ -502,7 +498,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
                     instance_id,
                     rows.c.branch_id,
                     rows.c.node_id,
-                    constant(PENDING),
+                    text_constant(PENDING),
                     true(),
                     before + rows.c.step,
                     deadline(rows.c.seconds, now),  # NULL seconds: no deadline
@@ -541,7 +537,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
                 rows.c.visit_id,
                 instance_id,
                 rows.c.approver,
-                constant(APPROVED),
+                text_constant(APPROVED),
                 rows.c.target,
                 true(),
                 rows.c.comment,
@@ -566,7 +562,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .where(
                 votes.c.visit_id == rows.c.visit_id,
                 _among(votes.c.visit_id, "x", shape.single_keys),
-                votes.c.status == constant(PENDING),
+                votes.c.status == text_constant(PENDING),
                 # The vote cast by this transaction is its own CTE's row.
                 votes.c.approver.is_distinct_from(rows.c.keep),
             )
@@ -586,9 +582,9 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
                     rows.c.visit_id,
                     instance_id,
                     rows.c.approver,
-                    constant(PENDING),
+                    text_constant(PENDING),
                     true(),
-                    constant(""),
+                    text_constant(""),
                 ),
             )
             .cte("votes_new")
@@ -787,11 +783,11 @@ def timer_insert(
             rows.c.visit_id,
             instance_id,
             rows.c.branch_id,
-            constant(EXPIRE_STEP),
+            text_constant(EXPIRE_STEP),
             literal_column(f"'{json.dumps(NO_ARGUMENTS)}'", table.c.next_args.type),
             deadline(rows.c.seconds, now),
-            literal_column("0"),
-            literal_column("0"),
+            int_constant(0),
+            int_constant(0),
         ),
     )
 
@@ -799,7 +795,7 @@ def timer_insert(
 def deadline(seconds: ColumnElement[Any], now: ColumnElement[Any] | None = None) -> Any:
     """`now` (the database clock) plus `seconds`: a visit's deadline and its timer's alike."""
     start = db_now() if now is None else now
-    return start + seconds * literal_column("interval '1 second'")
+    return start + seconds * SECOND
 
 
 def timer_cancel(info: WorkflowInfo, visits: Select[Any]) -> Update:
