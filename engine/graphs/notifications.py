@@ -26,10 +26,8 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Select
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import ClauseElement
@@ -127,16 +125,13 @@ async def publish_in_transaction(
     return True
 
 
-ANNOUNCED = "duly_notified"  # the label of the engine's pg_notify column in a statement
-
-
 @dataclass(frozen=True)
 class Publication:
-    """The statement storing a transaction's events in the outbox, and the payload its
-    NOTIFY carried, to be sent just after the COMMIT instead (`fetch_all`'s `announce`)."""
+    """The statement storing a transaction's events in the outbox, and the payload of the
+    NOTIFY to send just after the COMMIT (`fetch_all`'s `announce`)."""
 
     statement: Statement
-    announce: str | None
+    announce: str
 
 
 def outbox_publication(
@@ -144,34 +139,17 @@ def outbox_publication(
 ) -> Publication | None:
     """How `events` are stored in the outbox, if `registry` stores them there.
 
-    The registry's statement announces its rows with a pg_notify in the
-    select list; taken out (`quiet`), the NOTIFY goes after the COMMIT, so
-    moves commit together (see `engine.graphs.pipeline.fetch_all`). A
-    statement of another form is sent as it is, its NOTIFY inside.
+    The statement leaves out its NOTIFY: it goes after the COMMIT, so moves
+    commit together (see `engine.graphs.pipeline.fetch_all`).
     """
     if not events or not isinstance(registry, DatabaseEventRegistry):
         return None
-    found = registry.publish_statement_for(events)
+    found = registry.publish_statement_for(events, announced=False)
     if found is None:
         return None
     statement, params = found
     assert isinstance(statement, ClauseElement)
-    silent = quiet(statement)
-    if silent is None:
-        return Publication((statement, params), None)
-    return Publication((silent, params), registry.tables().outbox_table.name)
-
-
-@lru_cache(maxsize=64)
-def quiet(statement: ClauseElement) -> Select[Any] | None:
-    """`statement` without its announcement column (`ANNOUNCED`), if it is a SELECT with one
-    (the registry builds each statement once, so this is built once per statement)."""
-    if not isinstance(statement, Select):
-        return None
-    kept = [c for c in statement.selected_columns if c.key != ANNOUNCED]
-    if len(kept) == len(statement.selected_columns) or not kept:
-        return None
-    return statement.with_only_columns(*kept)
+    return Publication((statement, params), registry.tables().outbox_table.name)
 
 
 async def publish_now(registry: EventRegistry, events: Sequence[WorkflowEvent]) -> None:

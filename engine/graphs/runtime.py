@@ -564,8 +564,7 @@ async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
     if publish is None:
         await save(unit, commit=True)
         return False
-    announce = [publish.announce] if publish.announce is not None else []
-    await save(unit, also=[publish.statement], commit=True, announce=announce)
+    await save(unit, also=[publish.statement], commit=True, announce=[publish.announce])
     return True
 
 
