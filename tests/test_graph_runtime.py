@@ -78,6 +78,7 @@ The driver path (statements sent on psycopg's connection, not SQLAlchemy's):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ import pytest
 from sqlalchemy import ARRAY, BigInteger, DateTime, Text, bindparam, insert, select, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import (
     DatabaseEventRegistry,
@@ -246,6 +247,33 @@ async def submitted(world: World, nodes: Any = None, edges: Any = None) -> tuple
     claim = await world.claim()
     instance = await world.runtime.submit(claim, "sam", template_name="claims")
     return graph, claim, instance
+
+
+@dataclass
+class OneConnection:
+    """A runtime on an engine of one pooled connection, and a linear claim submitted to it."""
+
+    engine: AsyncEngine
+    runtime: GraphRuntime
+    world: World
+    graph: Graph
+    instance: Any
+    branch: uuid.UUID
+
+
+@contextlib.asynccontextmanager
+async def one_connection(
+    db: Database, events: DatabaseEventRegistry | None = None
+) -> AsyncIterator[OneConnection]:
+    """Every call of the runtime on the one connection, so what one leaves on it (a
+    transaction, prepared statements) is what the next one finds."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)
+    runtime = GraphRuntime(TABLES, engine=engine, events=events)
+    async with connect_workflows(Session):
+        world = World(Session, runtime, events or DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world)
+        yield OneConnection(engine, runtime, world, graph, instance, only_branch(instance))
 
 
 # -- submit and start ------------------------------------------------------------------------
@@ -837,13 +865,9 @@ async def test_an_in_memory_registry_is_told_after_the_commit(world: World) -> N
 async def test_reads_between_moves_keep_the_moves_prepared(db: Database) -> None:
     """A read ends in COMMIT, not the pool's ROLLBACK, on which psycopg forgets its prepared
     statements: a move's statements stay prepared on a connection that also serves reads."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
-    runtime = GraphRuntime(TABLES, engine=engine)
-    async with connect_workflows(Session):
-        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db) as one:
+        engine, runtime = one.engine, one.runtime
+        graph, instance, branch = one.graph, one.instance, one.branch
         review, rework = node_id(graph, "review"), node_id(graph, "rework")
         for _ in range(4):  # psycopg prepares a statement from its sixth use on
             await runtime.transition_branch(instance.id, branch, rework, "ann", "again")
@@ -924,13 +948,9 @@ async def test_a_refused_move_leaves_its_connection_out_of_any_transaction(
 ) -> None:
     """A move's transaction is begun and committed by its statements on the driver: a
     refused one is rolled back there before its connection goes back to the pool."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
-    runtime = GraphRuntime(TABLES, engine=engine)
-    async with connect_workflows(Session):
-        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db) as one:
+        engine, runtime = one.engine, one.runtime
+        graph, instance, branch = one.graph, one.instance, one.branch
         with pytest.raises(StateWorkflowError):
             await runtime.transition_branch(instance.id, branch, node_id(graph, "approved"), "bob")
         async with engine.connect() as conn:
@@ -952,13 +972,9 @@ async def test_a_move_whose_connection_was_lost_fails_and_the_next_one_moves(
 ) -> None:
     """A move on a connection the server dropped fails as SQLAlchemy reports a lost
     connection, and the next move goes through on a fresh one (none is reused broken)."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
-    runtime = GraphRuntime(TABLES, engine=engine)
-    async with connect_workflows(Session):
-        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db) as one:
+        engine, runtime = one.engine, one.runtime
+        graph, instance, branch = one.graph, one.instance, one.branch
         async with engine.connect() as conn:
             pid = await conn.scalar(text("SELECT pg_backend_pid()"))
         db.sql("SELECT pg_terminate_backend(%s)", pid)

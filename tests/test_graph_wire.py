@@ -60,6 +60,7 @@ from tests.test_graph_runtime import (
     TABLES,
     World,
     node_id,
+    one_connection,
     only_branch,
     submitted,
     until_a_lock_is_awaited,
@@ -90,13 +91,9 @@ async def deallocate_all(engine: AsyncEngine) -> None:
 
 
 async def test_a_move_after_its_statements_were_deallocated_moves(db: Database) -> None:
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)  # every call on the one connection
-    runtime = GraphRuntime(TABLES, engine=engine, events=registry())
-    async with connect_workflows(Session):
-        world = World(Session, runtime, registry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db, registry()) as one:
+        engine, runtime, world = one.engine, one.runtime, one.world
+        graph, instance, branch = one.graph, one.instance, one.branch
         review, rework = node_id(graph, "review"), node_id(graph, "rework")
         await runtime.transition_branch(instance.id, branch, rework, "ann", "again")
         assert await ours(engine)
@@ -116,13 +113,9 @@ async def test_a_move_after_its_statements_were_deallocated_moves(db: Database) 
 
 
 async def test_a_submit_after_a_deallocation_sends_its_statements_unnamed(db: Database) -> None:
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)
-    runtime = GraphRuntime(TABLES, engine=engine, events=registry())
-    async with connect_workflows(Session):
-        world = World(Session, runtime, registry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db, registry()) as one:
+        engine, runtime, world = one.engine, one.runtime, one.world
+        graph, instance, branch = one.graph, one.instance, one.branch
         # Moves prepare the outbox's statement, which a submit's write sends too.
         await runtime.transition_branch(instance.id, branch, node_id(graph, "rework"), "ann", "x")
         await runtime.transition_branch(instance.id, branch, node_id(graph, "review"), "bob")
@@ -171,13 +164,9 @@ async def test_no_statement_is_prepared_where_psycopg_would_prepare_none(db: Dat
 
 
 async def test_a_moves_notify_comes_after_its_commit(db: Database) -> None:
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)
-    runtime = GraphRuntime(TABLES, engine=engine, events=registry())
-    async with connect_workflows(Session):
-        world = World(Session, runtime, registry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db, registry()) as one:
+        runtime, world = one.runtime, one.world
+        graph, instance, branch = one.graph, one.instance, one.branch
         listener = await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True)
         try:
             await listener.execute(f'LISTEN "{CHANNEL}"')
@@ -218,13 +207,9 @@ async def test_a_moves_transaction_sends_no_notify(db: Database) -> None:
     move waits on the lock another transaction holds, its transaction has sent its lock
     statement; its write, the outbox rows and the COMMIT are one batch with the NOTIFY
     after the COMMIT. The statement text is what the server runs: no pg_notify in it."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)
-    runtime = GraphRuntime(TABLES, engine=engine, events=registry())
-    async with connect_workflows(Session):
-        world = World(Session, runtime, registry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db, registry()) as one:
+        engine, runtime = one.engine, one.runtime
+        graph, instance, branch = one.graph, one.instance, one.branch
         for target, user in (("rework", "ann"), ("review", "bob")):
             await runtime.transition_branch(instance.id, branch, node_id(graph, target), user, "x")
         async with engine.connect() as conn:
@@ -279,13 +264,9 @@ async def test_reading_the_subject_keeps_the_moves_lock(db: Database) -> None:
 
 
 async def test_a_move_cancelled_mid_round_trip_leaves_the_pool_usable(db: Database) -> None:
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)
-    runtime = GraphRuntime(TABLES, engine=engine, events=registry())
-    async with connect_workflows(Session):
-        world = World(Session, runtime, registry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        branch = only_branch(instance)
+    async with one_connection(db, registry()) as one:
+        runtime, world = one.runtime, one.world
+        graph, instance, branch = one.graph, one.instance, one.branch
         rework = node_id(graph, "rework")
         holder = await psycopg.AsyncConnection.connect(db.conninfo)
         try:

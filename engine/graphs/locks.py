@@ -113,20 +113,21 @@ class BranchState:
     assignees: list[str] = field(default_factory=list)  # of the state it entered here
 
     @classmethod
-    def of(cls, row: Mapping[str, Any]) -> BranchState:
-        """From a row of the branches table (and `visit_id`, when read with its visit)."""
+    def of(cls, row: Mapping[str, Any], prefix: str = "") -> BranchState:
+        """From a row of the branches table (and `visit_id`, when read with its visit), its
+        columns named with `prefix` (the lock statement's `live_`)."""
         return cls(
-            id=row["id"],
-            number=row["number"],
-            node_id=row["current_node_id"],
-            status=row["status"],
-            parent_branch_id=row["parent_branch_id"],
-            fork_scope=row["fork_scope"],
-            fork_node_id=row["fork_node_id"],
-            join_node_id=row["join_node_id"],
-            started_at=row["started_at"],
-            completed_at=row["completed_at"],
-            visit_id=row.get("visit_id"),
+            id=row[prefix + "id"],
+            number=row[prefix + "number"],
+            node_id=row[prefix + "current_node_id"],
+            status=row[prefix + "status"],
+            parent_branch_id=row[prefix + "parent_branch_id"],
+            fork_scope=row[prefix + "fork_scope"],
+            fork_node_id=row[prefix + "fork_node_id"],
+            join_node_id=row[prefix + "join_node_id"],
+            started_at=row[prefix + "started_at"],
+            completed_at=row[prefix + "completed_at"],
+            visit_id=row.get(prefix + "visit_id"),
         )
 
     @property
@@ -266,27 +267,10 @@ async def lock_branch(
     instance = InstanceState.of(first)
     refuse_inactive(instance)
     if first["locked_version"] == first["seen_version"]:
-        live = [_live(row) for row in rows if row["live_id"] is not None]
+        live = [BranchState.of(row, "live_") for row in rows if row["live_id"] is not None]
     else:  # a writer committed while this waited: read again, after the lock
         live = await live_branches(conn, tables, instance.id)
     return Locked(instance, first["branch_status"], first["branch_node_id"], live)
-
-
-def _live(row: Mapping[str, Any]) -> BranchState:
-    """A live branch from its `live_` columns of the lock statement's row."""
-    return BranchState(
-        id=row["live_id"],
-        number=row["live_number"],
-        node_id=row["live_current_node_id"],
-        status=row["live_status"],
-        parent_branch_id=row["live_parent_branch_id"],
-        fork_scope=row["live_fork_scope"],
-        fork_node_id=row["live_fork_node_id"],
-        join_node_id=row["live_join_node_id"],
-        started_at=row["live_started_at"],
-        completed_at=row["live_completed_at"],
-        visit_id=row["live_visit_id"],
-    )
 
 
 async def lock_instance(

@@ -37,7 +37,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from engine.driver import pooled_of, translated
 from engine.graphs.wire import Batch, Sent, dumped, rollback, statements_of
-from engine.notify import CHANNEL
+from engine.notify import notify_command
 
 log = logging.getLogger("duly.graphs")
 
@@ -127,13 +127,6 @@ def driver_statement(statement: ClauseElement, dialect: Dialect) -> DriverStatem
 Statement = tuple[ClauseElement, Mapping[str, Any]]
 
 
-async def driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
-    """The psycopg connection under `conn` (checked out, so it has one)."""
-    driver = (await pooled_of(conn)).driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
-    return driver
-
-
 @contextlib.asynccontextmanager
 async def driven(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection whose transaction its statements on the driver begin and end: BEGIN
@@ -164,17 +157,6 @@ async def driven(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
             raise
         finally:
             kept.driving = kept.trusted = False
-
-
-@lru_cache(maxsize=64)
-def notice(payload: str) -> bytes:
-    """NOTIFY `payload` on the engine's channel, as a command of its own."""
-    channel = '"' + CHANNEL.replace('"', '""') + '"'
-    return f"NOTIFY {channel}, '{payload.replace(chr(39), chr(39) * 2)}'".encode()
-
-
-def _notices(payloads: Sequence[str]) -> list[bytes]:
-    return [notice(payload) for payload in payloads]
 
 
 async def fetch(
@@ -230,9 +212,10 @@ async def fetch_all(
             current = (prepared.text, params)
             values = [dumped(value, kept, driver) for value in prepared.values(params)]
             sent.append(Sent(prepared.text, values, params))
+        notices = [notify_command(payload) for payload in announce]
         for attempt in (1, 2):
             batch = Batch(driver, kept, trusted=kept.trusted)
-            outcome = await batch.run(sent, commit=commit, after=_notices(announce))
+            outcome = await batch.run(sent, commit=commit, after=notices)
             if outcome.after_error is not None:
                 log.warning("NOTIFY after a graph move's commit failed: %s", outcome.after_error)
             if outcome.error is None:
