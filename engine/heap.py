@@ -20,9 +20,10 @@ Garbage in reference cycles is still collected, a little later. Set
 from __future__ import annotations
 
 import gc
-import os
 
-SETTING = "DULY_GC_TUNING"
+from engine.settings import GC_TUNING
+
+SETTING = GC_TUNING.name
 DEFAULT_YOUNG_THRESHOLD = 700  # CPython's own, left alone if an application set another
 YOUNG_THRESHOLD = 7_000
 
@@ -32,7 +33,7 @@ _settled = False
 def settle() -> bool:
     """Freeze the process's objects and collect young ones less often; once. Whether it did."""
     global _settled
-    if _settled or os.environ.get(SETTING, "1").strip().lower() in ("0", "false", "no", "off"):
+    if _settled or not GC_TUNING.read():
         return False
     _settled = True
     gc.freeze()

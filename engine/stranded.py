@@ -27,7 +27,6 @@ worker that never met an unknown step sends no query of this module.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,30 +40,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
 from engine.due import scheduled
-from engine.errors import ConfigurationError
 from engine.registry import WorkflowInfo
+from engine.settings import STRANDED_AFTER_SECONDS
 from engine.telemetry import runs_stranded
 
 log = logging.getLogger("duly.worker")
 
-STRANDED_AFTER = timedelta(minutes=15)  # due this long and not taken: stranded
-STRANDED_AFTER_SETTING = "DULY_STRANDED_AFTER_SECONDS"
+STRANDED_AFTER = timedelta(seconds=STRANDED_AFTER_SECONDS.default)  # due this long: stranded
+STRANDED_AFTER_SETTING = STRANDED_AFTER_SECONDS.name
 
 
 def stranded_after(environ: Mapping[str, str] | None = None) -> timedelta:
     """The grace period, from `DULY_STRANDED_AFTER_SECONDS` (a positive number of seconds)."""
-    raw = (os.environ if environ is None else environ).get(STRANDED_AFTER_SETTING, "").strip()
-    if not raw:
-        return STRANDED_AFTER
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigurationError(
-            f"{STRANDED_AFTER_SETTING} must be a positive number of seconds, not {raw!r}."
-        )
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=STRANDED_AFTER_SECONDS.read(environ))
 
 
 @dataclass(frozen=True)

@@ -1,41 +1,33 @@
-"""The AWS functions' settings, read from the environment at cold start.
+"""The AWS functions' settings: `AwsSettings.from_env`, read at cold start.
 
-DULY_DATABASE_URL         the workflow database; wins over the secret when both are set
-DULY_DATABASE_SECRET_ARN  else: a Secrets Manager secret as RDS writes it (host, port,
-                          username, password, dbname)
-DULY_WAKE_FUNCTION_ARN    the wake function: the schedule's target, and what a kick invokes
-DULY_SCHEDULE_GROUP       the EventBridge Scheduler group of the deployment's schedule
-DULY_SCHEDULER_ROLE_ARN   the role the scheduler assumes to invoke the wake function
-DULY_APP                  the module that maps the workflows (default functions.examples)
-DULY_MAX_WAKES            at most this many wake invocations at once (default 4, >= 1):
-                          match the wake function's reserved concurrency
-DULY_WAKE_MARGIN_SECONDS  a wake stops claiming this long before its deadline (default 10,
-                          >= 1)
-
-Everything is checked at once, so a misconfigured deployment fails its first
-invocation with one `ConfigurationError` naming every variable to fix, rather
-than one per deploy.
+The variables are declared in `engine.settings`: the database
+(DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's Secrets Manager secret),
+the wake function and its schedule (DULY_WAKE_FUNCTION_ARN,
+DULY_SCHEDULE_GROUP, DULY_SCHEDULER_ROLE_ARN), DULY_APP, and the wakes'
+bounds (DULY_MAX_WAKES, DULY_WAKE_MARGIN_SECONDS). Everything is checked at
+once: a misconfigured deployment fails its first invocation with one
+`ConfigurationError` naming every variable to fix.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
+from engine import settings as variables
 from engine.errors import ConfigurationError
 from infra.settings import DEFAULT_APP, DRIVER, database_url
 
-DEFAULT_MAX_WAKES = 4
-DEFAULT_WAKE_MARGIN_SECONDS = 10.0
+DEFAULT_MAX_WAKES = variables.MAX_WAKES.default
+DEFAULT_WAKE_MARGIN_SECONDS = variables.WAKE_MARGIN_SECONDS.default
 DEFAULT_PORT = 5432
 DEFAULT_DBNAME = "postgres"  # what RDS connects to when the secret names no database
-REQUIRED = ("DULY_WAKE_FUNCTION_ARN", "DULY_SCHEDULE_GROUP", "DULY_SCHEDULER_ROLE_ARN")
+T = TypeVar("T")
+REQUIRED = (variables.WAKE_FUNCTION_ARN, variables.SCHEDULE_GROUP, variables.SCHEDULER_ROLE_ARN)
 
 
 @dataclass(frozen=True)
@@ -54,29 +46,28 @@ class AwsSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AwsSettings:
         """Read the variables; every missing or bad one is named in one ConfigurationError."""
-        env = os.environ if environ is None else environ
-
-        def get(variable: str) -> str | None:
-            return env.get(variable, "").strip() or None
-
         problems: list[str] = []
-        url = get("DULY_DATABASE_URL")
-        secret = get("DULY_DATABASE_SECRET_ARN")
-        missing = [] if url or secret else ["DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN"]
-        missing += [variable for variable in REQUIRED if get(variable) is None]
+
+        def read(setting: variables.Setting[T]) -> T:
+            try:
+                return setting.read(environ)
+            except ConfigurationError as error:
+                problems.append(str(error).rstrip("."))
+                return setting.default
+
+        url = read(variables.DATABASE_URL)
+        secret = read(variables.DATABASE_SECRET_ARN)
+        either = f"{variables.DATABASE_URL.name} or {variables.DATABASE_SECRET_ARN.name}"
+        missing = [] if url or secret else [either]
+        missing += [setting.name for setting in REQUIRED if read(setting) is None]
         if missing:
             problems.append("missing " + ", ".join(missing))
         try:
             url = database_url(url)
-        except ValueError as error:
+        except ConfigurationError as error:
             problems.append(str(error).rstrip("."))
-        max_wakes = _number(get("DULY_MAX_WAKES"), "DULY_MAX_WAKES", DEFAULT_MAX_WAKES, problems)
-        margin = _number(
-            get("DULY_WAKE_MARGIN_SECONDS"),
-            "DULY_WAKE_MARGIN_SECONDS",
-            DEFAULT_WAKE_MARGIN_SECONDS,
-            problems,
-        )
+        max_wakes = read(variables.MAX_WAKES)
+        margin = read(variables.WAKE_MARGIN_SECONDS)
         if problems:
             raise ConfigurationError(
                 "duly's AWS functions cannot start: " + "; ".join(problems) + "."
@@ -84,29 +75,13 @@ class AwsSettings:
         return cls(
             database_url=url,
             database_secret_arn=secret,
-            wake_function_arn=get("DULY_WAKE_FUNCTION_ARN") or "",
-            schedule_group=get("DULY_SCHEDULE_GROUP") or "",
-            scheduler_role_arn=get("DULY_SCHEDULER_ROLE_ARN") or "",
-            app_module=get("DULY_APP") or DEFAULT_APP,
-            max_wakes=int(max_wakes),
-            wake_margin_seconds=float(margin),
+            wake_function_arn=read(variables.WAKE_FUNCTION_ARN) or "",
+            schedule_group=read(variables.SCHEDULE_GROUP) or "",
+            scheduler_role_arn=read(variables.SCHEDULER_ROLE_ARN) or "",
+            app_module=read(variables.APP),
+            max_wakes=max_wakes,
+            wake_margin_seconds=margin,
         )
-
-
-def _number(value: str | None, variable: str, default: float, problems: list[str]) -> float:
-    """`value` as a number >= 1 (whole when `default` is), or `default`; else a problem."""
-    if value is None:
-        return default
-    whole = isinstance(default, int)
-    try:
-        number = int(value) if whole else float(value)
-    except ValueError:
-        kind = "a whole number" if whole else "a number of seconds"
-        problems.append(f"{variable} must be {kind}, not {value!r}")
-        return default
-    if not (number >= 1 and math.isfinite(number)):  # also refuses NaN and inf
-        problems.append(f"{variable} must be at least 1, not {value!r}")
-    return number
 
 
 def database_url_from_secret(secret_string: str) -> str:

@@ -36,12 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from engine.connection import WorkflowConnection
 from engine.errors import ConfigurationError
+from engine.settings import WAKE_FUNCTION_ARN
 from infra.scheduler import wake_invoker
 
 log = logging.getLogger("duly.kicks")
@@ -64,7 +64,7 @@ class AsyncKicker:
 
     def __init__(self, invoke: Invoke, interval: float = DEFAULT_INTERVAL) -> None:
         if not interval >= 0:
-            raise ValueError(f"The kick interval is seconds, at least 0, not {interval!r}.")
+            raise ConfigurationError(f"The kick interval is seconds, at least 0, not {interval!r}.")
         self.invoke = invoke
         self.interval = float(interval)
         self.requested = 0  # kicks asked for
@@ -196,7 +196,7 @@ def aws_wake_invoke(
     `function_arn` defaults to DULY_WAKE_FUNCTION_ARN; `client` to a boto3
     `lambda` client made (and boto3 imported) on the first kick.
     """
-    arn = function_arn or os.environ.get("DULY_WAKE_FUNCTION_ARN", "").strip()
+    arn = function_arn or WAKE_FUNCTION_ARN.read()
     if not arn:
         raise ConfigurationError(
             "No wake function to kick: set DULY_WAKE_FUNCTION_ARN (the wake function's ARN, "

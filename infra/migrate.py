@@ -37,6 +37,7 @@ from sqlalchemy import Connection, MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from engine import settings as variables
 from engine.clock import CLOCK_TABLE, declare_clock_table
 from infra import scheduler, wake_slots
 from infra.schema import load_app
@@ -44,7 +45,7 @@ from infra.settings import DEFAULT_APP, database_url
 
 ENVIRONMENT = Path(__file__).resolve().parent / "migrations"  # env.py and script.py.mako
 OWN_VERSIONS = ENVIRONMENT / "versions"  # the example app's revisions, with duly's tables
-MIGRATIONS_VARIABLE = "DULY_MIGRATIONS"  # an app's own revisions directory
+MIGRATIONS_VARIABLE = variables.MIGRATIONS.name  # an app's own revisions directory
 LOCK_KEY = 0x4E1D7A2B9C35F012  # pg_advisory_xact_lock's key for migrations (fixed, arbitrary)
 DIALECT = "postgresql"  # what `--sql` renders for when no database URL is given
 
@@ -228,7 +229,7 @@ def migrations_for(
     Imports the app module. LookupError when it is not the examples and no
     directory is named: duly's revisions are for the example app's tables.
     """
-    named = directory if directory is not None else os.environ.get(MIGRATIONS_VARIABLE, "").strip()
+    named = directory if directory is not None else variables.MIGRATIONS.read()
     metadata = target_metadata(app_module)
     if named:
         versions = Path(named).expanduser().resolve()
@@ -256,7 +257,7 @@ def run_env() -> None:
     config = context.config
     metadata: list[MetaData] | None = config.attributes.get(METADATA)
     if metadata is None:
-        metadata = target_metadata(os.environ.get("DULY_APP", "").strip() or DEFAULT_APP)
+        metadata = target_metadata(variables.APP.read())
     url = config.attributes.get(URL) or _env_url()
     if context.is_offline_mode():
         options: dict[str, Any] = {"url": url} if url else {"dialect_name": DIALECT}
@@ -335,7 +336,7 @@ def _skip_empty(migration: MigrationContext, revision: Any, directives: list[Any
 
 
 def _env_url() -> str | None:
-    return database_url(os.environ.get("DULY_DATABASE_URL", "").strip() or None)
+    return database_url(variables.DATABASE_URL.read())
 
 
 def _escape(value: str) -> str:

@@ -27,7 +27,6 @@ The async fixtures need pytest-asyncio, in `asyncio_mode = "auto"` (or with
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -111,7 +110,9 @@ class Server:
 @contextlib.contextmanager
 def open_server() -> Iterator[Server]:
     """DULY_TEST_DATABASE_URL's server, else an embedded PostgreSQL stopped on exit."""
-    given = os.environ.get(TEST_DATABASE_URL)
+    from engine import settings as variables  # not at import: the plugin stays light
+
+    given = variables.TEST_DATABASE_URL.read()
     if given:
         yield Server.from_url(given)
         return
@@ -199,7 +200,11 @@ async def fresh_database(server: Server) -> AsyncIterator[Database]:
 def app_modules(config: pytest.Config) -> list[str]:
     """The modules named by the ini option duly_app, else by DULY_APP (commas or spaces)."""
     named: list[str] = config.getini(APP_INI)
-    return named or os.environ.get(APP_VARIABLE, "").replace(",", " ").split()
+    if named:
+        return named
+    from engine import settings as variables  # not at import: the plugin stays light
+
+    return (variables.APP.text() or "").replace(",", " ").split()
 
 
 def app_metadata(modules: Iterable[str]) -> list[MetaData]:

@@ -1,16 +1,12 @@
-"""duly's settings, read from the environment once per process.
+"""duly's settings for `duly dev` and the commands: `Settings.from_env`, read once per process.
 
-DULY_DATABASE_URL   the workflow database; unset: `duly dev` starts an embedded one
-DULY_APP            the module that maps the workflows (default functions.examples)
-DULY_HOST           where `duly dev` serves (default 127.0.0.1)
-DULY_PORT           its port (default 8000)
-DULY_DATA_DIR       where `duly dev` keeps the embedded PostgreSQL's data, so runs
-                    survive restarts (default .duly/pgdata in the current directory)
+The variables (DULY_DATABASE_URL, DULY_APP, DULY_HOST, DULY_PORT,
+DULY_DATA_DIR) are declared in `engine.settings`; this module turns the
+database URL into the psycopg 3 URL duly runs on.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +14,12 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-DEFAULT_APP = "functions.examples"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
+from engine import settings as variables
+from engine.errors import ConfigurationError
+
+DEFAULT_APP = variables.APP.default
+DEFAULT_HOST = variables.HOST.default
+DEFAULT_PORT = variables.PORT.default
 DEFAULT_DATA_DIR = Path(".duly") / "pgdata"  # relative to the current directory
 DRIVER = "postgresql+psycopg"
 PLAIN_SCHEMES = ("postgres", "postgresql")  # what hosting providers and libpq write
@@ -38,14 +37,14 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read the DULY_* variables; a bad value raises ValueError naming the variable."""
-        env = os.environ if environ is None else environ
+        """Read the DULY_* variables; a bad value is a ConfigurationError (a ValueError)
+        naming the variable."""
         return cls(
-            database_url=database_url(env.get("DULY_DATABASE_URL", "").strip() or None),
-            app_module=env.get("DULY_APP", "").strip() or DEFAULT_APP,
-            host=env.get("DULY_HOST", "").strip() or DEFAULT_HOST,
-            port=port(env.get("DULY_PORT", "").strip() or str(DEFAULT_PORT)),
-            data_dir=data_dir(env.get("DULY_DATA_DIR", "").strip() or None),
+            database_url=database_url(variables.DATABASE_URL.read(environ)),
+            app_module=variables.APP.read(environ),
+            host=variables.HOST.read(environ),
+            port=variables.PORT.read(environ),
+            data_dir=data_dir(variables.DATA_DIR.read(environ)),
         )
 
 
@@ -56,29 +55,18 @@ def database_url(value: str | None) -> str | None:
     try:
         url = make_url(value)
     except ArgumentError:
-        raise ValueError(
+        raise ConfigurationError(
             "DULY_DATABASE_URL is not a database URL; "
             "write it as postgresql://user:password@host:5432/dbname."
         ) from None
     if url.drivername in PLAIN_SCHEMES:
         url = url.set(drivername=DRIVER)
     if url.drivername != DRIVER:
-        raise ValueError(
+        raise ConfigurationError(
             f"DULY_DATABASE_URL uses {url.drivername}://, but duly needs PostgreSQL through "
             f"psycopg 3: write postgresql:// or {DRIVER}://."
         )
     return url.render_as_string(hide_password=False)
-
-
-def port(value: str) -> int:
-    """A TCP port number, or ValueError naming DULY_PORT."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"DULY_PORT must be a whole number, not {value!r}.") from None
-    if not 1 <= number <= 65535:
-        raise ValueError(f"DULY_PORT must be between 1 and 65535, not {number}.")
-    return number
 
 
 def data_dir(value: str | None) -> Path:

@@ -143,7 +143,7 @@ def test_every_missing_variable_is_named_in_one_message() -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
-        ("DULY_MAX_WAKES", "0", "DULY_MAX_WAKES must be at least 1, not '0'"),
+        ("DULY_MAX_WAKES", "0", "DULY_MAX_WAKES must be at least 1, not 0"),
         ("DULY_MAX_WAKES", "2.5", "DULY_MAX_WAKES must be a whole number"),
         ("DULY_WAKE_MARGIN_SECONDS", "0.5", "DULY_WAKE_MARGIN_SECONDS must be at least 1"),
         ("DULY_WAKE_MARGIN_SECONDS", "nan", "DULY_WAKE_MARGIN_SECONDS must be at least 1"),

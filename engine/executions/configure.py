@@ -12,17 +12,18 @@ errors propagate.
 
 The settings are anything with `workflow_engine` and `production` (the event
 layer's `EventSettings` is one); without any, the two variables are read
-here, since the execution engines do not import the event layer.
+here (through `engine.settings`), since the execution engines do not import
+the event layer.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from engine import settings as variables
 from engine.executions.durable import DurableWorkflowEngine
 from engine.executions.local import LocalWorkflowEngine
 from engine.executions.state import WorkflowDefinition, WorkflowExecution
@@ -76,11 +77,9 @@ class WorkflowEngineSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowEngineSettings:
         """Read the two variables (os.environ unless given), as EventSettings reads them."""
-        env = os.environ if environ is None else environ
-        production = env.get("DULY_MODE", "").strip().lower() == PRODUCTION
         return cls(
-            workflow_engine=env.get("DULY_WORKFLOW_ENGINE", "").strip() or None,
-            mode=PRODUCTION if production else "local",
+            workflow_engine=variables.WORKFLOW_ENGINE.read(environ),
+            mode=variables.MODE.read(environ),
         )
 
 
