@@ -48,6 +48,7 @@ from engine.companions import (
     unnest_arrays,
 )
 from engine.driver import fetch
+from engine.errors import InvalidArgumentError
 from engine.notify import announcement
 from engine.outcomes import (
     FIELD_TYPES,
@@ -107,7 +108,9 @@ async def bulk_fenced_writes(
     info = writes[0].claim.info
     changed = tuple(sorted(writes[0].outcome.changes))
     if any(bulk_columns(write) != changed for write in writes):
-        raise ValueError("bulk_fenced_writes() takes writes that change the same plain columns.")
+        raise InvalidArgumentError(
+            "bulk_fenced_writes() takes writes that change the same plain columns."
+        )
     columns: dict[str, list[Any]] = {f"key{i}": [] for i in range(len(info.mapper.primary_key))}
     fields_sent = row_fields(attempt_log)
     columns.update({name: [] for name, _ in fields_sent})

@@ -47,6 +47,7 @@ from sqlalchemy.sql import Executable
 
 from engine.attempt_log import log_attempts
 from engine.clock import db_now
+from engine.errors import InvalidArgumentError
 from engine.notify import announcement
 from engine.outcomes import FIELD_TYPES, Write, log_values, outcome_values, write_fields
 from engine.registry import WorkflowInfo
@@ -67,7 +68,7 @@ async def fenced_writes(
     """
     info = writes[0].claim.info
     if any(write.claim.info is not info for write in writes):
-        raise ValueError("fenced_writes() takes writes to one table at a time.")
+        raise InvalidArgumentError("fenced_writes() takes writes to one table at a time.")
     logged = attempt_log is not None
     shape = tuple(
         (

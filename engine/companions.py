@@ -47,6 +47,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.types import TypeEngine
 
 from engine.clock import db_now
+from engine.errors import NotInStepError, UnsupportedTypeError
 
 # Column types whose values go through an array as they are (exact classes: a subclass,
 # an Enum or a TypeDecorator, may bind differently), and text, which goes as `text`.
@@ -115,7 +116,7 @@ def check_shape(shape: CompanionShape) -> None:
     table = shape.table
     plain = [name for name in shape.columns if array_type(table.c[name]) is not None]
     if len(plain) != len(shape.columns):
-        raise TypeError(
+        raise UnsupportedTypeError(
             f"A companion of {table.name} can carry only plain columns, not "
             f"{sorted(set(shape.columns) - set(plain))}."
         )
@@ -128,7 +129,7 @@ def commit_with(companion: Companion) -> None:
     """Write `companion`'s rows in the commit of the step attempt running now."""
     attached = _attached.get()
     if attached is None:
-        raise RuntimeError("commit_with() is for a step body: no step attempt is running.")
+        raise NotInStepError("commit_with() is for a step body: no step attempt is running.")
     attached.append(companion)
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
 from engine.attempt_log import attempt_log_classes
-from engine.errors import NotConnectedError, NotFoundError
+from engine.errors import NotConnectedError, NotFoundError, UnsupportedTypeError
 from engine.limits import rate_bucket_classes
 from engine.registry import WorkflowInfo, registered_workflows, workflow_info
 
@@ -63,7 +63,7 @@ def session_engine(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngin
     """The AsyncEngine a session factory is bound to."""
     bind = sessionmaker.kw.get("bind")
     if not isinstance(bind, AsyncEngine):
-        raise TypeError(
+        raise UnsupportedTypeError(
             "The session factory must be an async_sessionmaker bound to an AsyncEngine "
             "(async_sessionmaker(create_async_engine(url)))."
         )

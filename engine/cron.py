@@ -21,6 +21,8 @@ from datetime import MAXYEAR, UTC, date, datetime, time
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from engine.errors import ConfigurationError, InvalidArgumentError
+
 # The longest wait of a valid expression: Sunday the 29th of February
 # (`0 0 29 2 */7`) fires in 2088 and next in 2128, because 2100 is not a leap year.
 SEARCH_YEARS = 40  # years
@@ -63,17 +65,17 @@ def _parse_value(expression: str, field: _Field, text: str) -> int:
     elif text.upper() in field.names:
         return field.names[text.upper()]
     elif QUARTZ.fullmatch(text):
-        raise ValueError(
+        raise ConfigurationError(
             f"Cron expression {expression!r} uses {text!r} in its {field.name} field, "
             "a Quartz extension (? L W #) that five-field cron does not have."
         )
     else:
-        raise ValueError(
+        raise ConfigurationError(
             f"Cron expression {expression!r} has {text!r} in its {field.name} field, "
             "which is not a number or a name."
         )
     if not field.low <= value <= field.high:
-        raise ValueError(
+        raise ConfigurationError(
             f"Cron expression {expression!r} has {value} in its {field.name} field, "
             f"outside {field.low}-{field.high}."
         )
@@ -85,7 +87,7 @@ def _parse_field(expression: str, field: _Field, text: str) -> tuple[int, ...]:
     values: set[int] = set()
     for item in text.split(","):
         if not item:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Cron expression {expression!r} has an empty list item in its {field.name} field."
             )
         base, slash, step_text = item.partition("/")
@@ -96,7 +98,7 @@ def _parse_field(expression: str, field: _Field, text: str) -> tuple[int, ...]:
             low = _parse_value(expression, field, first)
             high = _parse_value(expression, field, last)
             if low > high:
-                raise ValueError(
+                raise ConfigurationError(
                     f"Cron expression {expression!r} has the reversed range {base!r} "
                     f"in its {field.name} field."
                 )
@@ -106,7 +108,7 @@ def _parse_field(expression: str, field: _Field, text: str) -> tuple[int, ...]:
         step = 1
         if slash:
             if not DIGITS.fullmatch(step_text) or int(step_text) == 0:
-                raise ValueError(
+                raise ConfigurationError(
                     f"Cron expression {expression!r} has the step {step_text!r} in its "
                     f"{field.name} field; a step must be a whole number of at least 1."
                 )
@@ -137,12 +139,12 @@ class Cron:
         self._zone = zone
         texts = expression.split()
         if expression.strip().startswith("@"):
-            raise ValueError(
+            raise ConfigurationError(
                 f"Cron expression {expression!r} is a macro, which is not supported; "
                 "write the five fields, e.g. '0 0 * * *' for @daily."
             )
         if len(texts) != len(FIELDS):
-            raise ValueError(
+            raise ConfigurationError(
                 f"Cron expression {expression!r} has {len(texts)} fields; it needs exactly five "
                 "(minute hour day-of-month month day-of-week), without seconds or year."
             )
@@ -160,19 +162,19 @@ class Cron:
         if not self._either and not any(
             day <= calendar.monthrange(LEAP_YEAR, month)[1] for month in months for day in days
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"Cron expression {expression!r} can never fire: none of its days of month "
                 "exists in any of its months."
             )
         try:
             self._tz = ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"Time zone {zone!r} is not a known IANA time zone.") from exc
+            raise ConfigurationError(f"Time zone {zone!r} is not a known IANA time zone.") from exc
 
     def __call__(self, now: datetime) -> datetime:
         """The first fire time strictly after `now`, in UTC, so the engine can store it as due."""
         if now.tzinfo is None or now.utcoffset() is None:
-            raise ValueError(f"Cron needs an aware datetime for now, and {now!r} is naive.")
+            raise ConfigurationError(f"Cron needs an aware datetime for now, and {now!r} is naive.")
         after = now.astimezone(UTC)
         for day in self._matching_days(after.astimezone(self._tz).date()):
             for hour in self._hours:
@@ -183,7 +185,7 @@ class Cron:
                     fire = self._instant(day, hour, minute)
                     if fire > after:
                         return fire
-        raise RuntimeError(f"{self!r} does not fire within {SEARCH_YEARS} years of {now}.")
+        raise InvalidArgumentError(f"{self!r} does not fire within {SEARCH_YEARS} years of {now}.")
 
     def _matching_days(self, start: date) -> Iterator[date]:
         """Local days from `start` that the month and day fields allow, month by month."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from engine.errors import NotADirectiveError
+from engine.errors import InvalidArgumentError, NotADirectiveError, StepError
 from engine.fanout import FanOut
 from engine.steps import Call, Step, as_call, as_call_unchecked, check_owner
 
@@ -82,7 +82,7 @@ Directive: TypeAlias = RunNow | WakeIn | Every | WaitFor | FanOut
 def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
     """Run `target` after `delay`, measured on the database clock."""
     if not isinstance(delay, timedelta):
-        raise TypeError(f"wake_in() needs a timedelta delay, not {type(delay).__name__}.")
+        raise StepError(f"wake_in() needs a timedelta delay, not {type(delay).__name__}.")
     return WakeIn(as_call(target), max(delay, timedelta(0)))
 
 
@@ -90,9 +90,9 @@ def every(target: Step[Any, Any] | Call[Any], schedule: Schedule) -> Every:
     """Run `target` now and then again on `schedule`, for as long as it keeps succeeding."""
     if isinstance(schedule, timedelta):
         if schedule <= timedelta(0):
-            raise ValueError(f"every() needs a positive interval, not {schedule}.")
+            raise InvalidArgumentError(f"every() needs a positive interval, not {schedule}.")
     elif not callable(schedule):
-        raise TypeError(
+        raise StepError(
             "every() takes a timedelta, a Cron, or a function of the current time, not "
             f"{type(schedule).__name__}."
         )
@@ -106,14 +106,14 @@ def wait_for(
 ) -> WaitFor:
     """Wait for an event addressed to `target` (its arguments travel with the event)."""
     if not isinstance(target, Step):
-        raise TypeError(
+        raise StepError(
             f"wait_for() takes the step that receives the event, not {target!r}: the "
             "arguments come with the event."
         )
     if (timeout is None) != (on_timeout is None):
-        raise ValueError("wait_for() takes timeout and on_timeout together, or neither.")
+        raise InvalidArgumentError("wait_for() takes timeout and on_timeout together, or neither.")
     if timeout is not None and timeout <= timedelta(0):
-        raise ValueError(f"wait_for() needs a positive timeout, not {timeout}.")
+        raise InvalidArgumentError(f"wait_for() needs a positive timeout, not {timeout}.")
     return WaitFor(target, timeout, as_call(on_timeout) if on_timeout is not None else None)
 
 

@@ -46,6 +46,8 @@ from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import ARRAY, TypeEngine
 
+from engine.errors import InternalError
+
 STATEMENT_CACHE_SIZE = 512
 Processor = Callable[[Any], Any]
 
@@ -232,7 +234,7 @@ def _result_processors(
 ) -> tuple[tuple[int, Processor], ...]:
     types = prepared.result_types
     if len(types) != len(described):
-        raise ValueError(
+        raise InternalError(
             f"The statement returns {len(described)} columns but declares {len(types)}: "
             "run it through SQLAlchemy."
         )

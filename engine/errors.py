@@ -12,6 +12,13 @@
     ├── NotADirectiveError    a step returned something that is not a directive
     ├── EventError            an event that cannot be published as given (also a
     │                         TypeError: its payload or metadata is not JSON)
+    ├── InvalidArgumentError  a value outside what the call accepts (also a ValueError)
+    ├── UnsupportedTypeError  an object of a kind the call cannot use (also a TypeError)
+    ├── NotAWorkflowError     a class that is not a mapped workflow (also a TypeError)
+    ├── NotInStepError        a step body's call made outside a step attempt (also a
+    │                         RuntimeError)
+    ├── InternalError         something duly relies on did not hold: a bug in duly
+    │                         (also a RuntimeError)
     ├── ActionError           a named side effect (engine.events.actions)
     │   ├── ActionAlreadyRegisteredError   the name is taken (also a ValueError)
     │   ├── ActionNotFoundError            no action has the name (also a NotFoundError)
@@ -67,6 +74,26 @@ class NotADirectiveError(DulyError, TypeError):
 
 class EventError(DulyError, TypeError):
     """An event that cannot be published as given."""
+
+
+class InvalidArgumentError(DulyError, ValueError):
+    """A value was given that the call does not accept."""
+
+
+class UnsupportedTypeError(DulyError, TypeError):
+    """An object was given of a kind the call cannot use."""
+
+
+class NotAWorkflowError(DulyError, TypeError):
+    """The class is not a mapped workflow."""
+
+
+class NotInStepError(DulyError, RuntimeError):
+    """No step attempt is running: this call is for a step body."""
+
+
+class InternalError(DulyError, RuntimeError):
+    """Something duly relies on did not hold: this is a bug in duly."""
 
 
 class ActionError(DulyError):

@@ -33,7 +33,7 @@ from engine.claims import Claim
 from engine.committer import TRANSIENT_ERRORS, Committer
 from engine.companions import Collecting
 from engine.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
-from engine.errors import StepError
+from engine.errors import InternalError, StepError
 from engine.fanout import FanOut
 from engine.outcomes import AttemptRecord, Outcome, Write
 from engine.rows import refresh_row, user_changes
@@ -295,7 +295,7 @@ def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
         return Outcome(None, None, waiting_for=directive.step.name, pending="wait")
     now = claim.database_now()
     if now is None:
-        raise RuntimeError("A wait with a timeout needs the time its claim was taken.")
+        raise InternalError("A wait with a timeout needs the time its claim was taken.")
     deadline = now + directive.timeout
     call = directive.on_timeout
     next_args = {**call.encoded, "deadline": deadline.isoformat()}
@@ -326,7 +326,7 @@ def _taken_keys(row: Any) -> list[str] | None:
 def _next_occurrence(directive: Every, claim: Claim) -> datetime:
     now = claim.database_now()
     if now is None or claim.scheduled_at is None:
-        raise RuntimeError("A scheduled step needs the time its claim was taken.")
+        raise InternalError("A scheduled step needs the time its claim was taken.")
     return directive.next_after(claim.scheduled_at, now)
 
 

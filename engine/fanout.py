@@ -24,7 +24,7 @@ from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
 from engine.due import scheduled
-from engine.errors import NotFoundError
+from engine.errors import NotFoundError, StepError
 from engine.notify import notify
 from engine.registry import WorkflowInfo, registered_workflows, workflow_info
 from engine.rows import key_arguments, key_clause, key_parameters
@@ -60,7 +60,7 @@ def fan_out(children: Iterable[Child], then: Step[Any, Any] | Call[Any]) -> FanO
     collected = tuple(children)
     for item in collected:
         if not isinstance(item, Child):
-            raise TypeError(f"fan_out() takes child(row, step) items, not {item!r}.")
+            raise StepError(f"fan_out() takes child(row, step) items, not {item!r}.")
     return FanOut(collected, as_call(then))
 
 

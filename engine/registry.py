@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapper, class_mapper
 
 from engine.clock import declare_clock_table
 from engine.due import scheduled
-from engine.errors import ConfigurationError
+from engine.errors import ConfigurationError, NotAWorkflowError
 from engine.limits import Limit, check_limit
 from engine.steps import Step
 
@@ -75,7 +75,7 @@ def workflow_info(cls: type[Any]) -> WorkflowInfo:
     try:
         return _registry[cls]
     except KeyError:
-        raise TypeError(f"{cls.__name__} is not a mapped workflow.") from None
+        raise NotAWorkflowError(f"{cls.__name__} is not a mapped workflow.") from None
 
 
 def register_workflow(cls: type[Any]) -> WorkflowInfo:
@@ -83,7 +83,7 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
     mapper = class_mapper(cls)
     table = mapper.local_table
     if not isinstance(table, Table):
-        raise TypeError(f"Workflow {cls.__name__} must be mapped to a table.")
+        raise NotAWorkflowError(f"Workflow {cls.__name__} must be mapped to a table.")
     steps: dict[str, Step[Any, Any]] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():

@@ -366,9 +366,9 @@ def step(
     names one runs this step (see `engine.registry`).
     """
     if retries < 0:
-        raise ValueError(f"retries must be zero or more, not {retries}.")
+        raise ConfigurationError(f"retries must be zero or more, not {retries}.")
     if backoff <= timedelta(0) or max_backoff < backoff:
-        raise ValueError("backoff must be positive and no longer than max_backoff.")
+        raise ConfigurationError("backoff must be positive and no longer than max_backoff.")
     policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
     former = _check_aliases(aliases)
 

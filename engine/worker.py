@@ -35,7 +35,7 @@ from engine import heap
 from engine.claims import Claim, claim_due, served_steps
 from engine.committer import Committer
 from engine.connection import WorkflowConnection, activate, open_connection
-from engine.errors import NotRunningError
+from engine.errors import ConfigurationError, NotRunningError
 from engine.execution import StepContext, execute
 from engine.group_memory import GroupMemory
 from engine.held import HeldConnection
@@ -83,14 +83,18 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be at least 1, not {self.max_concurrency}.")
+            raise ConfigurationError(
+                f"max_concurrency must be at least 1, not {self.max_concurrency}."
+            )
         for name in ("lease", "poll_interval", "max_idle_interval"):
             if getattr(self, name) <= timedelta(0):
-                raise ValueError(f"{name} must be a positive timedelta.")
+                raise ConfigurationError(f"{name} must be a positive timedelta.")
         if self.shutdown_timeout < timedelta(0):
-            raise ValueError("shutdown_timeout must not be negative.")
+            raise ConfigurationError("shutdown_timeout must not be negative.")
         if not self.lanes or not all(isinstance(lane, str) and lane for lane in self.lanes):
-            raise ValueError(f"lanes must name at least one lane, not {sorted(self.lanes)!r}.")
+            raise ConfigurationError(
+                f"lanes must name at least one lane, not {sorted(self.lanes)!r}."
+            )
 
 
 @dataclass(frozen=True)
@@ -492,7 +496,7 @@ async def run_workflows(
     `suspends_when_idle` (which also means: no LISTEN connection).
     """
     if suspends_when_idle and listen_engine is not None:
-        raise ValueError(
+        raise ConfigurationError(
             "Pass suspends_when_idle or listen_engine, not both: a worker on a database that "
             "suspends itself must not hold a LISTEN connection, which listen_engine asks for."
         )

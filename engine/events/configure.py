@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from engine.errors import UnsupportedTypeError
 from engine.events.database import DatabaseEventRegistry
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Routes
 from engine.events.settings import EventSettings
@@ -74,7 +75,7 @@ def routing_of(registry: EventRegistry) -> tuple[Routes, EventSettings]:
     """
     routes = getattr(registry, "routes", None)
     if not isinstance(routes, Routes):
-        raise TypeError(
+        raise UnsupportedTypeError(
             f"The configured event registry {type(registry).__name__} has no routes a drain "
             "can use: configure a DatabaseEventRegistry (or an InMemoryEventRegistry)."
         )
