@@ -1,0 +1,22 @@
+"""The `duly` command: `duly dev` runs the app, a worker and PostgreSQL on this machine.
+
+`duly dev`, `db-url` and `version` (develop), `drain` and `replay-dead-letters`
+(outbox), `status`, `runs` and `show` (runs), `prune`, `migrate`; the parser
+and `main` (parser), what they share (common, output). `duly --help` lists
+every command and its options.
+"""
+
+from __future__ import annotations
+
+from functions.cli.common import FAILURE, INTERRUPTED, USAGE_ERROR, CommandError, put_cwd_on_path
+from functions.cli.parser import build_parser, main
+
+__all__ = [
+    "FAILURE",
+    "INTERRUPTED",
+    "USAGE_ERROR",
+    "CommandError",
+    "build_parser",
+    "main",
+    "put_cwd_on_path",
+]

@@ -1,0 +1,163 @@
+"""`duly migrate`: upgrade to the app's newest revision, print its SQL, write or check one.
+
+The revisions are duly's own for the examples, else the app's directory
+(--directory or DULY_MIGRATIONS); infra/migrate.py says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from engine import ConfigurationError
+from engine import settings as variables
+from functions.cli.common import FAILURE, USAGE_ERROR, CommandError, put_cwd_on_path
+from infra.settings import database_url
+
+if TYPE_CHECKING:
+    from infra.migrate import Migrations
+
+
+class SecretUnreadable(Exception):
+    """Secrets Manager refused the database secret or cannot be reached."""
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """`duly migrate`: upgrade to the newest revision, print its SQL, write or check one.
+
+    The revisions are duly's own (infra/migrations/versions) for the examples,
+    else the app's directory (--directory or DULY_MIGRATIONS); infra/migrate.py
+    says why. Usage errors exit 2 naming what to change; a database that
+    refuses or cannot be reached, 1.
+    """
+    from alembic.util import CommandError as AlembicError
+
+    from infra.migrate import migrations_for
+
+    try:
+        check_migrate_options(args)
+        url = migrate_database_url(args)
+        app_module = variables.APP.read()
+        put_cwd_on_path()
+        migrations = migrations_for(app_module, args.directory, url, stdout=sys.stdout)
+        if not args.autogenerate and not (migrations.versions.is_dir() and migrations.heads()):
+            raise CommandError(
+                f"{migrations.versions} holds no revision: write the first with duly migrate "
+                "--directory DIR --autogenerate -m 'initial schema'."
+            )
+        if args.sql:
+            migrations.upgrade_sql(args.revision or "head")
+            return 0
+    except (ValueError, LookupError, CommandError, AlembicError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except SecretUnreadable as exc:  # AWS refused or cannot be reached: not a usage error
+        print(f"duly: {exc}", file=sys.stderr)
+        return FAILURE
+    assert url is not None  # migrate_database_url answers one unless --sql
+    return asyncio.run(migrate_database(migrations, url, args))
+
+
+def check_migrate_options(args: argparse.Namespace) -> None:
+    """CommandError for options that do not go together."""
+    if args.autogenerate and not args.message:
+        raise CommandError("--autogenerate needs -m MESSAGE, the new revision's title.")
+    if args.message and not args.autogenerate:
+        raise CommandError("-m MESSAGE goes with --autogenerate.")
+    chosen = [name for name in ("sql", "autogenerate", "check") if getattr(args, name)]
+    if len(chosen) > 1:
+        raise CommandError(f"--{chosen[0]} and --{chosen[1]} do not go together.")
+    if args.revision and (args.autogenerate or args.check):
+        raise CommandError("--revision goes with an upgrade (or --sql) only.")
+
+
+def migrate_database_url(args: argparse.Namespace) -> str | None:
+    """--database-url, else DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's secret.
+
+    None only for --sql, which renders PostgreSQL's SQL without connecting.
+    """
+    given: str | None = args.database_url
+    raw = given if given is not None else variables.DATABASE_URL.read()
+    try:
+        url = database_url(raw)
+    except ValueError as exc:
+        if given is None:
+            raise
+        raise ValueError(str(exc).replace("DULY_DATABASE_URL", "--database-url")) from None
+    secret = variables.DATABASE_SECRET_ARN.read()
+    if url is not None or args.sql:
+        return url
+    if not secret:
+        raise CommandError(
+            "duly migrate needs the workflow database: pass --database-url or set "
+            "DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN (or print the SQL with --sql)."
+        )
+    return secret_database_url(secret)
+
+
+def secret_database_url(arn: str) -> str:
+    """The database URL in the Secrets Manager secret `arn`, as the AWS functions read it."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.aws_settings import AwsSettings, resolve_database_url
+
+    # Only the database fields matter to resolve_database_url.
+    settings = AwsSettings(
+        None, arn, wake_function_arn="", schedule_group="", scheduler_role_arn=""
+    )
+    try:
+        return resolve_database_url(settings, lambda: boto3.client("secretsmanager"))
+    except (BotoCoreError, ClientError) as exc:
+        raise SecretUnreadable(f"the database secret {arn} cannot be read: {exc}") from None
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from None
+
+
+async def migrate_database(migrations: Migrations, url: str, args: argparse.Namespace) -> int:
+    """Upgrade, autogenerate or check on the database at `url`; say what happened."""
+    from alembic.util import CommandError as AlembicError
+
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        if args.check:
+            diffs = await migrations.check(engine)
+            for diff in diffs:
+                print(f"  {diff}")
+            print(
+                f"duly migrate: {len(diffs)} differences between {migrations.versions.name}'s "
+                "newest revision and DULY_APP's tables."
+                if diffs
+                else "duly migrate: the database matches DULY_APP's tables."
+            )
+            return FAILURE if diffs else 0
+        if args.autogenerate:
+            path = await migrations.autogenerate(engine, args.message)
+            print(
+                f"duly migrate: wrote {path}; read it, then run duly migrate to apply it."
+                if path is not None
+                else "duly migrate: nothing to write, the database matches DULY_APP's tables."
+            )
+            return 0
+        before, after = await migrations.upgrade(engine, args.revision or "head")
+        print(
+            f"duly migrate: {engine.url.database} at {', '.join(after) or 'base'}"
+            + (f" (was {', '.join(before) or 'empty'})." if after != before else ", unchanged.")
+        )
+        return 0
+    except AlembicError as exc:
+        hint = " Run duly migrate first." if "not up to date" in str(exc) else ""
+        print(f"duly: {exc}{hint}", file=sys.stderr)
+        return USAGE_ERROR
+    except (SQLAlchemyError, OSError) as exc:
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
+        print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
+        return FAILURE
+    finally:
+        await engine.dispose()

@@ -1,0 +1,178 @@
+"""`duly drain` and `duly replay-dead-letters`: the outbox of DULY_APP, on any database.
+
+A drain routes with the registrations the app makes at import on
+`get_event_registry()`: the registry the app configured, else the module's
+own `event_registry`, else a DatabaseEventRegistry holding what was
+registered on the import-time default. An app with no registration at all is
+refused: every event would be settled unrouted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TextIO
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from engine import DatabaseEventRegistry, EventSettings, Worker, get_event_registry
+from engine.connection import activate, open_connection
+from engine.events import views
+from engine.events.configure import routing_of
+from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.worker import WorkerOptions
+from functions.app_config import configure_app_events
+from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
+from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
+
+
+@dataclass(frozen=True)
+class EventApp:
+    """What the outbox commands need: the database and the app's event tables."""
+
+    url: str
+    app_module: str
+    tables: EventTables
+
+
+def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
+    """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
+    url, app_module, metadatas = app_database(args, command)
+    mapped = outbox_classes_on(metadatas)
+    if not mapped:
+        raise CommandError(
+            f"{app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord and "
+            "WorkflowDeliveryAttempt on your base (or point DULY_APP at the module that does)."
+        )
+    return EventApp(url, app_module, tables_for(mapped[-1]))
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    """`duly drain`: route what is due in the outbox now, with a progress bar; then the counts."""
+    try:
+        before = get_event_registry()
+        app = load_event_app(args, "duly drain")
+        registry = configure_app_events(app.app_module, before, app.tables.outbox)
+        try:
+            routes, settings = routing_of(registry)
+        except TypeError as exc:  # the app configured a registry a drain cannot route with
+            raise CommandError(str(exc)) from None
+        if not len(routes):
+            raise CommandError(
+                f"{app.app_module} registers no event handler: draining would settle every "
+                "event as processed without routing it. Register handlers on "
+                "get_event_registry() when the module is imported."
+            )
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(drain_outbox, app=app, settings=settings, progress=sys.stderr)
+    try:
+        return asyncio.run(on_database(app.url, command))
+    except KeyboardInterrupt:
+        print(
+            "\nduly drain: interrupted; the rows it held come due again when their "
+            f"lease ends ({settings.outbox_claim_ttl_seconds} s).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+async def drain_outbox(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    app: EventApp,
+    settings: EventSettings,
+    progress: TextIO,
+) -> int:
+    """Route the outbox rows due now, and what they make due now; print what became of them."""
+    tables = app.tables
+    connection = await open_connection(Session, [tables.outbox])
+    options = WorkerOptions(
+        max_concurrency=settings.outbox_batch_size,
+        lease=timedelta(seconds=settings.outbox_claim_ttl_seconds),
+        listen=False,
+    )
+    # A worker of our own, run until nothing is due: run_workflows would start its pass
+    # loop (and a LISTEN connection) beside run_until_idle.
+    worker = Worker(connection, options)
+    async with activate(connection):
+        ids, since = await views.due_event_ids(tables)
+        bar = ProgressBar(progress, len(ids), tty=progress.isatty())
+        watcher = asyncio.create_task(watch(bar, tables, ids, since, connection.autocommit))
+        try:
+            await worker.run_until_idle()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        result = await views.drain_progress(tables, ids, since)
+        bar.finish(result.routed)
+    print(drain_report(tables.outbox_table.name, result), flush=True)
+    return 0
+
+
+async def watch(
+    bar: ProgressBar,
+    tables: EventTables,
+    ids: list[str],
+    since: Any,
+    engine: AsyncEngine,
+) -> None:
+    """Redraw `bar` every tick from the database until cancelled."""
+    bar.show(0)
+    while True:
+        await asyncio.sleep(TTY_TICK if bar.tty else PLAIN_TICK)
+        result = await views.drain_progress(tables, ids, since, engine=engine)
+        bar.show(result.routed)
+
+
+def drain_report(outbox: str, result: views.DrainProgress) -> str:
+    """What `duly drain` prints at the end: of the events due at its start, what became of them."""
+    still = result.due - result.routed
+    lines = [
+        f"duly drain: routed {result.routed} of the {result.due} events due in {outbox}.",
+        f"  processed       {result.processed}",
+        f"  failed          {result.failed}  (due again later)",
+        f"  dead-lettered   {result.dead_letter}",
+    ]
+    if still:
+        lines.append(f"  not routed      {still}  (held by another worker)")
+    return "\n".join(lines)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """`duly replay-dead-letters`: make dead-lettered events due again; print how many."""
+    try:
+        app = load_event_app(args, "duly replay-dead-letters")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
+    return asyncio.run(on_database(app.url, command))
+
+
+async def replay_dead_letters(
+    Session: async_sessionmaker[AsyncSession], *, app: EventApp, event_ids: list[str] | None
+) -> int:
+    """Make the dead-lettered rows (all, or those of `event_ids`) due again; print how many."""
+    connection = await open_connection(Session, [app.tables.outbox])
+    async with activate(connection):
+        registry = get_event_registry()
+        if not isinstance(registry, DatabaseEventRegistry):
+            # Replay reads no setting: the environment's are not parsed for it.
+            registry = DatabaseEventRegistry(outbox=app.tables.outbox, settings=EventSettings())
+        replayed = await registry.replay_dead_letters(event_ids)
+    print(
+        f"duly replay-dead-letters: replayed {len(replayed)} dead-lettered events in "
+        f"{app.tables.outbox_table.name}; a worker (or duly drain) routes them again.",
+        flush=True,
+    )
+    done = set(replayed)
+    left = [event_id for event_id in event_ids or () if event_id not in done]
+    if left:
+        print(f"not dead-lettered, or unknown: {', '.join(left)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,95 @@
+"""`duly prune`: count, per table, what is past its retention period (`engine.retention`,
+DULY_RETAIN_*_DAYS); delete it with `--apply`, a short transaction a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import sys
+from datetime import UTC
+from typing import TextIO
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine.connection import open_connection
+from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
+from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
+from functions.cli.output import PruneTicker
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    """`duly prune`: count, per table, what is past its retention period; delete it with --apply."""
+    try:
+        settings = RetentionSettings.from_env()
+        if args.older_than_days is not None:
+            settings = settings.with_days(args.older_than_days)
+        url, _, _ = app_database(args, "duly prune")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(
+        prune_database, settings=settings, apply=args.apply, as_json=args.json, out=sys.stdout
+    )
+    try:
+        return asyncio.run(on_database(url, command))
+    except KeyboardInterrupt:
+        print(
+            "\nduly prune: interrupted; every batch already committed stays deleted, "
+            "the rest is untouched.",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+async def prune_database(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    settings: RetentionSettings,
+    apply: bool,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Count (or delete) the rows past their retention period on the app's tables; print."""
+    connection = await open_connection(Session)
+    if not apply:
+        result = await count_prunable(connection, settings)
+    else:
+        ticker = PruneTicker(sys.stderr)
+        result = await prune(connection, settings, on_batch=ticker.show)
+        ticker.finish()
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2), file=out)
+    else:
+        print(prune_report(result, settings.batch_size), file=out)
+    return 0
+
+
+def prune_report(result: PruneResult, batch_size: int) -> str:
+    """What `duly prune` prints: a line a table, then what to do next."""
+    if result.applied:
+        head = (
+            f"duly prune: deleted {result.rows} rows in {result.batches} transactions of at "
+            f"most {batch_size} rows, in {result.seconds:.1f} s."
+        )
+    else:
+        head = "duly prune: a dry run, nothing deleted. Rows past their retention period:"
+    lines = [["kind", "table", "rows", "finished before"]]
+    for t in result.tables:
+        cutoff = f"{t.cutoff.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({t.days} days)"
+        lines.append([t.kind, t.table, str(t.rows), cutoff])
+    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    table = [
+        "  " + "  ".join(cell.rjust(w) if i == 2 else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+        for line in lines
+    ]  # fmt: skip
+    kept = [f"  {kind}: kept for good (its period is 'never')" for kind in result.kept]
+    if not result.tables and not kept:
+        table = ["  (no table of duly's own in this database)"]
+    tail = ["duly prune --apply deletes them, a short transaction a batch."]
+    if result.applied:
+        tail = []
+    return "\n".join([head, *table, *kept, *tail])

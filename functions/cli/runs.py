@@ -1,0 +1,229 @@
+"""`duly status`, `duly runs` and `duly show`: the operators' reads, as tables or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TextIO
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import DulyError, connect_workflows
+from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.overview import RUN_STATES, WorkflowCounts, overview
+from engine.registry import ENGINE_COLUMNS
+from engine.run_views import (
+    RunDetail,
+    RunFilter,
+    RunPage,
+    find_workflow,
+    json_value,
+    list_runs,
+    run_detail,
+)
+from functions.cli.common import USAGE_ERROR, CommandError, app_database, on_database
+from functions.cli.output import aligned, refused
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`duly status`: every workflow table's runs by state, and the outbox, as a table or JSON."""
+    try:
+        url, _, metadatas = app_database(args, "duly status")
+        mapped = outbox_classes_on(metadatas)
+        tables = tables_for(mapped[-1]) if mapped else None
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(print_status, tables=tables, as_json=args.json, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_status(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    tables: EventTables | None,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Count each workflow table's runs by state (the queries of `GET /overview`) and print."""
+    async with connect_workflows(Session) as connection:
+        found = await overview(connection, tables)
+    if as_json:
+        print(json.dumps(found.to_dict(), indent=2), file=out)
+        return 0
+    outbox = found.outbox
+    print(status_table(found.workflows), file=out)
+    if found.stranded:
+        print("\nstranded (due longer than the grace period; no worker has taken them):", file=out)
+        for runs in found.stranded:
+            print(f"  {runs.workflow} at {runs.step}: {runs.runs} runs, the oldest due since "
+                  f"{runs.since:%Y-%m-%d %H:%M:%S}; run a step with by(...).run(...) or "
+                  "cancel()", file=out)  # fmt: skip
+    if outbox is not None:
+        counts = ", ".join(f"{status} {n}" for status, n in outbox.counts.items())
+        print(f"\noutbox: {counts}; next due {outbox.next_due_at or '-'}", file=out)
+        for handler in outbox.handlers:
+            print(f"  {handler.handler}: {handler.failed} failed, "
+                  f"{handler.dead_letter} dead letters", file=out)  # fmt: skip
+    return 0
+
+
+def status_table(workflows: Sequence[WorkflowCounts]) -> str:
+    """The overview as aligned columns: one line a workflow table."""
+    header = ["workflow", "due", *RUN_STATES, "stranded", "next due"]
+    lines = [header]
+    for counts in workflows:
+        next_due = counts.next_due.strftime("%Y-%m-%d %H:%M:%S") if counts.next_due else "-"
+        states = [str(counts.states[s]) for s in RUN_STATES]
+        lines.append([counts.workflow, str(counts.due), *states, str(counts.stranded), next_due])
+    # The counts right-aligned; the names and the instant as they read.
+    return aligned(lines, right=set(range(1, len(header) - 1)))
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    """`duly runs`: a page of a workflow's runs (the console's and the API's query)."""
+    try:
+        url, _, _ = app_database(args, "duly runs")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    filters = RunFilter(state=args.state, step=args.step, key=args.key, error=args.error)
+    command = functools.partial(print_runs, args=args, filters=filters, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_runs(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    args: argparse.Namespace,
+    filters: RunFilter,
+    out: TextIO,
+) -> int:
+    """Read one page of runs and print it as a table or JSON; the next page's cursor after."""
+    async with connect_workflows(Session) as connection:
+        try:
+            info = find_workflow(connection, args.workflow)
+            page = await list_runs(
+                connection, info, filters, order=args.order, limit=args.limit, after=args.after
+            )
+        except DulyError as exc:
+            return refused(exc)
+    if args.json:
+        document = {
+            "workflow": page.workflow,
+            "runs": [run.to_dict() for run in page.runs],
+            "next_after": page.next_after,
+            "searching": page.searching,
+        }
+        print(json.dumps(json_value(document), indent=2), file=out)
+        return 0
+    print(runs_table(page), file=out)
+    if page.next_after is not None:
+        more = "the search goes on" if page.searching else "next page"
+        print(f"\n{more}: duly runs {args.workflow} ... --after {page.next_after}", file=out)
+    return 0
+
+
+def runs_table(page: RunPage) -> str:
+    """A page of runs as aligned columns: one line a run."""
+    lines = [["key", "state", "next step", "due", "attempts", "last error"]]
+    for run in page.runs:
+        due = run.row.get("wake_at")
+        error = (run.row.get("last_error") or "").splitlines()[0:1]
+        lines.append([
+            run.key,
+            run.state,
+            run.row.get("next_step") or (f"({run.waiting_for})" if run.waiting_for else "-"),
+            due.strftime("%Y-%m-%d %H:%M:%S") if due else "-",
+            str(run.row.get("attempts", 0)),
+            (error[0][:60] if error else "-"),
+        ])  # fmt: skip
+    if len(lines) == 1:
+        return f"no {page.workflow} run matches"
+    return aligned(lines, right={4})
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """`duly show`: one run with its history (the console's and the API's query)."""
+    try:
+        url, _, _ = app_database(args, "duly show")
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(print_run, args=args, out=sys.stdout)
+    return asyncio.run(on_database(url, command))
+
+
+async def print_run(
+    Session: async_sessionmaker[AsyncSession], *, args: argparse.Namespace, out: TextIO
+) -> int:
+    """Read one run in full and print it, or its JSON."""
+    async with connect_workflows(Session) as connection:
+        try:
+            info = find_workflow(connection, args.workflow)
+            detail = await run_detail(connection, info, args.key, attempts=max(args.attempts, 0))
+        except DulyError as exc:
+            return refused(exc)
+    if args.json:
+        document = {
+            **detail.to_dict(),
+            "engine": detail.engine,
+            "children": None if detail.children is None else [asdict(c) for c in detail.children],
+            "earlier_attempts": detail.earlier,
+            "now": detail.now,
+        }
+        print(json.dumps(json_value(document), indent=2), file=out)
+        return 0
+    print(run_text(detail), file=out)
+    return 0
+
+
+def run_text(detail: RunDetail) -> str:
+    """A run as people read it: where it stands, its row, its newest attempts."""
+    run = detail.summary
+    when = run.row.get("wake_at")
+    facts = [
+        ("state", run.state),
+        ("next step", run.row.get("next_step") or "-"),
+        ("due", when.strftime("%Y-%m-%d %H:%M:%S %Z") if when else "-"),
+        ("attempts", str(run.row.get("attempts", 0))),
+    ]
+    if run.waiting_for:
+        facts.append(("waits for", f"{run.waiting_for} (until {run.deadline or 'an event'})"))
+    if run.parent:
+        facts.append(("parent", json.dumps(run.parent)))
+    if run.children_left is not None:
+        facts.append(("children left", str(run.children_left)))
+    for child in detail.children or []:
+        facts.append(("child", f"{child.workflow} {child.key} ({child.state})"))
+    own = {k: v for k, v in run.row.items() if k not in ENGINE_COLUMNS}
+    facts += [(name, json.dumps(json_value(value))) for name, value in own.items()]
+    width = max(len(name) for name, _ in facts)
+    lines = [f"{run.workflow} {run.key}"]
+    lines += [f"  {name.ljust(width)}  {value}" for name, value in facts]
+    if run.row.get("last_error"):
+        lines += ["  last error:", *(f"    {line}" for line in run.row["last_error"].splitlines())]
+    if detail.history is None:
+        lines.append("\nno attempt log is mapped: no history")
+    elif not detail.history:
+        lines.append("\nno attempt yet")
+    else:
+        rows = [["finished", "step", "attempt", "outcome", "took", "error"]]
+        for attempt in detail.history:
+            error = (attempt.get("error") or "").splitlines()[0:1]
+            rows.append([
+                attempt["finished_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                attempt["step"],
+                str(attempt["attempt"]),
+                attempt["outcome"],
+                f"{attempt['took_ms']:.1f} ms",
+                error[0][:60] if error else "",
+            ])  # fmt: skip
+        earlier = " (older ones left out: --attempts)" if detail.earlier else ""
+        lines += [f"\nattempts, oldest first{earlier}:", aligned(rows, right={2, 4})]
+    return "\n".join(lines)
