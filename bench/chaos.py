@@ -54,6 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 
 from bench import chaos_app as app  # noqa: E402
 from engine import configure_event_registry, connect_workflows  # noqa: E402
+from engine.settings import CHAOS_KEEP  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 from infra.pytest_plugin import Database, Server  # noqa: E402
 from tests.pgbouncer import start_pgbouncer  # noqa: E402
@@ -257,7 +258,7 @@ async def chaos_database(server: EmbeddedPostgres) -> AsyncIterator[Database]:
     try:
         yield database
     finally:
-        if os.environ.get("DULY_CHAOS_KEEP"):  # to look at what the soak left
+        if CHAOS_KEEP.read():  # to look at what the soak left
             print(f"kept database {name} on {server.socket_dir}", file=sys.stderr)
         else:
             with psycopg.connect(admin, autocommit=True) as conn:

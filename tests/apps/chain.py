@@ -15,6 +15,7 @@ from sqlalchemy import Float, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import AttemptLog, Workflow, step
+from engine.settings import TEST_MARKS
 
 SLOW_STEP_SECONDS = 60.0  # long enough that only a kill or a lease ends it
 
@@ -23,9 +24,16 @@ class Base(DeclarativeBase):
     """The process tests' own base."""
 
 
+def marks_folder() -> Path:
+    """The folder the test gave in DULY_TEST_MARKS."""
+    folder = TEST_MARKS.read()
+    assert folder is not None, "the test sets DULY_TEST_MARKS"
+    return Path(folder)
+
+
 def mark(name: str) -> None:
     """Append a line to the marks file `name`: one line per time a step got there."""
-    folder = Path(os.environ["DULY_TEST_MARKS"])
+    folder = marks_folder()
     with open(folder / name, "a") as handle:
         handle.write(f"{os.getpid()} {time.time()}\n")
 
@@ -67,7 +75,7 @@ class Slow(Base, Workflow):
 
     @step
     async def work(self) -> None:
-        first = not os.path.exists(Path(os.environ["DULY_TEST_MARKS"]) / f"slow-{self.id}")
+        first = not os.path.exists(marks_folder() / f"slow-{self.id}")
         mark(f"slow-{self.id}")
         if first:
             await asyncio.sleep(SLOW_STEP_SECONDS)
