@@ -1,15 +1,11 @@
 """Stop an embedded PostgreSQL once the process that started it is gone.
 
-Spawned, detached, by ``infra.embedded.start_embedded``::
-
-    python embedded_watchdog.py <owner pid> <data dir> <delete: 0|1> <pg_ctl> [<user>]
-
-A SIGKILLed owner runs no atexit hook and no ``finally``, so the wheel would leave
-the postmaster running and the temporary data dir on disk. This process polls the
-owner; when it has exited (or is a zombie nobody reaped), it stops the server with
-``pg_ctl -m fast`` as the server's user and deletes the data dir if asked. It exits
-without doing anything when the owner's ``stop()`` terminates it or deletes the dir.
-Standard library and psutil only: it runs by path, without the project on sys.path.
+Spawned, detached, by `infra.embedded.start_embedded` as `python
+embedded_watchdog.py <owner pid> <data dir> <delete: 0|1> <pg_ctl> [<user>]`.
+It polls the owner (a SIGKILLed one runs no atexit hook); once it has exited
+or is an unreaped zombie, it stops the server with `pg_ctl -m fast` as the
+server's user and deletes the data dir if asked. Standard library and psutil
+only: it runs by path, without the project on sys.path.
 """
 
 from __future__ import annotations

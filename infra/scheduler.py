@@ -1,41 +1,11 @@
 """Registering the engine's next instant with EventBridge Scheduler (`on_idle` on AWS).
 
-A deployment keeps one one-time `at(...)` schedule (named `name`, in its own
-group, UTC, flexible window off) whose target is the wake function with the
-fixed input `WAKE_INPUT`. Every invocation's worker tells `on_idle` its next
-instant; the schedule is created, moved or deleted only when the instant
-registered changes, so passes that agree cost no scheduler call.
-
-Concurrent invocations see different snapshots, so their instants disagree.
-They are serialized through a row of `duly_wake_schedule` locked FOR UPDATE
-while the scheduler is written, and the earlier of the instant told and the
-one registered wins while that one is still in the future: an early wake-up
-costs one idle invocation (which registers what is next), a late one loses
-time, and a stale None must never delete a future instant another
-invocation registered. One exception: the row remembers which scheduler
-(one worker's succession of views) alone the registration reflects, and that
-one may move it later or delete it, its newer view superseding its older
-one; without it a worker that registered its running step's lease end could
-never move on to the step's `wake_in`. Once another invocation's tell is
-absorbed the registration is shared and moves only earlier until it has
-passed. An instant already due (or within `KICK_WITHIN`)
-cannot be a schedule, which would be in the past: it is a kick, an
-asynchronous invoke of the wake function, made after the row is committed.
-
-`ActionAfterCompletion` is NONE: a fired schedule stays until it is moved or
-deleted, so the row always says whether it exists, and the next move is one
-update rather than a create racing AWS's own deletion. Instants are rounded
-up to whole seconds, because `at()` takes whole seconds and a wake-up a
-fraction early would find nothing due. "Now" is the database clock
-(`engine.clock.db_now`), the one every instant is measured on, so a test
-that moves it sees the schedule follow; the database needs `duly_clock`,
-which every workflow base brings.
-
-A scheduler write that fails rolls the row back and propagates (the worker
-logs it and tells again after its next pass). boto3 is blocking, so its
-calls run in a thread; the client (or its factory) is only touched on the
-first call that needs it, so a cold start that registers nothing never
-creates one.
+`WakeScheduler` keeps one one-time `at(...)` schedule per deployment (its target
+the wake function with `WAKE_INPUT`) and writes it only when the instant
+registered changes, under a lock on its `duly_wake_schedule` row; which instant
+wins when invocations disagree, and why, is in docs/architecture.md ("The next
+instant"). An instant due within `KICK_WITHIN` is a kick instead. A failed write
+rolls the row back and propagates; boto3 runs in a thread.
 """
 
 from __future__ import annotations

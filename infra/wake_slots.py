@@ -1,23 +1,11 @@
 """How many wake invocations work at once: numbered slot leases in the database.
 
-A wake invocation works only while it holds one of `size` slots (rows
-1..size of `duly_wake_slots`). It takes a free or expired one with one
-UPDATE ... RETURNING, held until its own deadline (the Lambda invocation
-cannot outlive it, so the lease is never renewed), and frees it when done;
-one killed by its timeout frees it by expiry. Lambda's reserved concurrency
-bounds the same thing per function, but not across a redeploy, a second
-stack on one database, or `duly dev --serverless`: the table does.
-
-An invocation refused a slot rings every holder (`rang_at`). A holder frees
-its slot only if nobody rang since it last asked its worker to look
-(`release(..., since=...)`); otherwise it looks once more. So work committed
-before a refused wake is always seen by somebody: no wake-up is lost to a
-holder that was just finishing.
-
-Take, ring and release each run in a short transaction under one
-transaction-level advisory lock, so they are serialized and each sees what
-the others committed. No session-level lock: PgBouncer in transaction mode
-(and RDS Proxy) would hand the session to somebody else between statements.
+A wake works only while it holds one of `size` slots (rows of
+`duly_wake_slots`), taken with one UPDATE ... RETURNING until its own deadline
+and freed when done, or by expiry. One refused a slot rings every holder, and
+a holder frees its slot only if nobody rang since it last looked, so no
+wake-up is lost. Take, ring and release run in short transactions under one
+transaction-level advisory lock (a pooler would break a session lock).
 """
 
 from __future__ import annotations
@@ -115,7 +103,7 @@ def release_statement() -> Executable:
     )
 
 
-def seed_statement() -> Executable:
+def fill_statement() -> Executable:
     """Rows 1..:size, free (existing rows stay as they are)."""
     numbers = select(func.generate_series(1, bindparam("b_size")).label("slot"))
     return insert(wake_slots).from_select(["slot"], numbers).on_conflict_do_nothing()
@@ -144,7 +132,7 @@ class WakeSlots:
         async with self.engine.begin() as conn:
             await _lock(conn)
             await conn.run_sync(metadata.create_all, checkfirst=True)
-            await conn.execute(seed_statement(), {"b_size": self.size})
+            await conn.execute(fill_statement(), {"b_size": self.size})
         self._ready = True
 
     async def take(self, holder: str, seconds: float) -> int | None:

@@ -1,4 +1,4 @@
-"""The event layer's settings from DULY_* variables: the seed's names, defaults and minimums.
+"""The event layer's settings from DULY_* variables: their names, defaults and minimums.
 
 - DULY_MODE is stripped and lowercased; "production" selects production, "local"
   and anything else local: test_the_mode_is_production_only_when_it_says_so
@@ -8,7 +8,7 @@
   test_dead_letters_are_on_unless_turned_off
 - whole numbers parse with int(), are raised to their minimum, and fall back to
   their default when they do not parse: test_whole_numbers_default_clamp_and_parse
-- (env, not the seed) a yes/no variable that is neither is refused, naming it:
+- a yes/no variable that is neither is refused, naming it:
   test_a_flag_that_is_neither_yes_nor_no_is_refused
 """
 
