@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from engine.clock import db_now
-from engine.errors import ConfigurationError
+from engine.errors import ConfigurationError, InvalidArgumentError
 
 TABLE = "duly_wake_schedule"
 DEFAULT_NAME = "duly-wake"
@@ -66,7 +66,9 @@ def schedule_expression(at: datetime) -> str:
 def round_up(at: datetime) -> datetime:
     """`at` in UTC, rounded up to a whole second so the schedule never fires early."""
     if at.tzinfo is None:
-        raise ValueError(f"on_idle needs an aware datetime, not the naive {at.isoformat()}.")
+        raise InvalidArgumentError(
+            f"on_idle needs an aware datetime, not the naive {at.isoformat()}."
+        )
     at = at.astimezone(UTC)
     if at.microsecond:
         at = at.replace(microsecond=0) + timedelta(seconds=1)
