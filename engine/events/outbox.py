@@ -5,7 +5,7 @@ takes it (`FOR UPDATE SKIP LOCKED`, a lease, the fencing version, the due
 index), `run_workflows` drains it, and a failed row's retry time is its
 `wake_at`: the next-due instant `on_idle` reports counts it, and a
 serverless deployment is woken for an event's retry and not before. The
-claim's lease is the seed's claim TTL (`duly drain` leases for
+claim's lease is the outbox's claim TTL (`duly drain` leases for
 `DULY_OUTBOX_CLAIM_TTL_SECONDS`), renewed while the routes run.
 
 The step carries its event in its arguments (written with the row when it
