@@ -6,10 +6,10 @@ deletes as `duly.model.*` events, written into the outbox by the flush that writ
 
     connect_bridge()                     # or connect_bridge_from_settings(): DULY_SIGNAL_BRIDGE
 
-A flush publishes on its own connection, in the flush: a rollback publishes nothing, and an
-error while publishing fails the caller's flush. Only unit-of-work changes are seen (not
-bulk `update(Model)`, Core statements or `ON DELETE CASCADE`), public mapped columns only
-(names without a leading `_`), and only into a `DatabaseEventRegistry`.
+A flush publishes in itself, on the connection its rows went through: a rollback publishes
+nothing, and an error while publishing fails the caller's flush. Only unit-of-work changes
+are seen (not bulk `update(Model)`, Core statements or `ON DELETE CASCADE`), public mapped
+columns only (names without a leading `_`), and only into a `DatabaseEventRegistry`.
 """
 
 from __future__ import annotations

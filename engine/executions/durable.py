@@ -7,9 +7,10 @@
     durable.register(approval)                     # in every process that runs workers
     execution = await durable.start(approval, {"amount": 10})
 
-An execution is a run of one step, `execute`, which runs the handler registered for its
-`workflow_id` in the worker's process and commits its outcome. Every `WorkflowExecution`
-returned is a snapshot: workers may move the row on as soon as `start` returns.
+An execution is a run whose step (`execute`, and `resume` after a wait) runs the handler
+registered for its `workflow_id` in the worker's process and commits its outcome. Every
+`WorkflowExecution` returned is a snapshot: workers may move the row on as soon as `start`
+returns.
 """
 
 from __future__ import annotations
