@@ -1,19 +1,11 @@
 """What each console page costs with 100,000 runs in a table: p50 and p95 over many fetches.
 
-A fresh database with the example app's tables (`functions.examples`), filled
-as a deployment that has run for a while looks: `runs` Onboarding runs, most
-of them ended long ago (a few failed or cancelled), some scheduled over the
-next days, some waiting for an event, a few retrying with an error; an
-attempt log of two attempts a run, the newest hour's a tenth of them; an
-outbox of events nearly all processed, some dead-lettered with their
-delivery rows. Then `VACUUM ANALYZE`, as autovacuum leaves a table in
-service.
-
-The app is the deployable one (`create_app`, no worker, so nothing changes
-under the pages), served in-process through httpx's ASGI transport: the
-figure is the app's own time (routing, queries, templates), not a network's.
-Each page is fetched `fetches` times one after another after 5 warm-up
-fetches, each timed with `time.perf_counter()` and required to answer 200.
+A fresh database with the example app's tables, filled as a deployment that has run for a
+while looks (runs mostly ended, some scheduled, waiting or retrying; two attempts a run; an
+outbox nearly all processed, some dead letters), then `VACUUM ANALYZE`. The deployable app
+(`create_app`, no worker) is served in-process through httpx's ASGI transport, so the figure
+is the app's own time; each page is fetched `fetches` times after 5 warm-ups, and must
+answer 200.
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ from functions.dev import install_example_graph
 from infra.embedded import EmbeddedPostgres
 
 WARMUP_FETCHES = 5  # left out: the first fetches plan statements and fill caches
-TARGET_MS = 200.0  # issue 12: every page within 200 ms, p95
+TARGET_MS = 200.0  # the aim: every page within 200 ms, p95
 DATABASE = "bench_console"
 GRAPH_INSTANCES = 2000  # expense claims submitted to the example graph
 

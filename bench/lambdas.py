@@ -1,18 +1,11 @@
 """The serverless figures: what a Lambda entry costs cold, a warm wake, and scheduler API calls.
 
-- Cold import: each entry of `functions.lambda_handlers`, imported in fresh
-  processes (bytecode compiled beforehand), beside the floor any handler on
-  SQLAlchemy pays (`sqlalchemy.ext.asyncio` and `psycopg` alone), and what
-  the first direct wake then costs in the same kind of fresh process.
-- A warm wake that finds nothing due: `lambda_handlers.wake` on a `Runtime`
-  in the bench process, its scheduler the real `WakeScheduler` on moto.
-- Scheduler API calls per 1,000 runs whose step sleeps hours with wake_in:
-  the calls the real `WakeScheduler` makes while wakes run the first steps,
-  then, the database clock moved past every timer, the second.
-
-The Runtime runs on a thread of its own, as Lambda calls a handler
-(synchronously, with its own event loop), so the bench's loop is not its.
-bench/README.md says how each figure is taken.
+Cold imports of each `functions.lambda_handlers` entry in fresh processes beside the floor
+(`sqlalchemy.ext.asyncio` and `psycopg` alone), and the first direct wake after one; a warm
+wake that finds nothing due, its scheduler the real `WakeScheduler` on moto; and scheduler
+API calls per 1,000 runs that sleep hours with wake_in. The Runtime runs on a thread of its
+own, as Lambda calls a handler, so the bench's loop is not its. bench/README.md says how
+each figure is taken.
 """
 
 from __future__ import annotations
@@ -51,7 +44,7 @@ from infra.embedded import EmbeddedPostgres
 from infra.scheduler import WakeScheduler, create_wake_schedule_table, round_up
 
 ENTRIES = ("publish", "wake", "drain", "deliver")  # functions.lambda_handlers' entries
-DIRECT_WITHIN = 1.5  # issue 10: wake, drain and deliver import within 1.5x the floor
+DIRECT_WITHIN = 1.5  # the aim: wake, drain and deliver import within 1.5x the floor
 CLAIMED_ENTRIES = ("wake", "drain", "deliver")  # the entries that claim holds for
 # What each timed fresh process imports; the entries are one module, reached through it.
 IMPORTS = {

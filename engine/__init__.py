@@ -4,7 +4,7 @@ Import everything from here; the modules behind it are private. The graph
 workflows' names are imported when one is first asked for (`from engine
 import GraphRuntime` works as any other): a process that runs no graph, a
 Lambda wake or a worker of plain workflows, does not pay for their import
-(~15 ms of a cold start, issue 10).
+(~15 ms of a cold start).
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """The fast path for step outcomes: one short UPDATE driven by arrays.
 
-Most steps that finish together under load (no-op steps, steps that only
-choose what comes next, the outbox's drains) touch no column of their own
-row, or only plain ones. Their outcomes go in one short UPDATE driven by
-arrays, whose text never changes with the number of rows, so PostgreSQL
-plans it once (psycopg prepares it) and psycopg converts it once:
-
-    WITH moved AS (
-        UPDATE t SET ... FROM unnest(:keys, :versions, ...) AS v(...)
-        WHERE t.key = v.key AND t.wf_version = v.version      -- the fence
-        RETURNING t.*, v.*),
-    logged AS (INSERT INTO attempt_log SELECT ... FROM moved)
-    SELECT moved.*, pg_notify(...) for rows that announce FROM moved
-
-What an outcome means for the columns is `outcomes.outcome_values`, as on
-the typed path (`commits.fenced_writes`), which takes everything else.
-
-A write may change the row's own columns here when each is of a plain type
-(`array_type`): whole numbers, floats, booleans, dates and times, and text
-of any length, passed as an array of `text` and assigned to the column, so
-PostgreSQL checks a `varchar(n)`'s length as an assignment does (a cast
-would truncate). Writes go together only when they change the same
-columns: the columns are part of the statement's shape.
+Outcomes that change engine columns only, or plain columns of the row's own (`array_type`:
+whole numbers, floats, booleans, dates and times, text assigned from `text[]`, so a
+`varchar(n)` is checked, never truncated), go in one UPDATE over `unnest()` of arrays,
+fenced on each row's version, its attempt-log INSERT and NOTIFY as CTEs. Its text does not
+change with the number of rows, so it is planned once; writes share it only when they
+change the same columns. Everything else takes the typed path, `commits`.
 """
 
 from __future__ import annotations

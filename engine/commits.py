@@ -1,25 +1,10 @@
-"""Fenced writes: every change to a claimed row commits only if the row has not moved.
+"""Fenced writes, the typed path: a claimed row's change commits only if the row has not moved.
 
-A step's outcome is written as one data-modifying CTE per row,
-
-    WITH moved_0 AS (UPDATE t SET ... WHERE key = :k AND wf_version = :claimed RETURNING t.*),
-         logged_0 AS (INSERT INTO attempt_log SELECT ... FROM moved_0),
-         moved_1 AS (...), ...
-    SELECT 0, moved_0.*, pg_notify(...) FROM moved_0 UNION ALL SELECT 1, moved_1.* ...
-
-so a row's new state, its attempt record and the news that work is ready
-commit together or not at all, several steps' outcomes share one round trip
-and one WAL flush, and a missing row in the result is the typed outcome
-"fenced": another worker took the row over, or `run()` preempted it.
-
-This is the typed path, for outcomes that change the row's own columns
-(SQLAlchemy types them column by column) or arm a wait; outcomes of engine
-columns alone take `bulk_commits`. What an outcome means for the engine's
-columns is `outcomes.outcome_values`, shared by both.
-
-Building SQLAlchemy constructs costs more than executing them, so each shape
-of statement (table, and per row: which user columns changed, logged or not,
-announced or not) is built once and kept, and every write is only parameters.
+Each row's outcome is a data-modifying CTE (`UPDATE ... WHERE key = :k AND wf_version =
+:claimed RETURNING`) with its attempt-log INSERT and its NOTIFY; several rows share one
+statement (`UNION ALL`), and a row missing from the result is the typed outcome "fenced".
+This path takes outcomes that change the row's own columns (typed by SQLAlchemy) or arm a
+wait; the rest take `bulk_commits`. Each shape of statement is built once and kept.
 """
 
 from __future__ import annotations

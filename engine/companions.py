@@ -2,16 +2,9 @@
 
     commit_with(Companion(deliveries, rows, conflict=("event_id", "route"), ...))
 
-A step body calls `commit_with` to have rows inserted (or upserted) by its
-commit: they are written exactly when its fenced write succeeds, and never
-when the write is fenced, the attempt fails, or the commit does not happen.
-The outbox's drains record their routes' results this way, so a row and its
-delivery attempts settle together in one statement.
-
-The rows travel as arrays (one per column, the write's position beside
-them), so a companion's columns must be of the plain types `array_type`
-knows; the statement's text depends only on the companion's shape, never
-on how many rows it carries.
+A step body calls `commit_with` to have rows inserted (or upserted) by its commit: never
+when the write is fenced, the attempt fails, or the commit does not happen. The rows travel
+as arrays, so a companion's columns must be of the plain types `array_type` knows.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The process's link to the workflow database: which session factory, tables and log.
 
 `connect_workflows(Session)` (and every `run_workflows`) makes a connection
-current for the process, so `row.start()`, `row.history()` and the handles of
-later issues find their database without being passed one. The connection is
+current for the process, so `row.start()`, `row.history()` and the handles
+(`Model.by(...)`) find their database without being passed one. The connection is
 process-wide rather than per task on purpose: an ASGI lifespan and the
 requests it serves run in different tasks.
 """

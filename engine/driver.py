@@ -1,32 +1,12 @@
 """The hot statements on the driver's own connection: SQLAlchemy's text, not its execution path.
 
-A worker claims and commits once every few steps, thousands of times a
-second. Around each of those statements SQLAlchemy's execution path (a
-greenlet hop, an execution context, a cursor result and its metadata) costs
-about twice what psycopg itself does: ~150 us of client CPU a statement
-against ~50, measured on this machine with a claim that finds nothing. So
-those statements are compiled by SQLAlchemy once, and each run sends their
-text and values on the psycopg connection under the SQLAlchemy connection,
-in its transaction when it has one. Nothing else changes:
-
-- values go through the bind processors SQLAlchemy would apply, and result
-  columns through its result processors (a TypeDecorator's, an Enum's), found
-  once per statement from the first result's column types;
-- errors are raised as SQLAlchemy raises them (`DBAPIError.instance`: an
-  IntegrityError is an IntegrityError), and a lost connection is
-  invalidated with every connection of its pool's generation (`translated`), so
-  callers' except clauses and the pool behave as before: after a server
-  restart, the step bodies' own connections are not handed out stale;
-- `before_cursor_execute` and `after_cursor_execute` listeners hear each
-  statement, so statement logs and counts still see it;
-- arrays travel in binary (`%(name)b`): psycopg dumps a text array element
-  by element, each searched for characters to quote (~0.9 us a string, 2.4 a
-  timestamp, measured), and a binary one about five to twelve times faster;
-- rows come back as named tuples that also answer `_mapping` (by column
-  name), which is all the engine reads of SQLAlchemy's rows.
-
-A statement SQLAlchemy renders again at each execution (an expanding IN
-list, such as a claim restricted to some steps) goes through SQLAlchemy.
+A claim or a fast-path commit is compiled by SQLAlchemy once, then sent on the psycopg
+connection under the SQLAlchemy connection (in its transaction when it has one): ~50 us of
+client CPU a statement against ~150 through SQLAlchemy's execution path. What SQLAlchemy
+gives a statement stays: its bind and result processors, its error classes, invalidation
+of a lost connection's pool generation, and the cursor-execute events. Arrays travel in
+binary. A statement SQLAlchemy renders again at each execution (an expanding IN list) goes
+through SQLAlchemy.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Running one claimed step and committing what came of it.
 
-The step's body runs with no transaction open. What it returned, the changes
-it made to its row and its attempt record are then written in one fenced
-statement; a body that raised, or a commit the database refused, is a failed
-attempt, retried on the step's policy. Writes go through the worker's commit queue,
-which batches them and rides out a lost connection.
-
-A row may name a step by an alias (its name before a rename): the step runs,
-and its attempt record, its retry and its metrics carry the name it has now.
-Arguments stored for an older signature, which no longer bind to the step's,
-would fail the same way on every try: that is one failed attempt, whatever
-the step's retry policy, with a message naming the step, the arguments and
-the signature.
+The step's body runs with no transaction open; what it returned, the changes it made to
+its row and its attempt record are then written in one fenced statement through the
+worker's commit queue. A body that raised, or a commit the database refused, is a failed
+attempt, retried on the step's policy; stored arguments that no longer bind to the step's
+signature are one failed attempt whatever the policy, since every try would fail alike.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """What a worker remembers of a limited table's groups between visits of every group.
 
-A limited claim that cannot fill itself from the groups of the oldest due
-rows (one tenant's import ahead of everyone) must find the longest-waiting
-groups elsewhere; visiting every group costs a probe each. The visit leaves
-here the longest-waiting groups it saw, each keyed by how long it had waited
-(its oldest due row). The next claims probe only the first of them, exactly
-(due work, running rows, tokens), and key each probed group again by what
-they read; a group found with nothing due is forgotten. The memory is used
-for `REMEMBER_SECONDS` at least, or longer when visiting every group is slow,
-so that those visits take at most `SCAN_SHARE` of the time; then the next
-claim that needs it visits every group again.
-
-A key only lags behind its group (a group's oldest due row only moves
-later, unless a row is written with a `wake_at` in the past), so the window
-holds the remembered groups that may have waited longest, and the claim
-orders them by what it read. What is not remembered (a group whose work came
-after the visit, or that ranked past `REMEMBERED_GROUPS`) may be passed over
-by groups that waited less, for as long as the memory is used; the next
-visit orders every group again, so none waits for ever.
+When the groups of the oldest due rows cannot fill a claim (one tenant's import ahead of
+everyone), the claim probes the longest-waiting groups the last visit of every group left
+here, keyed by their oldest due row, instead of visiting every group again. The memory is
+used for `REMEMBER_SECONDS` at least, longer when a visit is slow (visits take at most
+`SCAN_SHARE` of the time); a group it does not know may wait until the next visit.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """A connection kept checked out by one loop that runs its statements one after another.
 
-The worker's pass loop (claims, the next-due question) and its commit queue
-each send a statement, wait for it, then send the next. Checking a
-connection out of SQLAlchemy's pool for each one costs more than a no-op
-step's share of the statement: the pool's bookkeeping, the isolation level
-set on checkout and reset on return, the rollback on return. Such a loop
-keeps one connection instead. It is dropped whenever a block using it
-raises anything but the database refusing a statement (a lost server, a
-cancelled statement, a bug), and the next block opens a fresh one, so a
-broken connection is never used twice; `close()` gives it back when the
-loop ends. Every statement through it is its own transaction (the engine
-given is an autocommit one), so a refused statement leaves it clean.
+The worker's pass loop and its commit queue each keep one connection instead of checking
+one out of SQLAlchemy's pool per statement, whose bookkeeping costs more than a no-op
+step's share of the statement. It is dropped whenever a block raises anything but the
+database refusing a statement, so a broken connection is never used twice; every
+statement through it is its own transaction (an autocommit engine).
 """
 
 from __future__ import annotations

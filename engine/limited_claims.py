@@ -1,23 +1,10 @@
 """Claiming a limited workflow: a group at a time, longest-waiting group first.
 
-A limited claim is one short transaction of two statements:
-
-1. Choose: the groups that can start something now (due work of the served
-   steps, fewer running than `at_most`, a whole token in the bucket), oldest
-   due row first, as many as the claim wants; and take each one's advisory
-   lock on (table, group) with `pg_try_advisory_xact_lock`. A group whose
-   lock another worker holds is being claimed right now: it is passed over,
-   so different groups never wait for each other, and neither does one group.
-2. Claim: with a snapshot taken after the locks, so the count of each group's
-   running rows is exact across workers, lease each locked group's oldest due
-   rows, as many as its limit and bucket allow, in the order the groups were
-   chosen, and leave each bucket what this claim spent of it.
-
-Which groups can start, and how that is found without reading every row,
-is `engine.limit_groups`; when the groups of the oldest due rows cannot fill
-a claim (one group's backlog ahead of everyone), the caller's
-`engine.group_memory` names the groups to probe before every group is
-visited.
+One short transaction of two statements. The first chooses the groups that can start now
+(`engine.limit_groups`, helped by the caller's `engine.group_memory`) and takes each one's
+advisory lock with `pg_try_advisory_xact_lock`, passing over a group another worker is
+claiming, so no claim waits. The second, with a snapshot taken after the locks, leases each
+locked group's oldest due rows as its limit and bucket allow, and spends its tokens.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The worker's ear: a LISTEN connection that turns NOTIFY payloads into wake-ups.
 
-It is an optimisation only. What a worker asked the database before sleeping
-covers every timer, retry and lease, so a lost listener costs the latency of
-work another process writes meanwhile, nothing else; it reconnects with a
-backoff that grows to the worker's longest idle wait.
-
-The connection is made by a SQLAlchemy engine (the worker's, or its
-`listen_engine`), so whatever that engine does to connect applies: its
-`connect_args`, `do_connect` hooks (an RDS IAM token, say) and
-`application_name`. It is checked out of that engine's pool for as long as
-it listens and thrown away afterwards (never returned with LISTEN still on).
-A connection that names no application is named `duly-listener`.
+It is an optimisation only: a lost listener costs the latency of work another process
+writes meanwhile, and it reconnects with a backoff growing to the worker's longest idle
+wait. Its connection comes from a SQLAlchemy engine (the worker's, or its `listen_engine`),
+so that engine's `connect_args` and `do_connect` hooks apply; it is thrown away afterwards,
+never returned to the pool with LISTEN on.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The one NOTIFY channel: news that work is ready, sent in the writing transaction.
+"""The one NOTIFY channel: news that work is ready.
 
-A payload names the workflow table that has work ready now, or is `*` for
-news every worker must look at (the test clock moved). A transaction that
-rolls back announces nothing, because NOTIFY is part of it.
+A payload names the workflow table that has work ready now, or is `*` for news every
+worker must look at (the test clock moved). Most writers send it in their own
+transaction, so a rollback announces nothing; a writer that sends it after its COMMIT
+announces only what was committed.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """What an operator sees first: each workflow table's runs by state, and when the next is due.
 
-The states are read from the engine's columns alone, so any table's rows
-have one, and the HTTP API, the console and `duly status` ask the same
-queries:
-
-- running: leased (a worker holds it now);
-- waiting: parked until an event is delivered;
-- scheduled: a step is due at `wake_at` (now or later), never tried yet;
-- retrying: a step is due again after a failed attempt;
-- finished, failed (gave up: an error and nothing next), cancelled.
-
-Two more counts cut across them: *due* (scheduled or retrying, and due
-now) and *stranded* (due for longer than the grace period,
-`DULY_STRANDED_AFTER_SECONDS`, 15 minutes: no worker has taken it, because
-none has its step or none keeps up; an expired lease counts once its end is
-that old). When any table has stranded runs, `Overview.stranded` lists them
-by workflow and step (`engine.stranded`).
-
-No count reads a whole table, since the console asks every two seconds
-while someone looks. The *live* states (running, scheduled, retrying, due,
-stranded, the next due instant) are exact: every such row has a step
-scheduled and so is in the table's due index (`ix_<table>_due`), and only
-those rows are read. The *resting* states (waiting, finished, failed,
-cancelled) have no index: they are counted among the table's newest
-`RECENT_RUNS` rows by primary key (a backward read of the key's index),
-which is the whole table in most databases; `WorkflowCounts.window` says
-when it is not, and `total` is then unknown. The outbox is counted the same
-way: its open rows (pending, claimed, failed, dead-lettered) through its
-status index, never the processed ones, which only grow.
+The HTTP API, the console and `duly status` ask these same queries. They read the engine's
+columns only, and never a whole table: the live states (running, scheduled, retrying, due,
+stranded, the next due instant) exactly, through the due index; the resting ones (waiting,
+finished, failed, cancelled) among the newest `RECENT_RUNS` rows (`WorkflowCounts.window`
+says when that is not the whole table); the outbox's open rows through its status index.
 """
 
 from __future__ import annotations
@@ -57,7 +34,13 @@ RECENT_RUNS = 10_000  # rows of a table, newest first, its resting states are co
 
 
 def state_condition(table: Any, state: str) -> ColumnElement[bool]:
-    """The rows of `table` in `state` (one of RUN_STATES), by the engine's columns."""
+    """The rows of `table` in `state` (one of RUN_STATES), by the engine's columns.
+
+    running: leased; waiting: parked until an event is delivered; scheduled: a
+    step due at `wake_at` (now or later), never tried yet; retrying: a step due
+    again after a failed attempt; finished; failed (gave up: an error and nothing
+    next); cancelled.
+    """
     c = table.c
     at_rest = c.claimed_until.is_(None)
     ended = and_(at_rest, c.next_step.is_(None), c.waiting_for.is_(None))

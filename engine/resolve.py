@@ -1,13 +1,12 @@
 """Objects named by a setting: an instance, a dotted path, a class or factory, or a mapping.
 
-The event registry and the workflow engine are chosen the same way (the
-seed's rules): an instance is used as it is; a dotted path (`pkg.mod.name`
-or `pkg.mod:name`) is imported and then treated as what it names; a class
-is instantiated and any other callable called as a zero-argument factory;
-a mapping `{"class": ..., "options": {...}}` (or its JSON text, since an
-environment variable is text) calls its class with the options as keyword
-arguments, other keys ignored. Import, factory and constructor errors
-propagate; what comes out must be what the caller accepts.
+The event registry and the workflow engine are chosen the same way: an instance is used as
+it is; a dotted path (`pkg.mod.name` or `pkg.mod:name`) is imported and then treated as
+what it names; a class is instantiated and any other callable called as a zero-argument
+factory; a mapping `{"class": ..., "options": {...}}` (or its JSON text, since an
+environment variable is text) calls its class with the options as keyword arguments, other
+keys ignored. Import, factory and constructor errors propagate; what comes out must be what
+the caller accepts.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
-"""What an operator reads of runs: a page of a workflow's runs, one run in full, the last hour.
+"""What an operator reads of runs: a page of a workflow's runs, and one run in full.
 
     page = await list_runs(connection, info, RunFilter(state="failed"))   # newest first
     page = await list_runs(connection, info, order="soonest", after=page.next_after)
     detail = await run_detail(connection, info, "42", attempts=200)
 
-The HTTP API (`GET /workflows/{name}/runs[/{key}]`, `GET /runs/...`), the
-console's pages and `duly runs` / `duly show` all read through these, so
-they show the same runs in the same order.
-
-A page is found from a cursor (`after`, the opaque `next_after` of the page
-before), each order through an index the engine declares, so a page costs
-the same on the thousandth page as on the first:
-
-- newest first: the primary key's index, read backwards from the cursor;
-- soonest first: the runs with a step scheduled, by `wake_at` through the
-  due index (`ix_<table>_due`), then the others (waiting for an event with
-  no timeout, or ended), oldest key first, through the primary key.
-
-A filter (state, step, key, text in the last error) is applied to the
-next `SCAN_WINDOW` rows of that walk only: a page of a filter few runs
-match stops where its window does (`RunPage.searching`), and its cursor
-goes on from there, so no page reads more than a window whatever the table
-holds. An `offset` is taken too, as the API always took it; it costs the
-rows it skips.
-
-A run's key is written as its URL spells it: the value, or a JSON list for
-a composite key (`key_text`); `parse_key` reads it back as typed values and
-refuses what the key's columns cannot hold, as a DulyError.
+The HTTP API, the console and `duly runs` / `duly show` all read through these. A page goes
+on from a cursor through an index (newest: the primary key's, backwards; soonest: the due
+index, then the unscheduled runs by key), and a filter looks at the next `SCAN_WINDOW` rows
+of that walk only, so the thousandth page costs what the first does.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Steps: the methods of a workflow the engine runs, and the calls that name them.
 
-`@step` turns an `async def` method into a `Step`. On the class, `Model.check`
-is the step itself (usable bare when it takes no arguments) and
-`Model.activated("pro")` builds a `Call` without running anything: arguments
-are bound to the step's signature, serialised to JSON and checked against the
-step's annotations right there, so a mistake is a `StepError` (a `TypeError`)
-at the line that made it, before any row is written.
-
-The annotations are checked with pydantic, in strict JSON mode, on the JSON
-the run will be handed: `"lots"` (or `"12"`) for an `int` is refused, a JSON
-number is not turned into text, an ISO string fits a `datetime` (the step
-still receives the string: arguments are stored and passed as JSON). An
-unannotated parameter, `Any`, and an annotation that cannot be resolved
-(a name defined inside a function, say) accept anything. The model is built
-once per step, at its first call, so names defined after the class resolve.
-
-A row names its next step by name, so renaming a step would leave rows that
-name the old one: `@step(aliases=("old_name",))` keeps the old names, and the
-registry resolves a row's step by either (`WorkflowInfo.resolve`).
+`@step` turns an `async def` method into a `Step`. `Model.check` is the step itself (usable
+bare when it takes no arguments), and `Model.activated("pro")` builds a `Call` without
+running anything: its arguments are bound, serialised to JSON and checked against the
+step's annotations (pydantic, strict JSON mode) right there, so a mistake is a `StepError`
+at the line that made it, before any row is written. `@step(aliases=("old_name",))` keeps
+a renamed step's old names, which rows may still name.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Traces and metrics of step attempts, when their libraries are installed.
 
-`pip install duly[tracing]` gives every step attempt an OpenTelemetry span
-(`<workflow>.<step>`, with the run's key and attempt number, the exception
-recorded when the body raises) on whatever tracer provider the application
-configured. `pip install duly[metrics]` counts attempts by outcome and times
-step bodies in prometheus-client's default registry, which the app serves at
-`/metrics`, with the sizes of claims and the event layer's figures: outbox
-rows by status, drains by the status they leave and their time, delivery
-attempts by status, duplicate events ignored, executions by state, and runs
-stranded at a step the worker's code does not have. Without them, every
-function here returns at once: importing this module costs two failed
-imports, once. (FastAPI itself depends on opentelemetry-api, so the API is
-usually there; with no tracer provider configured its spans are
-OpenTelemetry's own no-ops.)
+With `duly[tracing]` every step attempt is an OpenTelemetry span (`<workflow>.<step>`) on
+the application's tracer provider; with `duly[metrics]` attempts, step times, claim sizes,
+the event layer's figures and stranded runs are counted in prometheus-client's default
+registry, which the app serves at `/metrics`. Without them every function here returns at
+once: importing this module costs two failed imports, once.
 """
 
 from __future__ import annotations

@@ -3,69 +3,13 @@ deletes as `duly.model.*` events, written into the outbox by the flush that writ
 
     class Parcel(Base):
         __publish_changes__ = True       # opt in (inherited; a subclass may say False)
-        ...
 
     connect_bridge()                     # or connect_bridge_from_settings(): DULY_SIGNAL_BRIDGE
 
-A flush's events are one statement (`DatabaseEventRegistry.publish_in`) on
-the connection its rows were written through, in the flush itself: a
-transaction that rolls back publishes nothing, one that commits publishes
-each change once, and an error while publishing fails the flush (and so
-the transaction) of the caller.
-
-- Opting in is a class attribute, not a registration call: it is declared
-  with the model (like `__tablename__`), is inherited by subclasses, and
-  needs no call to have run before the first flush.
-- The changes are collected by the mapper's `after_insert`, `after_update`
-  and `after_delete` events (for every mapper; only opted-in classes count),
-  not from `session.new/dirty/deleted`: those fire for the rows a flush
-  actually wrote, so an orphan deleted by `delete-orphan` is a deletion and
-  a pending orphan that was never inserted is nothing. The session's
-  `after_flush` writes what they collected. Only unit-of-work changes are
-  seen: ORM bulk `update(Model)`/`delete(Model)` statements, Core statements
-  and `ON DELETE CASCADE` in the database are not (as Django's
-  `queryset.update` sends no signal).
-- Fields are the mapped column attributes by attribute name; names starting
-  with `_` are private and never published. A created event's values are
-  the fields the program set (a column default is not a change), an updated
-  event's changes are the fields whose value changed, each
-  {"old", "new"}: the old value is the one loaded before the change
-  (SQLAlchemy's attribute history), None when it was never loaded (the
-  seed's fallback to a simple-history row has no counterpart). A create or
-  update with no such field publishes nothing; a delete publishes with its
-  identification alone. The identification is the primary key as
-  {attribute: value}, which `session.get(Model, identification)` accepts.
-- Values are JSON: datetimes, dates and times as `isoformat()`, decimals as
-  text (`str`, exact), UUIDs as text, an Enum as its value, lists, tuples and
-  mappings element by element; anything else (bytes, say) is an `EventError`
-  that fails the flush: keep such a column private or out of the model.
-- Only a `DatabaseEventRegistry` publishes from a flush. With another
-  registry configured (the in-memory one of local mode) the changes are
-  skipped, with a warning logged once per registry class: its `publish` is
-  async and routes inline, which a synchronous flush cannot await, and
-  routing after commit would run handlers inside `session.commit()` with
-  no outbox to retry them. Publish explicitly there
-  (`await get_event_registry().publish(event)`).
-
-Every sentence of the seed's "Signal bridge", and what it is here:
-
-- "converted into workflow events" when the bridge is on: `connect_bridge()`,
-  or `connect_bridge_from_settings()` when `DULY_SIGNAL_BRIDGE` is on
-  (`EventSettings.signal_bridge`; the nested Django setting has no
-  counterpart).
-- "a stable dispatch uid": the listeners are this module's functions, so
-  connecting twice adds nothing and `disconnect_bridge()` removes them.
-- "Only GeneralManager instances are converted": only opted-in classes.
-- "unknown action values are ignored": `model_change_event` returns None.
-- "Create and update ... at least one changed field after ... private keys
-  are removed. Delete ... with only identification": as above.
-- "the manager class name, identification ..., source ..., metadata
-  {"action": action}, and the ... helper defaults": the class name, the
-  primary key, source `duly.bridge`, {"action": "created" | "updated" |
-  "deleted"}, the `model_*_event` helpers' ids and timestamps.
-- "Update events receive old values": from the attribute history.
-- "Exceptions from event registry publishing propagate to the ... caller":
-  to the caller of the flush (or the commit that flushed).
+A flush publishes in itself, on the connection its rows went through: a rollback publishes
+nothing, and an error while publishing fails the caller's flush. Only unit-of-work changes
+are seen (not bulk `update(Model)`, Core statements or `ON DELETE CASCADE`), public mapped
+columns only (names without a leading `_`), and only into a `DatabaseEventRegistry`.
 """
 
 from __future__ import annotations
@@ -125,8 +69,10 @@ def model_change_event(action: str, instance: Any) -> WorkflowEvent | None:
     """The event for `action` on a mapped `instance`; None when there is nothing to say.
 
     None for an unknown action, and for a create or update that changed no
-    public field. Reads the attribute history, so it answers during a flush
-    (or before one), not after.
+    public field. A create carries the fields the program set (a column default
+    is not a change), an update each changed field as {"old", "new"} (old is
+    None when it was never loaded), a delete only the identification. Reads the
+    attribute history, so it answers during a flush (or before one), not after.
     """
     if action not in ACTIONS:
         return None
@@ -174,7 +120,11 @@ def identification_of(instance: Any) -> dict[str, Any]:
 
 
 def json_value(value: Any, model: str, field: str) -> Any:
-    """`value` as JSON can hold it (see the module's docstring); EventError when it cannot be."""
+    """`value` as JSON can hold it; EventError when it cannot be.
+
+    Times by `isoformat()`, decimals and UUIDs as text (exact), an Enum by its
+    value, lists, tuples and mappings item by item; anything else (bytes, say) fails.
+    """
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, datetime | date | time):

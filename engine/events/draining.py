@@ -1,36 +1,9 @@
 """Routing one stored event: its routes, its delivery records, and what becomes of its row.
 
-The outbox's step (`engine.events.outbox`) and `publish_sync` both route
-through `drain_event`, which returns a `Verdict`; each applies it to the
-outbox row its own way. The rules, from the seed:
-
-- A route that succeeded for this event before is not run again; it counts
-  as a successful route. A route dead-lettered before is not run again.
-- A validator's refusal dead-letters its route at once (no retry), and does
-  not count as a failed drain.
-- A handler failure (after the route's own retries), a predicate or
-  `retry_on` that raised, or a handler running past
-  `DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS`: the route failed this drain.
-- With a failed route and a successful one, the row is processed and the
-  failed route dead-lettered. With failed routes and no successful one, the
-  drain failed: the row's `route_attempts` grows by one, and it is due again
-  after `DULY_RETRY_BACKOFF_SECONDS x route_attempts`, or dead-lettered
-  (its failed routes with it) once `route_attempts` reaches
-  `DULY_MAX_RETRIES` if dead letters are enabled.
-- A dead-letter callback that raises is a failed drain too: the route stays
-  failed (its dead-letter handling is owed), and the row is due again, or
-  dead once it is out of drains.
-- A row with no applicable route, or whose routes all succeeded, is
-  processed; one whose only results are refusals is dead-lettered.
-
-Beyond the seed: a handler (or predicate) whose error says the database went
-away (`engine.driver.lost_connection`: a server restarting, a connection
-dropped) has not failed its route; the drain stops there and raises, and the
-outbox's step tries the whole drain again after its backoff, as it does when
-the drain's own bookkeeping meets a lost database. Routes that succeeded
-before it are recorded and not run again. Judged as a failed route, it would
-be dead-lettered as soon as another route had succeeded, for an outage that
-had nothing to do with the event.
+The outbox's step (`engine.events.outbox`) and `publish_sync` both route through
+`drain_event`, which returns a `Verdict`; each applies it to the outbox row its own way.
+A handler whose error says the database went away has not failed its route: the drain
+raises, and is tried again whole.
 """
 
 from __future__ import annotations
@@ -96,7 +69,22 @@ async def drain_event(
     """Route `event` through `routes` once, record each route's result, and judge the row.
 
     `first_drain` says no drain of this event can have recorded anything yet,
-    which saves reading its delivery records.
+    which saves reading its delivery records. The rules:
+
+    - a route that succeeded or was dead-lettered before is not run again (a
+      success counts as a successful route);
+    - a validator's refusal dead-letters its route at once and is no failed drain;
+    - a handler failure (after the route's retries), a predicate or `retry_on`
+      that raised, or a handler past `DULY_DELIVERY_RUNNING_TIMEOUT_SECONDS`
+      fails the route for this drain;
+    - failed routes beside a successful one: the row is processed, the failures
+      dead-lettered; failed routes alone: a failed drain, due again after
+      `DULY_RETRY_BACKOFF_SECONDS x route_attempts`, or dead once
+      `route_attempts` reaches `DULY_MAX_RETRIES` with dead letters enabled;
+    - a dead-letter handler that raises is a failed drain, its route still failed;
+    - no applicable route, or all succeeded: processed; only refusals: dead-lettered;
+    - an error that says the database went away (`engine.driver.lost_connection`)
+      is raised, after recording the routes that succeeded before it.
     """
     began = time.perf_counter()
     settled = {} if first_drain else await deliveries.statuses(event.event_id)

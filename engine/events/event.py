@@ -3,7 +3,7 @@ updated or deleted.
 
 An event is a frozen value. Its `payload` and `metadata` are the caller's
 mappings, shallow-copied by the helpers: the dataclass cannot be reassigned,
-but nested objects are shared, as the seed specifies.
+but nested objects are shared with the caller.
 """
 
 from __future__ import annotations

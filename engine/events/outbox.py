@@ -1,16 +1,10 @@
 """The outbox as a workflow: each row is a run of one step, `route`, which the workers claim.
 
-An outbox row is due work like any workflow row, so the engine's one claim
-takes it (`FOR UPDATE SKIP LOCKED`, a lease, the fencing version, the due
-index), `run_workflows` drains it, and a failed row's retry time is its
-`wake_at`: the next-due instant `on_idle` reports counts it, and a
-serverless deployment is woken for an event's retry and not before. The
-claim's lease is the seed's claim TTL (`duly drain` leases for
-`DULY_OUTBOX_CLAIM_TTL_SECONDS`), renewed while the routes run.
-
-The step carries its event in its arguments (written with the row when it
-was published), so a claimed row is all a drain reads, and the arguments
-are gone once the row is settled: the event record keeps the event.
+An outbox row is due work like any workflow row: the engine's one claim takes it, its
+retry time is its `wake_at` (so `on_idle` counts it), and its lease is the outbox's claim
+TTL, renewed while the routes run. The step carries its event in its arguments, so a
+claimed row is all a drain reads; once the row settles they are gone, and the event record
+keeps the event.
 """
 
 from __future__ import annotations

@@ -4,19 +4,10 @@
     class Outbox(Base, WorkflowOutbox):           __tablename__ = "duly_outbox"
     class Delivery(Base, WorkflowDeliveryAttempt): __tablename__ = "duly_deliveries"
 
-- An *event record* is the event as published, never changed: identity,
-  type and name, source, when it occurred, payload and metadata.
-- An *outbox row* is its routing state: `pending`, `processed`, `failed`
-  (due again later) or `dead_letter`, how many drains failed and the last
-  error. It is a workflow run of the engine's own (`engine.events.outbox`):
-  its engine columns make it due work, claimed by the workers' one claim.
-- A *delivery attempt* is one row per route (registration) and event:
-  `succeeded`, `failed` or `dead_letter`, how many times its handler was
-  called and its last error. A route that succeeded for an event is never
-  routed that event again.
-
-This module holds their columns and finds the three classes that belong
-together (the ones mapped on the outbox's own metadata).
+An event record is the event as published, never changed; its outbox row is its routing
+state, a workflow run of the engine's own (`engine.events.outbox`); a delivery attempt is
+one row per route and event, and a route that succeeded is never routed that event again.
+`tables_for` finds the three classes mapped on one outbox's metadata.
 """
 
 from __future__ import annotations
@@ -62,7 +53,7 @@ class WorkflowEventRecord:
     source: Mapped[str | None] = mapped_column(Text, default=None)
     occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    # `metadata` is the declarative base's own attribute; the column keeps the seed's name.
+    # `metadata` is the declarative base's own attribute, so the column of that name maps here.
     event_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

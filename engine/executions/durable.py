@@ -7,25 +7,10 @@
     durable.register(approval)                     # in every process that runs workers
     execution = await durable.start(approval, {"amount": 10})
 
-An execution row is a run of the engine: `start` inserts it with its
-`execute` step due (one statement, `ON CONFLICT DO NOTHING`, announced), and
-whichever worker claims it runs the definition's handler, found by
-`workflow_id` among the definitions registered on a `DurableWorkflowEngine`
-of the worker's process (the most recently registered first). The handler's
-outcome is the step's commit: output and `completed`, or `failed` with the
-exception's text. A handler that returns `wait_for_resume()` leaves the row
-`waiting` on the engine's `wait_for(resume)`; `resume(id, signal)` delivers
-the signal to that step (`Model.by(...).deliver`), which runs the handler
-again with the signal in its input. `cancel` ends the run
-(`Model.by(...).cancel()`, which fences out a step still running) and then
-records `cancelled` with the reason.
-
-The engine finds its table as the event registry finds the outbox: the
-class given as `executions` (a class or a dotted path), else the last
-`WorkflowExecutionRecord` table of the current workflow connection
-(`connect_workflows` / `run_workflows`). Every `WorkflowExecution` it
-returns is a snapshot read from the database: workers may move the row on
-as soon as `start` returns.
+An execution is a run whose step (`execute`, and `resume` after a wait) runs the handler
+registered for its `workflow_id` in the worker's process and commits its outcome. Every
+`WorkflowExecution` returned is a snapshot: workers may move the row on as soon as `start`
+returns.
 """
 
 from __future__ import annotations
@@ -85,7 +70,7 @@ class WorkflowExecutionRecord(Workflow):
     output: Mapped[dict[str, Any] | None] = mapped_column(JSON_COLUMN, default=None)
     correlation_id: Mapped[str | None] = mapped_column(Text, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
-    # `metadata` is the declarative base's own attribute; the column keeps the seed's name.
+    # `metadata` is the declarative base's own attribute, so the column of that name maps here.
     execution_metadata: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSON_COLUMN, default=dict
     )

@@ -3,21 +3,10 @@
     found = await count_prunable(connection, settings)   # the dry run: rows per table
     done = await prune(connection, settings)              # deletes the same, batch by batch
 
-Both own their transactions (each statement its own, on the connection's
-autocommit engine) and read the cutoffs once, at their start, from the
-database clock (`db_now()`: a moved test clock moves them).
-
-A batch is one statement. It chooses at most `batch_size` rows through the
-walk's index, starting after the last row the previous batch chose (a
-keyset on `(at, key)`, so no batch steps again over rows already deleted
-and not yet vacuumed), deletes them by `ctid` (a TID scan: no second index
-lookup) with their companions, and says where it stopped. Its row locks last
-that one statement, so a worker's claims never queue behind a prune, and a
-prune stopped anywhere leaves every batch it finished done and the rest
-untouched. After a batch that deleted rows the prune pauses (`pause_ms`):
-flat out, its WAL and its CPU would slow the workers' commits (bench/prune.py
-measures it; see `engine.retention.settings`). A pass bounded by
-`max_batches` bounds each walk, so every table moves on in every pass.
+Both own their transactions (each statement its own) and read the cutoffs once, at their
+start, from the database clock. A batch is one statement that deletes at most `batch_size`
+rows with their companions, so a prune stopped anywhere leaves whole batches done; after a
+batch that deleted rows the prune pauses `pause_ms`, so the workers' commits keep their pace.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """What is pruned, table by table: each kind's rows past the cutoff, walked through an index.
 
-- attempts: attempt-log rows whose attempt finished before the cutoff, walked
-  by `(finished_at, id)` (the log's `ix_<table>_finished` index);
-- events: outbox rows `processed` before the cutoff (`settled_at`) whose
-  every delivery attempt succeeded, walked by `(status, created_at)` (the
-  outbox's status index), each deleted with its event record and its
-  delivery attempts. A row with a dead-lettered (or failed) route is kept,
-  like the dead-lettered rows themselves: until replayed or discarded;
-- executions: durable executions completed, failed or cancelled before the
-  cutoff (`finished_at`) whose run has ended, one walk per state by
-  `(state, created_at)` (the execution table's state index).
-
-A row is created before it finishes, so "created before the cutoff" bounds
-each walk by its index without changing what it finds. The workflow tables
-themselves (the application's business rows) are never pruned.
-
-Tables are found on a `WorkflowConnection`: its attempt log, and the outbox
-and execution tables among its workflows (the ones in the database).
+Attempt-log rows by when the attempt finished; outbox rows processed before the cutoff whose
+every delivery succeeded, with their event records and delivery attempts; durable executions
+that ended (completed, failed, cancelled) before it. Dead letters stay until replayed; the
+workflow tables themselves (the application's rows) are never pruned. Tables are found on a
+`WorkflowConnection`: its attempt log, and the outbox and execution tables among its workflows.
 """
 
 from __future__ import annotations
