@@ -43,8 +43,8 @@ import pytest
 from sqlalchemy import update
 
 from functions import examples
-from functions.dev import create_dev_app, install_example_graph
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
+from functions.local.dev import create_dev_app, install_example_graph
 from tests.conftest import Database
 from tests.helpers import examples_configured, serving
 

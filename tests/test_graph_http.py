@@ -34,8 +34,8 @@ from engine import GraphRuntime, graph_tables
 from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
 from functions import examples
-from functions.app import create_app
-from functions.dev import create_dev_app, install_example_graph
+from functions.http.app import create_app
+from functions.local.dev import create_dev_app, install_example_graph
 from tests.apps import graphs as graph_app
 from tests.conftest import Database
 from tests.helpers import examples_configured, serving, wait_until

@@ -121,6 +121,7 @@ from engine.graphs.tables import (
     GraphTables,
     graph_tables,
 )
+from functions.http.errors import status_of
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
@@ -529,7 +530,7 @@ async def test_a_completed_instance_refuses_transitions(world: World) -> None:
         await world.runtime.transition_branch(
             instance.id, branch, node_id(graph, "approved"), "ann"
         )
-    assert (refused.value.code, refused.value.http_status) == ("WORKFLOW_COMPLETED", 409)
+    assert (refused.value.code, status_of(refused.value)) == ("WORKFLOW_COMPLETED", 409)
     with pytest.raises(NotFoundError):
         await world.runtime.transition_branch(
             uuid.uuid4(), branch, node_id(graph, "approved"), "ann"
@@ -543,7 +544,7 @@ async def test_a_branch_not_of_the_instance_is_refused(world: World) -> None:
         await world.runtime.transition_branch(
             instance.id, only_branch(other), node_id(graph, "approved"), "ann"
         )
-    assert (refused.value.code, refused.value.http_status) == ("STATE_WORKFLOW_ERROR", 400)
+    assert (refused.value.code, status_of(refused.value)) == ("STATE_WORKFLOW_ERROR", 400)
     with pytest.raises(StateWorkflowError, match="not a branch of instance"):
         await world.runtime.transition_branch(
             instance.id, uuid.uuid4(), node_id(graph, "approved"), "ann"

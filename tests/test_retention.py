@@ -72,7 +72,7 @@ from engine.retention import Batch, RetentionSettings, count_prunable, prune, pr
 from engine.retention.pruning import BEGINNING, batch_statement
 from engine.testing import drain, move_clock
 from functions import cli, lambda_work
-from functions.lambda_runtime import Budget, Runtime
+from functions.lambdas.runtime import Budget, Runtime
 from infra.aws_settings import AwsSettings
 from tests.conftest import Database
 

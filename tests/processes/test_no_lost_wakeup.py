@@ -32,8 +32,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from engine import configure_event_registry, connect_workflows
-from functions import lambda_handlers, lambda_work
-from functions.lambda_runtime import WAKE_INPUT, Runtime
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas import work as lambda_work
+from functions.lambdas.runtime import WAKE_INPUT, Runtime
 from infra.aws_settings import AwsSettings
 from infra.scheduler import DEFAULT_NAME
 from infra.scheduler import metadata as schedule_metadata
