@@ -11,16 +11,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import WorkflowEvent
 from engine.events import views
 from engine.events.database import event_values
 from engine.events.records import EventTables
-from functions.requests.errors import ConflictError, InputError
+from functions.requests.errors import ConflictError, InputError, from_validation
 from functions.requests.lookup import MAX_TEXT, database_registry
-from functions.requests.runs import parse_body
 
 MAX_EVENTS = 1000  # events in one publish
 MAX_EVENT_ID = 200  # characters of an event id in a request
@@ -83,12 +92,29 @@ def events_of(body: EventBatch | EventIn) -> list[WorkflowEvent]:
     return events
 
 
+def publish_kind(body: Any) -> str:
+    """Which body a publish is: a batch when it has `events`, else one event."""
+    if isinstance(body, EventBatch) or (isinstance(body, dict) and "events" in body):
+        return "batch"
+    return "event"
+
+
+# The body of a publish: judged as one kind only, so a refusal names that kind's fields.
+Publish = Annotated[
+    Annotated[EventBatch, Tag("batch")] | Annotated[EventIn, Tag("event")],
+    Discriminator(publish_kind),
+]
+PUBLISH: TypeAdapter[EventBatch | EventIn] = TypeAdapter(Publish)
+
+
 def parse_publish(body: Any) -> list[WorkflowEvent]:
     """A decoded publish (`{"events": [...]}` or one event) as its events."""
     if not isinstance(body, dict):
         raise InputError.at((), f"A publish is a JSON object, not {type(body).__name__}.")
-    model: type[EventBatch] | type[EventIn] = EventBatch if "events" in body else EventIn
-    return events_of(parse_body(model, body))
+    try:
+        return events_of(PUBLISH.validate_python(body))
+    except ValidationError as exc:
+        raise from_validation(exc) from None
 
 
 async def replay_dead_letters(tables: EventTables, event_ids: list[str] | None) -> list[str]:

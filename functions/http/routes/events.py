@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from engine import NotRunningError, wake
 from functions.http.state import call_state, connection_of, maybe_await
-from functions.requests.events import EventBatch, EventIn, events_of
+from functions.requests.events import Publish, events_of
 from functions.requests.lookup import database_registry, event_tables
 
 MAX_WAKE_SECONDS = 900.0  # a wake waits at most as long as a Lambda runs
@@ -27,7 +27,7 @@ router = APIRouter()
 
 
 @router.post("/events")
-async def publish_events(request: Request, body: EventBatch | EventIn) -> dict[str, Any]:
+async def publish_events(request: Request, body: Publish) -> dict[str, Any]:
     """Publish one event or a batch through the outbox in one transaction; the ids stored.
 
     An id already stored is answered among `duplicates` and stores nothing.
