@@ -37,7 +37,7 @@ from functions.local.dev import install_example_graph
 from infra.embedded import EmbeddedPostgres
 
 WARMUP_FETCHES = 5  # left out: the first fetches plan statements and fill caches
-TARGET_MS = 200.0  # issue 12: every page within 200 ms, p95
+TARGET_MS = 200.0  # the aim: every page within 200 ms, p95
 DATABASE = "bench_console"
 GRAPH_INSTANCES = 2000  # expense claims submitted to the example graph
 

@@ -1,4 +1,4 @@
-"""The console's graph pages over HTTP (issue 12, Graphs and Designer), against the dev app.
+"""The console's graph pages over HTTP (Graphs and Designer), against the dev app.
 
 - the index lists each template's versions (the active one marked) and the
   recent instances, and offers `duly dev`'s example claim:

@@ -1,4 +1,4 @@
-"""The Lambda path through a real PgBouncer in transaction mode (issue 10, "Poolers").
+"""The Lambda path through a real PgBouncer in transaction mode.
 
 On AWS the functions reach PostgreSQL through PgBouncer or RDS Proxy in
 transaction mode, where LISTEN, session state and server-side prepared

@@ -1,4 +1,4 @@
-"""No lost wake-up on AWS, and the bound on wakes at once (issue 10, "done when" 3).
+"""No lost wake-up on AWS, and the bound on wakes at once.
 
 Lambda is played by `Lambda`: every invocation of the wake function runs in
 an idle container or a new one (a `Runtime` driven on a thread of its own,
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.processes
 APP = "tests.apps.wakeups"
 ROLE_ARN = "arn:aws:iam::123456789012:role/duly-wakeups-scheduler"
 RUNS = 100  # started by the starting process
-SEED = 20260110
+RANDOM_STATE = 20260110
 FINISH_TIMEOUT = 60.0  # seconds for every run to finish once the last one was started
 BACKLOG = 5000
 FIRE_POLL = 0.1  # seconds between EventBridge's looks at the schedule
@@ -257,7 +257,7 @@ async def test_runs_started_at_random_moments_all_finish_without_the_safety_net(
         APP,
         db.url,
         str(RUNS),
-        str(SEED),
+        str(RANDOM_STATE),
         cwd=REPO_ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
