@@ -29,6 +29,7 @@ from engine.errors import (
     WorkflowTransitionError,
 )
 from functions.requests.errors import (
+    MAX_PROBLEMS,
     ConflictError,
     InputError,
     Problem,
@@ -113,16 +114,14 @@ async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
     with a 500 on what JSON cannot encode, such as the Infinity it refused.
     """
     assert isinstance(exc, RequestValidationError)
-    problems = [
-        Problem(
-            tuple(p if isinstance(p, int) else shortened(str(p)) for p in error["loc"]),
-            shortened(str(error["msg"])),
-            str(error["type"]),
-        )
-        for error in exc.errors()
+    errors = [
+        {
+            "loc": [p if isinstance(p, int) else shortened(str(p)) for p in error["loc"]],
+            "msg": shortened(str(error["msg"])),
+            "type": str(error["type"]),
+        }
+        for error in exc.errors()[:MAX_PROBLEMS]
     ]
-    placed = InputError(problems).problems
-    errors = [{"loc": list(p.loc), "msg": p.msg, "type": p.type} for p in placed]
     return JSONResponse({"detail": errors}, status_code=422)
 
 
