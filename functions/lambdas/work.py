@@ -30,9 +30,7 @@ from typing import Any
 from sqlalchemy.exc import DataError
 
 from engine import (
-    DatabaseEventRegistry,
     DulyError,
-    EventSettings,
     NotFoundError,
     WorkflowEvent,
     run_workflows,
@@ -46,7 +44,7 @@ from engine.worker import Worker
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
 from functions.requests.events import parse_publish
-from functions.requests.lookup import find_writable
+from functions.requests.lookup import database_registry, find_writable
 from functions.requests.runs import DeliverRequest, deliver_event, parse_body
 
 log = logging.getLogger("duly.lambda")
@@ -104,10 +102,7 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord "
             "and WorkflowDeliveryAttempt on your base to publish events."
         )
-    registry = container.registry
-    if not isinstance(registry, DatabaseEventRegistry):
-        # Publishing reads no setting: the environment's are not parsed for it.
-        registry = DatabaseEventRegistry(outbox=container.tables.outbox, settings=EventSettings())
+    registry = database_registry(container.tables, container.registry)
     async with activate(container.connection), container.Session.begin() as session:
         stored = await registry.publish_many(events, session=session)
     new = set(stored)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import MetaData
 
-from engine import DatabaseEventRegistry, EventSettings, get_event_registry
+from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
 from engine.connection import WorkflowConnection
 from engine.errors import ConfigurationError, NotFoundError
 from engine.events.records import EventTables, OutboxColumns, outbox_classes_on, tables_for
@@ -87,13 +87,16 @@ def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
     return tables_for(mapped[-1]) if mapped else None
 
 
-def database_registry(tables: EventTables) -> DatabaseEventRegistry:
-    """The configured DatabaseEventRegistry, else one for `tables`.
+def database_registry(
+    tables: EventTables, configured: EventRegistry | None = None
+) -> DatabaseEventRegistry:
+    """The configured DatabaseEventRegistry (`configured`, else the process's), else one
+    for `tables`.
 
     Used to publish and replay, neither of which reads a setting, so the
     environment's are not parsed for it.
     """
-    registry = get_event_registry()
+    registry = configured if configured is not None else get_event_registry()
     if isinstance(registry, DatabaseEventRegistry):
         return registry
     return DatabaseEventRegistry(outbox=tables.outbox, settings=EventSettings())
