@@ -1,6 +1,6 @@
 """The serverless figures: what a Lambda entry costs cold, a warm wake, and scheduler API calls.
 
-Cold imports of each `functions.lambda_handlers` entry in fresh processes beside the floor
+Cold imports of each `functions.lambdas.handlers` entry in fresh processes beside the floor
 (`sqlalchemy.ext.asyncio` and `psycopg` alone), and the first direct wake after one; a warm
 wake that finds nothing due, its scheduler the real `WakeScheduler` on moto; and scheduler
 API calls per 1,000 runs that sleep hours with wake_in. The Runtime runs on a thread of its
@@ -37,21 +37,21 @@ from bench.measures import percentiles
 from bench.models import Sleeper
 from engine import configure_event_registry, connect_workflows
 from engine.testing import move_clock
-from functions import lambda_handlers
-from functions.lambda_runtime import WAKE_INPUT, Container, Runtime, Scheduler, install
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas.runtime import WAKE_INPUT, Container, Runtime, Scheduler, install
 from infra.aws_settings import AwsSettings
 from infra.embedded import EmbeddedPostgres
 from infra.scheduler import WakeScheduler, create_wake_schedule_table, round_up
 
-ENTRIES = ("publish", "wake", "drain", "deliver")  # functions.lambda_handlers' entries
+ENTRIES = ("publish", "wake", "drain", "deliver")  # functions.lambdas.handlers' entries
 DIRECT_WITHIN = 1.5  # the aim: wake, drain and deliver import within 1.5x the floor
 CLAIMED_ENTRIES = ("wake", "drain", "deliver")  # the entries that claim holds for
 # What each timed fresh process imports; the entries are one module, reached through it.
 IMPORTS = {
     "floor": "import sqlalchemy.ext.asyncio, psycopg",
-    **{name: f"import functions.lambda_handlers as h; h.{name}" for name in ENTRIES},
+    **{name: f"import functions.lambdas.handlers as h; h.{name}" for name in ENTRIES},
     # What the first HTTP event adds (Runtime._make_http): for contrast, not a claim.
-    "http": "import functions.lambda_handlers, functions.app, mangum",
+    "http": "import functions.lambdas.handlers, functions.http.app, mangum",
 }
 IMPORT_SCRIPT = (
     "import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)\n"
@@ -68,7 +68,7 @@ CONTEXT_SECONDS = 60.0  # what the fake Lambda context says is left at each invo
 FIRST_WAKE_SCRIPT = """
 import json, sys, time
 t0 = time.perf_counter()
-import functions.lambda_handlers as h
+import functions.lambdas.handlers as h
 t1 = time.perf_counter()
 rt = h.runtime()
 container = rt.run(rt.container())
@@ -116,7 +116,7 @@ def import_breakdown() -> dict[str, float]:
     """
     script = (
         f"{IMPORTS['floor']}\nimport sys\nsys.stderr.write('{MARK}\\n')\nsys.stderr.flush()\n"
-        "import functions.lambda_handlers\n"
+        "import functions.lambdas.handlers\n"
     )
     lines = python("-X", "importtime", "-c", script).stderr.splitlines()
     by_package: collections.Counter[str] = collections.Counter()

@@ -516,7 +516,7 @@ async def run_all(
         for name in ENTRIES:
             if name in CLAIMED_ENTRIES:
                 verdict = "holds" if found["holds"][name] else "FAILS"
-                target = f"x{ratio[name]:.2f} the floor; target: <= x{DIRECT_WITHIN}: {verdict}"
+                target = f"x{ratio[name]:.2f} the floor; aim: <= x{DIRECT_WITHIN}: {verdict}"
             else:
                 target = f"x{ratio[name]:.2f} the floor"
             report.add(
@@ -531,11 +531,11 @@ async def run_all(
             "Cold import: slowest of wake, drain, deliver / floor",
             max(ratio[name] for name in CLAIMED_ENTRIES),
             "x",
-            f"target: <= x{DIRECT_WITHIN}; beyond the floor (importtime ms): {top}",
+            f"aim: <= x{DIRECT_WITHIN}; beyond the floor (importtime ms): {top}",
         )
         report.add(
             "cold_import_http_ms",
-            "Cold import: handlers + functions.app + mangum (HTTP)",
+            "Cold import: handlers + functions.http.app + mangum (HTTP)",
             ms["http"],
             "ms",
             f"x{ratio['http']:.2f} the floor",

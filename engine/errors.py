@@ -27,11 +27,11 @@
     │   ├── WorkflowExecutionNotFoundError   no execution has the id (also a NotFoundError)
     │   └── InvalidWorkflowStateError        the operation needs another state
     └── WorkflowTransitionError   a graph workflow refused an action (engine.graphs); each
-        │                         carries a stable `code` and the `http_status` to answer
-        ├── StateWorkflowError             STATE_WORKFLOW_ERROR, 400: not allowed now
-        ├── WorkflowAlreadyCompletedError  WORKFLOW_COMPLETED, 409: the instance has ended
-        ├── WorkflowSubmissionError        SUBMISSION_ERROR, 409: the subject is in a workflow
-        └── TemplateInvalidError           TEMPLATE_INVALID, 400: activation of an invalid graph
+        │                         carries a stable `code`
+        ├── StateWorkflowError             STATE_WORKFLOW_ERROR: not allowed now
+        ├── WorkflowAlreadyCompletedError  WORKFLOW_COMPLETED: the instance has ended
+        ├── WorkflowSubmissionError        SUBMISSION_ERROR: the subject is in a workflow
+        └── TemplateInvalidError           TEMPLATE_INVALID: activation of an invalid graph
 
 Messages are complete sentences that name the step or workflow involved; a
 class docstring is the message when none is given.
@@ -146,35 +146,30 @@ class WorkflowTransitionError(DulyError):
     """A graph workflow refused an action."""
 
     code = "WORKFLOW_TRANSITION_ERROR"
-    http_status = 400
 
 
 class StateWorkflowError(WorkflowTransitionError):
     """The graph workflow does not allow this action now."""
 
     code = "STATE_WORKFLOW_ERROR"
-    http_status = 400
 
 
 class WorkflowAlreadyCompletedError(WorkflowTransitionError):
     """The workflow instance has already ended."""
 
     code = "WORKFLOW_COMPLETED"
-    http_status = 409
 
 
 class WorkflowSubmissionError(WorkflowTransitionError):
     """The subject cannot be submitted: it already has an active workflow instance."""
 
     code = "SUBMISSION_ERROR"
-    http_status = 409
 
 
 class TemplateInvalidError(WorkflowTransitionError):
     """The template has validation errors and cannot be activated."""
 
     code = "TEMPLATE_INVALID"
-    http_status = 400
 
     def __init__(self, message: str | None = None, *, errors: tuple[str, ...] = ()) -> None:
         super().__init__(message)

@@ -1,1 +1,1 @@
-"""duly's handlers and app: the FastAPI app, the CLI and (later) the Lambda entry points."""
+"""duly's front doors over one request layer: HTTP, the console, the Lambda entries, the CLI."""

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import configure_event_registry, get_event_registry
 from engine.graphs.configure import forget_graph_runtime
 from functions.app_config import configure_app_graphs
-from functions.local import configure_events
+from functions.local.command import configure_events
 from infra.settings import Settings
 
 T = TypeVar("T")

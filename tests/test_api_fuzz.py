@@ -27,7 +27,8 @@ from schemathesis import GenerationMode
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
-from functions.app import GuardSettings, WriteGuard, create_app, signature_of
+from functions.http.app import create_app
+from functions.http.guard import GuardSettings, WriteGuard, signature_of
 from tests.apps import api
 from tests.conftest import Database
 from tests.helpers import serving

@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import ConfigurationError, NotFoundError
 from functions import examples
-from functions.app import create_app
 from functions.examples import Onboarding
+from functions.http.app import create_app
+from functions.http.errors import SERVER_ERROR
 from tests.conftest import Database
 from tests.helpers import serving, wait_until
 
@@ -179,6 +180,29 @@ async def test_unknown_workflows_and_runs_are_404_with_a_message(db: Database) -
     assert run.json() == {"detail": "No onboarding run has the key '12345'."}
 
 
+async def test_a_configuration_error_while_serving_is_a_500_that_leaks_nothing(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    Session = await db.create(examples.Base.metadata)
+    app = create_app(Session, run_worker=False)
+    secret = "postgresql://duly:hunter2@db.internal/prod"
+
+    @app.get("/misconfigured")
+    async def misconfigured() -> None:
+        raise ConfigurationError(f"DULY_DATABASE_URL {secret} names no reachable database.")
+
+    with caplog.at_level(logging.ERROR, logger="duly.http"):
+        async with serving(app) as client:
+            reply = await client.get("/misconfigured")
+    assert reply.status_code == 500
+    assert reply.json() == {"detail": SERVER_ERROR}
+    assert "hunter2" not in reply.text and "db.internal" not in reply.text
+    logged = [r for r in caplog.records if r.name == "duly.http"]
+    assert [r.getMessage() for r in logged] == ["GET /misconfigured failed."]
+    assert logged[0].exc_info is not None and logged[0].exc_info[0] is ConfigurationError
+    assert secret in caplog.text, "the operator reads the whole message in the log"
+
+
 async def test_only_not_found_is_404_and_a_bug_is_a_logged_500(
     db: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -210,16 +234,20 @@ async def test_only_not_found_is_404_and_a_bug_is_a_logged_500(
     assert {url: reply.status_code for url, reply in replies.items()} == {
         "/broken": 500,
         "/lookup": 500,
-        "/misconfigured": 400,
+        "/misconfigured": 500,
         "/missing": 404,
     }
     assert replies["/broken"].json() == {
         "detail": "Internal server error: the traceback is in the server's log."
     }
-    assert replies["/misconfigured"].json() == {"detail": "The limit of expense is set twice."}
+    assert replies["/misconfigured"].json() == replies["/broken"].json()
     assert replies["/missing"].json() == {"detail": "No expense run has the key 7."}
     failures = [r for r in caplog.records if r.name == "duly.http"]
-    assert [r.getMessage() for r in failures] == ["GET /broken failed.", "GET /lookup failed."]
+    assert [r.getMessage() for r in failures] == [
+        "GET /broken failed.",
+        "GET /lookup failed.",
+        "GET /misconfigured failed.",
+    ]
     assert failures[0].exc_info is not None
     assert failures[0].exc_info[0] is KeyError
     assert "KeyError: 'absent'" in caplog.text

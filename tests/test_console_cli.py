@@ -18,13 +18,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
-from functions.app import create_app
 from functions.examples import Onboarding
+from functions.http.app import create_app
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 
 
-async def seeded(db: Database) -> async_sessionmaker[AsyncSession]:
+async def filled(db: Database) -> async_sessionmaker[AsyncSession]:
     """Five onboardings: three scheduled at rising times, one failed, one attempt logged."""
     Session = await db.create(examples.Base.metadata)
     async with serving(create_app(Session, run_worker=False)):
@@ -59,7 +59,7 @@ def env_for(db: Database, tmp_path: Path) -> dict[str, str]:
 
 
 async def test_duly_runs_prints_the_same_page_as_the_api(db: Database, tmp_path: Path) -> None:
-    Session = await seeded(db)
+    Session = await filled(db)
     env = env_for(db, tmp_path)
     table = run_duly("runs", "onboarding", "--limit", "2", cwd=REPO_ROOT, env=env)
     assert table.returncode == 0, table.stderr
@@ -90,7 +90,7 @@ async def test_duly_runs_prints_the_same_page_as_the_api(db: Database, tmp_path:
 
 
 async def test_duly_show_prints_a_run_with_its_history(db: Database, tmp_path: Path) -> None:
-    Session = await seeded(db)
+    Session = await filled(db)
     env = env_for(db, tmp_path)
     shown = run_duly("show", "onboarding", "4", cwd=REPO_ROOT, env=env)
     assert shown.returncode == 0, shown.stderr
@@ -110,7 +110,7 @@ async def test_duly_show_prints_a_run_with_its_history(db: Database, tmp_path: P
 
 
 async def test_bad_arguments_are_refused_with_a_sentence(db: Database, tmp_path: Path) -> None:
-    await seeded(db)
+    await filled(db)
     env = env_for(db, tmp_path)
     cases = [
         (("runs", "nope"), 1, "No workflow named 'nope'."),

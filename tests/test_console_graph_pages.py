@@ -1,4 +1,4 @@
-"""The console's graph pages over HTTP (issue 12, Graphs and Designer), against the dev app.
+"""The console's graph pages over HTTP (Graphs and Designer), against the dev app.
 
 - the index lists each template's versions (the active one marked) and the
   recent instances, and offers `duly dev`'s example claim:
@@ -43,8 +43,8 @@ import pytest
 from sqlalchemy import update
 
 from functions import examples
-from functions.dev import create_dev_app, install_example_graph
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
+from functions.local.dev import create_dev_app, install_example_graph
 from tests.conftest import Database
 from tests.helpers import examples_configured, serving
 

@@ -1,4 +1,4 @@
-"""The dev app (functions/dev.py) over real HTTP: the clock, the example's runs, bad input."""
+"""The dev app (functions/local/dev.py) over real HTTP: the clock, the example's runs, bad input."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.testing import move_clock, read_clock_shift
 from functions import examples
-from functions.app import create_app
-from functions.dev import create_dev_app
 from functions.examples import Onboarding
+from functions.http.app import create_app
+from functions.local.dev import create_dev_app
 from tests.conftest import Database
 from tests.helpers import serving, wait_until
 

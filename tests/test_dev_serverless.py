@@ -20,7 +20,7 @@ from typing import Any
 import boto3
 import httpx
 
-from functions.serverless_local import POLL_SECONDS, LocalContext, describe_result, parse_at
+from functions.local.serverless import POLL_SECONDS, LocalContext, describe_result, parse_at
 from tests.helpers import (
     EXIT_TIMEOUT,
     REPO_ROOT,

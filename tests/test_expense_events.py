@@ -23,9 +23,9 @@ from engine import (
 )
 from engine.testing import drain
 from functions import examples
-from functions.dev import create_dev_app
 from functions.examples import Expense
-from functions.local import configure_events
+from functions.local.command import configure_events
+from functions.local.dev import create_dev_app
 from infra.settings import Settings
 from tests.apps import outbox
 from tests.conftest import Database

@@ -1,4 +1,4 @@
-"""The graph runtime's lifecycle (issue 11): submit, start, transition, end, cancel, history.
+"""The graph runtime's lifecycle: submit, start, transition, end, cancel, history.
 
 Submit and start:
 - a submit starts the START node's target: the instance pinned to the active
@@ -48,8 +48,8 @@ Cancel and history:
 - cancel ends every branch, rejects their visits, clears the subject's state:
   test_cancel_ends_the_branches_and_clears_the_subject
 - a finished instance cannot be cancelled: test_cancel_of_a_finished_instance_is_refused
-- history: the seed's action types and metadata keys, in order, and only ever
-  inserted: test_history_keeps_the_seeds_types_and_keys_in_order
+- history: the audit trail's action types and metadata keys, in order, and only ever
+  inserted: test_history_keeps_its_types_and_keys_in_order
 
 Notifications:
 - through a DatabaseEventRegistry, in the transaction; ids derived from the
@@ -121,6 +121,7 @@ from engine.graphs.tables import (
     GraphTables,
     graph_tables,
 )
+from functions.http.errors import status_of
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
@@ -529,7 +530,7 @@ async def test_a_completed_instance_refuses_transitions(world: World) -> None:
         await world.runtime.transition_branch(
             instance.id, branch, node_id(graph, "approved"), "ann"
         )
-    assert (refused.value.code, refused.value.http_status) == ("WORKFLOW_COMPLETED", 409)
+    assert (refused.value.code, status_of(refused.value)) == ("WORKFLOW_COMPLETED", 409)
     with pytest.raises(NotFoundError):
         await world.runtime.transition_branch(
             uuid.uuid4(), branch, node_id(graph, "approved"), "ann"
@@ -543,7 +544,7 @@ async def test_a_branch_not_of_the_instance_is_refused(world: World) -> None:
         await world.runtime.transition_branch(
             instance.id, only_branch(other), node_id(graph, "approved"), "ann"
         )
-    assert (refused.value.code, refused.value.http_status) == ("STATE_WORKFLOW_ERROR", 400)
+    assert (refused.value.code, status_of(refused.value)) == ("STATE_WORKFLOW_ERROR", 400)
     with pytest.raises(StateWorkflowError, match="not a branch of instance"):
         await world.runtime.transition_branch(
             instance.id, uuid.uuid4(), node_id(graph, "approved"), "ann"
@@ -743,7 +744,7 @@ async def test_cancel_of_a_finished_instance_is_refused(world: World) -> None:
         await world.runtime.cancel(uuid.uuid4())
 
 
-async def test_history_keeps_the_seeds_types_and_keys_in_order(world: World) -> None:
+async def test_history_keeps_its_types_and_keys_in_order(world: World) -> None:
     graph, _, instance = await submitted(world)
     branch = only_branch(instance)
     await world.runtime.transition_branch(

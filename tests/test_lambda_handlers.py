@@ -32,8 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from engine import configure_event_registry, connect_workflows
 from engine.testing import drain as drain_steps
 from engine.testing import move_clock
-from functions import lambda_handlers, lambda_work
-from functions.lambda_runtime import WAKE_INPUT, Runtime, Scheduler, install
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas import work as lambda_work
+from functions.lambdas.runtime import WAKE_INPUT, Runtime, Scheduler, install
 from infra.aws_settings import AwsSettings
 from infra.scheduler import WakeScheduler, round_up, schedule_expression
 from infra.scheduler import metadata as schedule_metadata
@@ -561,12 +562,12 @@ async def test_a_backlog_is_worked_by_at_most_max_wakes_invocations_at_once(
 
 def test_the_direct_entries_import_neither_fastapi_nor_mangum_nor_boto3() -> None:
     found = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import functions.lambda_handlers"],
+        [sys.executable, "-X", "importtime", "-c", "import functions.lambdas.handlers"],
         capture_output=True,
         text=True,
         check=True,
     )
     imported = {line.rsplit("|", 1)[-1].strip() for line in found.stderr.splitlines()}
     roots = {name.split(".")[0] for name in imported}
-    assert "functions.lambda_handlers" in imported
+    assert "functions.lambdas.handlers" in imported
     assert not roots & {"fastapi", "starlette", "mangum", "boto3", "botocore"}

@@ -23,7 +23,8 @@ from engine import (
 )
 from engine.events.views import VIEW_STATUSES
 from engine.testing import drain, move_clock
-from functions.app import OutboxStatus, create_app
+from functions.http.app import create_app
+from functions.http.routes.outbox import OutboxStatus
 from tests.apps import chain, outbox
 from tests.conftest import Database
 from tests.helpers import serving, wait_until

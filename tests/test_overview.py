@@ -1,4 +1,4 @@
-"""The operator's overview (issue 12's shared queries): runs by state, through the API and the CLI.
+"""The operator's overview: runs by state, through the API and the CLI.
 
 - each run is counted in the one state its engine columns say (running,
   waiting, scheduled, retrying, finished, failed, cancelled), and across them
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import connect_workflows
 from engine.overview import RUN_STATES, workflow_overview
 from functions import examples
-from functions.app import create_app
+from functions.http.app import create_app
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 
@@ -55,7 +55,7 @@ EXPECTED = {
 }
 
 
-async def seeded(db: Database) -> async_sessionmaker[AsyncSession]:
+async def filled(db: Database) -> async_sessionmaker[AsyncSession]:
     Session = await db.create(examples.Base.metadata)
     async with Session() as session, session.begin():
         await session.execute(
@@ -70,7 +70,7 @@ async def seeded(db: Database) -> async_sessionmaker[AsyncSession]:
 
 
 async def test_each_run_counts_in_its_state(db: Database) -> None:
-    Session = await seeded(db)
+    Session = await filled(db)
     assert set(EXPECTED) == set(RUN_STATES)
     async with connect_workflows(Session) as connection:
         counts = {c.workflow: c for c in await workflow_overview(connection)}
@@ -84,7 +84,7 @@ async def test_each_run_counts_in_its_state(db: Database) -> None:
 
 
 async def test_the_api_answers_the_same_counts(db: Database) -> None:
-    Session = await seeded(db)
+    Session = await filled(db)
     async with serving(create_app(Session, run_worker=False)) as client:
         response = await client.get("/overview")
     assert response.status_code == 200, response.text
@@ -98,7 +98,7 @@ async def test_the_api_answers_the_same_counts(db: Database) -> None:
 
 
 async def test_duly_status_prints_the_overview(db: Database, tmp_path: Path) -> None:
-    await seeded(db)
+    await filled(db)
     env = dev_env(tmp_path / "pg", DULY_APP="functions.examples", DULY_DATABASE_URL=db.url)
     as_json = run_duly("status", "--json", cwd=REPO_ROOT, env=env)
     assert as_json.returncode == 0, as_json.stderr

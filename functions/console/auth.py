@@ -128,6 +128,17 @@ class ConsoleAuth:
             return _stale_form()
         return None
 
+    def owns(self, path: str) -> bool:
+        """Whether `path` is the console's (the guard leaves its writes to this class)."""
+        return is_console_path(path)
+
+    def refused_write(
+        self, scope: Any, headers: Mapping[str, str], body: bytes
+    ) -> HTMLResponse | None:
+        """The page refusing a console write (`write_refusal`), or None when it may go on."""
+        refused = self.write_refusal(scope["path"], headers, body)
+        return None if refused is None else refusal_page(*refused, scope)
+
 
 def _stale_form() -> tuple[int, str]:
     return 403, (
@@ -163,7 +174,7 @@ def refusal_page(status: int, detail: str, scope: Any) -> HTMLResponse:
 
 
 def console_auth(request: Request) -> ConsoleAuth:
-    """The app's ConsoleAuth (made by `functions.app.create_app`)."""
+    """The app's ConsoleAuth (made by `functions.http.app.create_app`)."""
     auth: ConsoleAuth = request.app.state.console_auth
     return auth
 

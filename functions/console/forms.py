@@ -1,10 +1,11 @@
 """Forms drawn from a step's signature or a workflow's columns, and read back as JSON values.
 
 A field comes from the JSON schema of the same pydantic model the API
-checks a body with (`Step.arguments.model`, `functions.app.columns_of`):
-whole numbers, numbers, text, a choice (an enum or Literal), yes/no, or
-JSON for anything else. What a person types is turned into the JSON value
-the field's type asks for, and nothing more: "12" becomes 12 for a whole
+checks a body with (`Step.arguments.model`,
+`functions.requests.runs.columns_of`): whole numbers, numbers, text, a
+choice (an enum or Literal), yes/no, or JSON for anything else. What a
+person types is turned into the JSON value the field's type asks for, and
+nothing more: "12" becomes 12 for a whole
 number, and "twelve" stays text, so the API's own check refuses it and says
 why, at that field. Only JSON that does not parse is refused here.
 """

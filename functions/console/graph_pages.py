@@ -1,13 +1,12 @@
-"""The console's graph pages: templates drawn, instances moved by their buttons, the designer.
+"""The console's graph pages: templates drawn, instances moved by their buttons.
 
-Pages read through the process's `GraphRuntime` and the version functions
-the JSON API uses (`engine.graphs.versions`). Every form calls the JSON
-API's own route function (`functions.graph_routes`) with the same request
-model, so a form is checked and refused exactly as the API would, then
-answers with a redirect (Post/Redirect/Get) or with the page again and the
-refusal. The designer posts its JSON with fetch to `designer/save`, which
-saves through `save_design` as `POST /graphs/templates` does and also says
-which node or edge each validation problem names.
+Pages read through the process's `GraphRuntime`, the version functions the
+JSON API uses (`engine.graphs.versions`) and the request layer's reads.
+Every form is read into the request layer's model and done by its function
+(`functions.requests.graphs`), as `POST /graphs/...` is, so a form is
+checked and refused exactly as the API would, then answers with a redirect
+(Post/Redirect/Get) or with the page again and the refusal. The designer
+is `functions.console.graph_designer`.
 
 Writes are guarded before they reach these routes: the app's `WriteGuard`
 checks the console's session and CSRF token (`functions.console.auth`),
@@ -27,33 +26,38 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.routing import NoMatchFound
 
-from engine.errors import DulyError, NotFoundError, WorkflowTransitionError
+from engine.errors import ConfigurationError, DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import Design, describe, design_matches, drawn_design
+from engine.graphs.design import describe, design_matches, drawn_design
 from engine.graphs.directory import effective_assignees
-from engine.graphs.history import AvailableTransition, BranchSnapshot, HistoryEntry
+from engine.graphs.history import AvailableTransition, BranchSnapshot
 from engine.graphs.model import Graph, load_graph
 from engine.graphs.runtime import GraphRuntime
 from engine.graphs.subjects import subject_types
-from engine.graphs.tables import ASSIGNMENT, CONDITION, STATUS_CHANGE, GraphTables
-from engine.graphs.validation import Problem, validate_graph
-from engine.graphs.versions import list_templates, load_design, save_design
-from functions import graph_routes
+from engine.graphs.validation import validate_graph
+from engine.graphs.versions import list_templates, load_design
+from functions.console.graph_diagrams import instance_marks, problem_json
 from functions.console.rendering import ConsolePage, render
+from functions.http.errors import message_of, status_of
+from functions.requests import graphs
+from functions.requests.graphs import (
+    CancelRequest,
+    SubmitRequest,
+    TransitionRequest,
+    recent_instances,
+    stored_layout,
+    visited_states,
+)
 
 # Pages: a client's mistake (an unknown instance, no graph runtime) is a page saying so.
 router = APIRouter(prefix="/graphs", route_class=ConsolePage)
-# The designer's save answers the designer's fetch in JSON, refusals too (422, 400, 404).
-designer_api = APIRouter()
 
 PAGES = "/console/graphs"
 RECENT_INSTANCES = 50  # rows in the index's list of instances
 # `duly dev`'s route that creates example subjects, by its endpoint's name (named, not
-# imported: what deploys imports nothing of functions.dev).
+# imported: what deploys imports nothing of functions.local).
 EXAMPLE_CLAIMS_ROUTE = "dev_create_expense_claim"
 UserField = Annotated[str, Query(max_length=200)]
 FormText = Annotated[str, Form()]
@@ -87,7 +91,7 @@ async def _index_page(
     runtime = get_graph_runtime()
     async with runtime.reading() as conn:
         versions = await list_templates(conn, runtime.tables)
-        instances = await recent_instances(conn, runtime.tables)
+        instances = await recent_instances(conn, runtime.tables, RECENT_INSTANCES)
     by_name: dict[str, list[dict[str, Any]]] = {}
     for version in versions:
         by_name.setdefault(version["name"], []).append(version)
@@ -104,28 +108,6 @@ async def _index_page(
     return _page(request, "graphs/index.html", context, status=status)
 
 
-async def recent_instances(conn: AsyncConnection, tables: GraphTables) -> list[dict[str, Any]]:
-    """The newest instances with their template's name and version."""
-    instances, versions = tables.table("instance"), tables.table("template")
-    rows = await conn.execute(
-        select(
-            instances.c.id,
-            instances.c.subject_type,
-            instances.c.subject_key,
-            instances.c.state_status,
-            instances.c.state_code,
-            instances.c.submitted_by,
-            instances.c.submitted_at,
-            versions.c.name,
-            versions.c.version,
-        )
-        .join(versions, versions.c.id == instances.c.template_id)
-        .order_by(instances.c.submitted_at.desc(), instances.c.id)
-        .limit(RECENT_INSTANCES)
-    )
-    return [dict(row._mapping) for row in rows]
-
-
 @router.post("/instances")
 async def submit_instance(
     request: Request,
@@ -137,13 +119,14 @@ async def submit_instance(
     """Submit a subject, as `POST /graphs/instances` does; then its instance's page."""
     form = {"subject_type": subject_type, "subject_key": subject_key, "workflow": workflow}
     try:
-        body = graph_routes.SubmitRequest(
+        body = SubmitRequest(
             subject_type=subject_type,
             subject_key=subject_key,
             user=user or None,
             workflow=workflow or None,
         )
-        instance = await graph_routes.submit_subject(request, body)
+        runtime = get_graph_runtime()
+        instance = await graphs.submit_subject(runtime, request.app.state.Session, body)
     except (DulyError, ValidationError) as exc:
         status, message = refusal(exc)
         return await _index_page(request, form={**form, "user": user}, error=message, status=status)
@@ -195,22 +178,11 @@ async def _template_page(
     return _page(request, "graphs/template.html", context, status=status)
 
 
-async def stored_layout(
-    conn: AsyncConnection, tables: GraphTables, template_id: uuid.UUID
-) -> dict[str, Any]:
-    """The designer JSON saved with a version: drawn as it is only while it matches."""
-    versions = tables.table("template")
-    design = (
-        await conn.execute(select(versions.c.design).where(versions.c.id == template_id))
-    ).scalar_one_or_none()
-    return dict(design or {})
-
-
 @router.post("/templates/{template_id}/activate")
 async def activate_version(request: Request, template_id: uuid.UUID) -> Response:
     """Activate a version, as `POST /graphs/templates/{id}/activate` does."""
     try:
-        await graph_routes.activate_graph_template(template_id)
+        await graphs.activate_version(get_graph_runtime(), template_id)
     except NotFoundError:
         raise  # no such version: the console's error page
     except DulyError as exc:
@@ -267,88 +239,6 @@ async def _instance_page(
     return _page(request, "graphs/instance.html", context, status=status)
 
 
-async def visited_states(
-    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
-) -> dict[uuid.UUID, uuid.UUID]:
-    """Each visit of the instance and the state it entered (visit id to node id)."""
-    visits = tables.table("visit")
-    rows = await conn.execute(
-        select(visits.c.id, visits.c.node_id).where(visits.c.instance_id == instance_id)
-    )
-    return {row.id: row.node_id for row in rows}
-
-
-def instance_marks(
-    graph: Graph,
-    branches: Sequence[BranchSnapshot],
-    history: Sequence[HistoryEntry],
-    visits: Mapping[uuid.UUID, uuid.UUID],
-) -> dict[str, Any]:
-    """What the diagram marks: where each active branch stands, what was visited, which
-    edges were taken (by node keys).
-
-    The edges come from the audit trail, whose metadata names them: a move or an
-    escalation names its visit (whose node is the source) and its target; a fork
-    takes all its edges; a join's continuation its one edge; a condition names its
-    result (and, by its title, itself).
-    """
-    taken: set[tuple[uuid.UUID, uuid.UUID]] = set()
-    start = graph.start
-    if start is not None and history:
-        taken.update((start.id, edge.target_id) for edge in graph.outgoing(start.id))
-    for entry in history:
-        taken.update(_edges_of(graph, entry, visits))
-    visited = {node_id for pair in taken for node_id in pair} | set(visits.values())
-    current: dict[str, list[int]] = {}
-    for branch in branches:
-        if branch.node_key is not None:
-            current.setdefault(branch.node_key, []).append(branch.number)
-    return {
-        "visited": sorted(graph.node(node_id).key for node_id in visited if node_id in graph.nodes),
-        "current": current,
-        "trail": sorted(
-            [graph.node(source).key, graph.node(target).key]
-            for source, target in taken
-            if source in graph.nodes and target in graph.nodes
-        ),
-    }
-
-
-def _edges_of(
-    graph: Graph, entry: HistoryEntry, visits: Mapping[uuid.UUID, uuid.UUID]
-) -> set[tuple[uuid.UUID, uuid.UUID]]:
-    """The edges one history row says were taken."""
-    meta = entry.metadata
-    if entry.action_type == ASSIGNMENT and meta.get("targets") and meta.get("fork_node"):
-        fork = _uuid(meta["fork_node"])  # a fork starts a branch on each of its edges
-        return {(e.source_id, e.target_id) for e in graph.outgoing(fork)} if fork else set()
-    if entry.action_type != STATUS_CHANGE:
-        return set()
-    target = _uuid(meta.get("target_state_id"))
-    if target is not None and entry.visit_id is not None and entry.visit_id in visits:
-        return {(visits[entry.visit_id], target)}
-    if meta.get("join_node") and meta.get("to_state"):
-        join = _uuid(meta["join_node"])
-        return {(e.source_id, e.target_id) for e in graph.outgoing(join)} if join else set()
-    if "condition" in meta and "result" in meta:
-        wanted = "true" if meta["result"] else "false"
-        return {
-            (edge.source_id, edge.target_id)
-            for node in graph.nodes.values()
-            if node.node_type == CONDITION and node.title == entry.step_name
-            for edge in graph.outgoing(node.id)
-            if edge.condition_result == wanted
-        }
-    return set()
-
-
-def _uuid(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
 async def _branches(
     runtime: GraphRuntime,
     graph: Graph,
@@ -387,7 +277,7 @@ async def take_transition(
 ) -> Response:
     """Take a transition, as `POST /graphs/instances/{id}/transitions` does."""
     try:
-        body = graph_routes.TransitionRequest.model_validate(
+        body = TransitionRequest.model_validate(
             {
                 "branch_id": branch_id,
                 "target_node_id": target_node_id,
@@ -396,7 +286,7 @@ async def take_transition(
                 "source_node_id": source_node_id or None,
             }
         )
-        outcome = await graph_routes.transition(instance_id, body)
+        outcome = await graphs.take_transition(get_graph_runtime(), instance_id, body)
     except NotFoundError:
         raise  # no such instance: the console's error page
     except (DulyError, ValidationError) as exc:
@@ -412,120 +302,14 @@ async def cancel_instance(
 ) -> Response:
     """Cancel an instance, as `POST /graphs/instances/{id}/cancel` does."""
     try:
-        body = graph_routes.CancelRequest(user=user or None, reason=reason)
-        await graph_routes.cancel_instance(instance_id, body)
+        body = CancelRequest(user=user or None, reason=reason)
+        await graphs.cancel_instance(get_graph_runtime(), instance_id, body)
     except NotFoundError:
         raise  # no such instance: the console's error page
     except (DulyError, ValidationError) as exc:
         status, message = refusal(exc)
         return await _instance_page(request, instance_id, user=user, error=message, status=status)
     return _redirect(f"{PAGES}/instances/{instance_id}", user=user, done="cancelled")
-
-
-# -- the designer -----------------------------------------------------------------------------
-
-
-@router.get("/designer", response_class=HTMLResponse)
-async def new_design(request: Request) -> Response:
-    """The designer on an empty template."""
-    runtime = get_graph_runtime()
-    blank = {"name": "", "description": "", "stateChoices": [], "nodes": [], "connections": []}
-    return _designer(request, runtime, blank, preset=True, based_on=None)
-
-
-@router.get("/designer/{template_id}", response_class=HTMLResponse)
-async def edit_design(request: Request, template_id: uuid.UUID) -> Response:
-    """The designer on a copy of one version: saving makes a new version of its name."""
-    runtime = get_graph_runtime()
-    async with runtime.reading() as conn:
-        loaded = await load_design(conn, runtime.tables, template_id)
-        graph = await load_graph(conn, runtime.tables, template_id)
-        layout = await stored_layout(conn, runtime.tables, template_id)
-    design = {
-        "name": loaded["name"],
-        "description": loaded["description"],
-        "stateChoices": loaded["state_choices"],
-        "baseTemplateId": loaded["template_id"],
-        "nodes": loaded["nodes"],
-        "connections": loaded["connections"],
-    }
-    return _designer(
-        request, runtime, design, preset=design_matches(layout, graph), based_on=loaded
-    )
-
-
-def _designer(
-    request: Request,
-    runtime: GraphRuntime,
-    design: dict[str, Any],
-    *,
-    preset: bool,
-    based_on: Mapping[str, Any] | None,
-) -> Response:
-    data = {
-        "design": design,
-        "preset": preset,
-        "conditions": sorted(runtime.conditions.names()),
-        "saveUrl": f"{PAGES}/designer/save",
-    }
-    context = {"title": "Designer", "data": data, "based_on": based_on}
-    return _page(request, "graphs/designer.html", context)
-
-
-@designer_api.post("/designer/save")
-async def save_from_designer(design: Design) -> dict[str, Any]:
-    """Save the designer's JSON as a new inactive version, as `POST /graphs/templates` does.
-
-    The seed's response, plus each problem with the node (and edge) it names,
-    and the new version's page and activation URLs.
-    """
-    runtime = get_graph_runtime()
-    async with runtime.engine.begin() as conn:
-        saved = await save_design(conn, runtime.tables, design, runtime.conditions.names())
-    version_url = f"{PAGES}/templates/{saved.template_id}"
-    return {
-        **saved.response(),
-        "problems": [problem_json(problem, saved.graph) for problem in saved.problems],
-        "template_url": version_url,
-        "activate_url": f"{version_url}/activate",
-    }
-
-
-router.include_router(designer_api)
-
-
-def problem_json(problem: Problem, graph: Graph) -> dict[str, Any]:
-    """A validation problem as the pages mark it: its code, message, node key and edge."""
-    edge = problem_edge(problem, graph)
-    return {
-        "code": problem.code,
-        "message": str(problem),
-        "node": problem.node_key,
-        "edge": None if edge is None else {"source": edge[0], "target": edge[1]},
-    }
-
-
-def problem_edge(problem: Problem, graph: Graph) -> tuple[str, str] | None:
-    """The (source, target) keys of the edge a problem is about, if it is about one.
-
-    A problem names its node; when it is about one of that node's edges, its
-    message names the edge as validation words it ("The transition from 'A'
-    to 'B'", "The branch of 'F' to 'B'", "'Start' leads to 'B'").
-    """
-    source = graph.by_key(problem.node_key) if problem.node_key is not None else None
-    if source is None:
-        return None
-    for edge in graph.outgoing(source.id):
-        target = graph.node(edge.target_id)
-        pair = f"{source.title!r} to {target.title!r}"
-        phrases = (
-            f"The transition from {pair}",
-            f"The branch of {pair}",
-            f"{source.title!r} leads to {target.title!r}",
-        )
-        if any(phrase in problem.message for phrase in phrases):
-            return source.key, target.key
-    return None
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -535,11 +319,9 @@ def refusal(exc: DulyError | ValidationError) -> tuple[int, str]:
     """The status and sentence a refused write answers with, as the JSON API's would."""
     if isinstance(exc, ValidationError):
         return 422, f"The form is not valid: {describe(exc)}."
-    if isinstance(exc, NotFoundError):
-        return 404, str(exc)
-    if isinstance(exc, WorkflowTransitionError):
-        return exc.http_status, str(exc)
-    return 400, str(exc)
+    if isinstance(exc, ConfigurationError):
+        raise exc  # the deployment's mistake, not the form's: a logged 500
+    return status_of(exc), message_of(exc)
 
 
 def _page(

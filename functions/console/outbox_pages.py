@@ -2,9 +2,9 @@
 
 Reads are `engine.events.views`'s (the queries of `GET /outbox/...`) and the
 overview's count of open rows; a replay, of one event or of every dead
-letter, asks for a confirmation and then calls the JSON API's own route
-(`replay_event`, `replay_dead_letters`), so it is refused as the API would
-refuse it (409 for an event that is not dead-lettered).
+letter, asks for a confirmation and then replays through the request
+layer (`functions.requests.events`), as the JSON API does, so it is
+refused as the API would refuse it (409 for an event not dead-lettered).
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from engine.events import views
+from engine.events.records import EventTables
 from engine.overview import open_outbox
 from engine.run_views import database_now
-from functions.console.rendering import ConsolePage, api, connection_of, render
+from functions.console.rendering import ConsolePage, connection_of, render
+from functions.requests import events
+from functions.requests.errors import ConflictError
+from functions.requests.lookup import event_tables
 
 router = APIRouter(prefix="/outbox", route_class=ConsolePage)
 
@@ -44,7 +48,7 @@ async def outbox_page(
 ) -> HTMLResponse:
     """The outbox's open rows and failing handlers, and a page of its events, newest first."""
     connection = connection_of(request)
-    tables = api().event_tables(request)
+    tables = _tables(request)
     summary = await open_outbox(connection, tables)
     page = await views.list_outbox(
         tables, status, limit=PAGE, before=before or None, engine=connection.autocommit
@@ -72,21 +76,21 @@ async def outbox_page(
 @router.post("/replay", response_model=None)
 async def replay_all(request: Request) -> Response:
     """Replay every dead letter, after a confirmation (`POST /outbox/dead-letters/replay`)."""
-    tables = api().event_tables(request)
+    tables = _tables(request)
     form = await request.form()
     if form.get("confirmed") != "yes":
         summary = await open_outbox(connection_of(request), tables)
         dead = summary.counts.get("dead_letter", 0)
         question = f"Replay every dead-lettered event ({dead:,} now)? Each is due again at once."
         return _confirm(request, question, "/console/outbox/replay", "/console/outbox")
-    done = await api().replay_dead_letters(request, None)
-    return _replayed("/console/outbox", done["count"])
+    replayed = await events.replay_dead_letters(tables, None)
+    return _replayed("/console/outbox", len(replayed))
 
 
 @router.post("/events/{event_id}/replay", response_model=None)
 async def replay_one(request: Request, event_id: str) -> Response:
     """Replay one dead-lettered event, after a confirmation (`POST /outbox/events/{id}/replay`)."""
-    tables = api().event_tables(request)
+    tables = _tables(request)
     form = await request.form()
     if form.get("confirmed") != "yes":
         detail = await views.event_detail(
@@ -97,14 +101,12 @@ async def replay_one(request: Request, event_id: str) -> Response:
         target = event_url(event_id)
         return _confirm(request, question, f"{target}/replay", target)
     try:
-        done = await api().replay_event(request, event_id)
-    except HTTPException as exc:
-        if exc.status_code != 409:
-            raise
+        replayed = await events.replay_event(tables, connection_of(request).autocommit, event_id)
+    except ConflictError as exc:
         context: dict[str, Any] = {"title": "Nothing to replay", "status": 409}
-        context["message"] = str(exc.detail)
+        context["message"] = str(exc)
         return render(request, "error.html", context, status_code=409)
-    return _replayed(event_url(event_id), done["count"])
+    return _replayed(event_url(event_id), len(replayed))
 
 
 @router.get("/events/{event_id:path}", response_class=HTMLResponse)
@@ -116,7 +118,7 @@ async def event_page(
 ) -> HTMLResponse:
     """One event: as published, its outbox row, and each route's delivery."""
     connection = connection_of(request)
-    tables = api().event_tables(request)
+    tables = _tables(request)
     detail = await views.event_detail(tables, event_id, engine=connection.autocommit)
     async with connection.autocommit.connect() as conn:
         now = await database_now(conn)
@@ -150,3 +152,7 @@ def _confirm(request: Request, question: str, post_url: str, back_url: str) -> H
 def _replayed(target: str, count: int) -> RedirectResponse:
     query = urlencode({"done": "replayed", "count": count})
     return RedirectResponse(f"{target}?{query}", status_code=303)
+
+
+def _tables(request: Request) -> EventTables:
+    return event_tables(connection_of(request).workflows)

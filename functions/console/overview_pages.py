@@ -24,7 +24,8 @@ from engine.errors import NotFoundError
 from engine.events.records import EventTables
 from engine.overview import RUN_STATES, overview
 from functions.console.charts import activity_chart
-from functions.console.rendering import ConsolePage, api, connection_of, render
+from functions.console.rendering import ConsolePage, connection_of, render
+from functions.requests.lookup import event_tables
 
 router = APIRouter(route_class=ConsolePage)
 
@@ -45,7 +46,7 @@ async def overview_context(request: Request) -> dict[str, Any]:
     connection = connection_of(request)
     tables: EventTables | None
     try:
-        tables = api().event_tables(request)
+        tables = event_tables(connection.workflows)
     except NotFoundError:  # an app without an outbox
         tables = None
     found = await overview(connection, tables)

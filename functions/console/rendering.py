@@ -6,19 +6,17 @@ sends: no caching, no framing (a confirmation page in another site's frame
 could be clicked through), and a content security policy that lets only
 the console's own scripts run. `ConsolePage` is the route class of the
 console's routers: a client's mistake (a bad key, a value the database
-refuses, a missing run) becomes a page saying so with its 4xx status,
-never a JSON body or a 500. The filters format what pages show: times
-relative to the database's clock (which `duly dev` can move), durations,
-JSON.
+refuses, a missing run) becomes a page saying so with the status
+`functions.http.errors` gives it, never a JSON body or a 500. The filters
+format what pages show: times relative to the database's clock (which
+`duly dev` can move), durations, JSON.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime, timedelta
-from types import ModuleType
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -28,11 +26,15 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.connection import WorkflowConnection
-from engine.errors import DulyError, NotFoundError
+from engine.errors import ConfigurationError, DulyError
 from engine.run_views import json_value
 from functions.console.auth import LoginRequired, can_write, console_auth
 from functions.console.templating import templates
+from functions.http.errors import message_of, status_of
+from functions.http.state import connection_of
+from functions.requests.errors import problems_of
+
+__all__ = ["connection_of"]  # the pages' way to the workflow connection, beside render
 
 # Scripts only from the console's own folder (htmx, console.js); styles may sit in attributes
 # (the bars of a chart are sized there); no page of another site may frame a console page.
@@ -41,22 +43,6 @@ CONTENT_SECURITY_POLICY = (
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 )
 MAX_SHOWN_TEXT = 2000  # characters of one value shown in a table cell
-
-
-def api() -> ModuleType:
-    """`functions.app`, whose route functions and request models the console's forms call.
-
-    Imported when first asked: `functions.app` includes the console's router,
-    so importing it at the top of a page module would make a circle that
-    breaks whichever of the two is imported first.
-    """
-    return importlib.import_module("functions.app")
-
-
-def connection_of(request: Request) -> WorkflowConnection:
-    """The workflow connection the app's lifespan opened."""
-    connection: WorkflowConnection = request.app.state.connection
-    return connection
 
 
 def render(
@@ -92,18 +78,15 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 def problem_of(exc: Exception) -> tuple[int, str]:
     """The status and sentence a page shows for an error a client caused."""
-    if isinstance(exc, NotFoundError):
-        return 404, str(exc)
     if isinstance(exc, HTTPException):
         return exc.status_code, str(exc.detail)
-    if isinstance(exc, DataError):
-        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["invalid"])[0]
-        return 400, f"The database refused a value in this request: {reason.rstrip('.')}."
     if isinstance(exc, RequestValidationError | ValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
         where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path"))
         return 400, f"{where or 'The request'}: {first['msg']}."
-    return 400, str(exc)
+    if problems_of(exc) is not None:  # a form's values, as the API places them: a 400 page
+        return 400, message_of(exc)
+    return status_of(exc), message_of(exc)
 
 
 CLIENT_MISTAKES = (DulyError, DataError, RequestValidationError, ValidationError)
@@ -125,6 +108,8 @@ class ConsolePage(APIRoute):
                     raise
                 return error_page(request, *problem_of(exc))
             except CLIENT_MISTAKES as exc:
+                if isinstance(exc, ConfigurationError):
+                    raise  # the deployment's mistake, not the visitor's: a logged 500
                 return error_page(request, *problem_of(exc))
 
         return page

@@ -1,9 +1,9 @@
-"""Every console page under /console, mounted by `functions.app.create_app`.
+"""Every console page under /console, mounted by `functions.http.app.create_app`.
 
 One router gathers the page modules' routers, behind one dependency: with
 DULY_API_TOKEN set, every page needs a session (`auth.require_reader`; the
 login form excepted). `duly dev` adds the clock control beside it
-(`functions.dev`).
+(`functions.local.dev`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse
 
-from functions.console import auth, graph_pages, outbox_pages, overview_pages, run_pages
+from functions.console import (
+    auth,
+    graph_designer,
+    graph_pages,
+    outbox_pages,
+    overview_pages,
+    run_pages,
+)
 from functions.console.rendering import ConsolePage
 
 console_router = APIRouter(
@@ -29,3 +36,4 @@ console_router.include_router(overview_pages.router)
 console_router.include_router(run_pages.router)
 console_router.include_router(outbox_pages.router)
 console_router.include_router(graph_pages.router)
+console_router.include_router(graph_designer.router)

@@ -2,13 +2,13 @@
 
 The list and the run are `engine.run_views`'s (the queries of the JSON
 API and of `duly runs` / `duly show`). A run's page redraws its live part
-every 2 s while the run can still change. Every action is a form that
-calls the JSON API's own route function (`start_workflow`,
-`run_on_workflow`, `deliver_to_workflow`, `cancel_workflow`) with the
-API's own request model, so a form is checked and refused exactly as the
-API would; run, deliver and cancel ask for a confirmation first, then go
-back to the run's page (Post/Redirect/Get) saying what they did. A refusal
-redraws the form with each error beside its field.
+every 2 s while the run can still change. Every action is a form read
+into the request layer's own model (`functions.requests.runs`) and done
+by its functions, as the JSON API's routes do, so a form is checked and
+refused exactly as the API would; run, deliver and cancel ask for a
+confirmation first, then go back to the run's page (Post/Redirect/Get)
+saying what they did. A refusal redraws the form with each error beside
+its field.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.errors import DulyError, NotFoundError
-from engine.events.records import OutboxColumns
+from engine.errors import ConfigurationError, DulyError
 from engine.overview import RUN_STATES
 from engine.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.run_views import (
@@ -36,14 +34,25 @@ from engine.run_views import (
     RunDetail,
     RunFilter,
     database_now,
-    find_workflow,
     list_runs,
     run_detail,
 )
 from engine.steps import Step
 from functions.console.charts import timeline
 from functions.console.forms import errors_by_field, fields_of, raw_values, values_of
-from functions.console.rendering import ConsolePage, api, connection_of, render
+from functions.console.rendering import ConsolePage, connection_of, problem_of, render
+from functions.requests import runs
+from functions.requests.errors import from_validation, problems_of
+from functions.requests.lookup import find_step, find_workflow, find_writable, is_outbox
+from functions.requests.runs import (
+    CancelRequest,
+    DeliverRequest,
+    RunRequest,
+    StartRequest,
+    build_call,
+    columns_of,
+    run_key,
+)
 
 router = APIRouter(prefix="/runs", route_class=ConsolePage)
 
@@ -67,12 +76,7 @@ def run_url(workflow: str, key: str) -> str:
 
 def _writable(request: Request, workflow: str) -> WorkflowInfo:
     """The workflow, if the API lets runs of it be started and addressed (not the outbox)."""
-    info = find_workflow(connection_of(request), workflow)
-    if issubclass(info.cls, OutboxColumns):
-        raise HTTPException(
-            404, f"{info.name} is the outbox: its rows are events, on the outbox's page."
-        )
-    return info
+    return find_writable(connection_of(request), workflow)
 
 
 # -- the list ------------------------------------------------------------------------------------
@@ -120,7 +124,7 @@ async def runs_page(
         "next_url": next_url,
         "window": SCAN_WINDOW,
         "first_url": f"?{urlencode(query)}" if after else None,
-        "startable": not issubclass(info.cls, OutboxColumns),
+        "startable": not is_outbox(info),
         "run_url": run_url,
     }
     return render(request, "runs/list.html", context)
@@ -146,20 +150,16 @@ async def start_run(request: Request, workflow: str) -> Response:
     form = await request.form()
     chosen = _step_of(info, _text(form.get("step")))
     typed = raw_values(form, ("row", "args"))
-    row_fields = fields_of(api().columns_of(info).model, "row")
+    row_fields = fields_of(columns_of(info).model, "row")
     arg_fields = fields_of(chosen.arguments.model, "args")
     row, row_errors = values_of(row_fields, form)
     args, arg_errors = values_of(arg_fields, form)
     if row_errors or arg_errors:
         return _start_page(request, info, chosen, typed, {**row_errors, **arg_errors}, [], 400)
     try:
-        body = api().StartRequest(row=row, step=chosen.name, args=args)
-        started = await api().start_workflow(request, info.name, body)
-    except (RequestValidationError, ValidationError) as exc:
-        by_field, general = errors_by_field(exc.errors())
-        return _start_page(request, info, chosen, typed, by_field, general, 400)
-    except (HTTPException, DulyError, DataError) as exc:
-        return _start_page(request, info, chosen, typed, {}, [_message(exc)], _status(exc))
+        started = await runs.start_run(info, StartRequest(row=row, step=chosen.name, args=args))
+    except REFUSALS as exc:
+        return _start_page(request, info, chosen, typed, *_refusal(exc))
     target = run_url(info.name, started["key"]) + "?done=started"
     return RedirectResponse(target, status_code=303)
 
@@ -178,7 +178,7 @@ def _start_page(
         "info": info,
         "step": chosen,
         "steps": list(info.steps),
-        "row_fields": fields_of(api().columns_of(info).model, "row"),
+        "row_fields": fields_of(columns_of(info).model, "row"),
         "arg_fields": fields_of(chosen.arguments.model, "args"),
         "typed": typed,
         "errors": errors,
@@ -219,6 +219,7 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
     if action not in (*ACTIONS, "cancel"):
         raise HTTPException(404, f"No action {action!r} on a run: use run, deliver or cancel.")
     info = _writable(request, workflow)
+    run_key(info, _body_key(info, key))  # refused as the API refuses a body's key
     connection = connection_of(request)
     detail = await run_detail(connection, info, key, attempts=0)
     form = await request.form()
@@ -226,41 +227,46 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
     if action == "cancel":
         if not confirmed:
             return _confirm_page(request, info, detail, "cancel", None, {}, {})
-        body = api().CancelRequest(key=_body_key(info, key))
-        done = await api().cancel_workflow(request, info.name, body)
-        return _back_to_run(info.name, key, "cancel", done["cancelled"])
+        cancelled = await runs.cancel_runs(info, CancelRequest(key=_body_key(info, key)))
+        return _back_to_run(info.name, key, "cancel", cancelled)
     chosen = _step_of(info, _text(form.get("step")))
     typed = raw_values(form, ("args", "options"))
     args, errors = values_of(fields_of(chosen.arguments.model, "args"), form)
     if errors:
         return _action_page(request, info, detail, action, chosen, typed, errors, [], 400)
     options = _delivery_options(form) if action == "deliver" else {}
-    model = api().DeliverRequest if action == "deliver" else api().RunRequest
     try:
-        body = model(key=_body_key(info, key), step=chosen.name, args=args, **options)
         if not confirmed:
-            _check_arguments(chosen, args)  # the API's own check, before asking to confirm
+            build_call(chosen, args)  # the request layer's own check, before asking to confirm
             return _confirm_page(request, info, detail, action, chosen, typed, options)
         if action == "deliver":
-            count = (await api().deliver_to_workflow(request, info.name, body))["accepted"]
+            body = DeliverRequest(key=_body_key(info, key), step=chosen.name, args=args, **options)
+            count = await runs.deliver_event(info, body)
         else:
-            count = (await api().run_on_workflow(request, info.name, body))["addressed"]
-    except (RequestValidationError, ValidationError) as exc:
-        by_field, general = errors_by_field(exc.errors())
-        return _action_page(request, info, detail, action, chosen, typed, by_field, general, 400)
-    except (HTTPException, DulyError, DataError) as exc:
-        general = [_message(exc)]
-        return _action_page(request, info, detail, action, chosen, typed, {}, general, _status(exc))
+            ran = RunRequest(key=_body_key(info, key), step=chosen.name, args=args)
+            count = await runs.run_step(info, ran)
+    except REFUSALS as exc:
+        return _action_page(request, info, detail, action, chosen, typed, *_refusal(exc))
     return _back_to_run(info.name, key, action, count)
 
 
-def _check_arguments(step: Step[Any, Any], args: dict[str, Any]) -> None:
-    """The step's argument check, its errors placed as the API places them (under `args`)."""
-    try:
-        step.arguments.validate(args)
-    except ValidationError as exc:
-        errors = [{**error, "loc": ("body", "args", *error["loc"])} for error in exc.errors()]
-        raise RequestValidationError(errors) from None
+# What a form's write may be refused with: redrawn with the refusal, beside its field.
+REFUSALS = (DulyError, DataError, ValidationError)
+
+
+def _refusal(exc: Exception) -> tuple[dict[str, str], list[str], int]:
+    """A refused form's errors by field, those no field names, and the page's status."""
+    if isinstance(exc, ConfigurationError):
+        raise exc  # the deployment's mistake, not the form's: a logged 500
+    problems = problems_of(exc)
+    if isinstance(exc, ValidationError):
+        problems = from_validation(exc).problems
+    if problems is not None:
+        errors = [{"loc": problem.loc, "msg": problem.msg} for problem in problems]
+        by_field, general = errors_by_field(errors)
+        return by_field, general, 400
+    status, message = problem_of(exc)
+    return {}, [message], status
 
 
 @router.get("/{workflow}/{key:path}", response_class=HTMLResponse)
@@ -313,7 +319,7 @@ async def _run_context(request: Request, workflow: str, key: str) -> dict[str, A
         "live": summary.state in LIVE_STATES,
         "now": detail.now,
         "steps": list(info.steps),
-        "actionable": not issubclass(info.cls, OutboxColumns),
+        "actionable": not is_outbox(info),
         "parent_url": parent_url,
         "deadline": deadline,
         "run_url": run_url,
@@ -387,17 +393,12 @@ def _back_to_run(workflow: str, key: str, action: str, count: int) -> RedirectRe
 
 
 def _step_of(info: WorkflowInfo, name: str | None) -> Step[Any, Any]:
-    """The step named, or the workflow's first; a 404 page naming the steps when unknown."""
+    """The step named (`find_step`, as the API finds it), or the workflow's first."""
     if not info.steps:
         raise HTTPException(404, f"Workflow {info.name} has no steps.")
     if not name:
         return next(iter(info.steps.values()))
-    found = info.steps.get(name)
-    if found is None:
-        raise HTTPException(
-            404, f"Workflow {info.name} has no step {name!r}; its steps: {', '.join(info.steps)}."
-        )
-    return found
+    return find_step(info, name)
 
 
 def _body_key(info: WorkflowInfo, key: str) -> Any:
@@ -424,15 +425,3 @@ def _text(value: Any) -> str | None:
 
 def _json_list(values: list[Any]) -> str:
     return json.dumps(values)
-
-
-def _message(exc: Exception) -> str:
-    if isinstance(exc, HTTPException):
-        return str(exc.detail)
-    return str(exc)
-
-
-def _status(exc: Exception) -> int:
-    if isinstance(exc, HTTPException):
-        return exc.status_code
-    return 404 if isinstance(exc, NotFoundError) else 400

@@ -1,4 +1,4 @@
-"""No lost wake-up on AWS, and the bound on wakes at once (issue 10, "done when" 3).
+"""No lost wake-up on AWS, and the bound on wakes at once.
 
 Lambda is played by `Lambda`: every invocation of the wake function runs in
 an idle container or a new one (a `Runtime` driven on a thread of its own,
@@ -32,8 +32,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from engine import configure_event_registry, connect_workflows
-from functions import lambda_handlers, lambda_work
-from functions.lambda_runtime import WAKE_INPUT, Runtime
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas import work as lambda_work
+from functions.lambdas.runtime import WAKE_INPUT, Runtime
 from infra.aws_settings import AwsSettings
 from infra.scheduler import DEFAULT_NAME
 from infra.scheduler import metadata as schedule_metadata
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.processes
 APP = "tests.apps.wakeups"
 ROLE_ARN = "arn:aws:iam::123456789012:role/duly-wakeups-scheduler"
 RUNS = 100  # started by the starting process
-SEED = 20260110
+RANDOM_STATE = 20260110
 FINISH_TIMEOUT = 60.0  # seconds for every run to finish once the last one was started
 BACKLOG = 5000
 FIRE_POLL = 0.1  # seconds between EventBridge's looks at the schedule
@@ -256,7 +257,7 @@ async def test_runs_started_at_random_moments_all_finish_without_the_safety_net(
         APP,
         db.url,
         str(RUNS),
-        str(SEED),
+        str(RANDOM_STATE),
         cwd=REPO_ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,

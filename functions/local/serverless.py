@@ -5,7 +5,7 @@ No worker runs in the HTTP app's lifespan. Instead, as on AWS:
 - the HTTP app is configured as the Lambda runtime configures it
   (`app.state.wake`, `drain` and `kick` are a `Runtime`'s), so `POST /events`
   or a start through the API kicks a wake;
-- the wake entry `functions.lambda_handlers.wake` runs in a second `Runtime`
+- the wake entry `functions.lambdas.handlers.wake` runs in a second `Runtime`
   (a second "container", on a thread of its own: its engine lives on that
   thread's loop), with the real `WakeScheduler` writing to moto;
 - a kick (the asynchronous invoke of the wake function) is delivered to the
@@ -27,7 +27,7 @@ fire the same registration again. Invocations run one at a time (one wake
 container); a wake's own invokes of more wakes queue behind it. Each is
 logged: `wake (kick): 1 step, caught up, next at 2026-01-04 09:00:00 UTC`.
 
-moto comes with duly's dev extra only: `functions/local.py` imports this
+moto comes with duly's dev extra only: `functions.local.command` imports this
 module only for `--serverless`, and the deployable modules never import it.
 """
 
@@ -55,9 +55,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.clock import db_now
-from functions import lambda_handlers
-from functions.dev import create_dev_app
-from functions.lambda_runtime import Runtime, install
+from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas.runtime import Runtime, install
+from functions.local.dev import create_dev_app
 from infra import scheduler as scheduler_tables
 from infra import wake_slots as slot_tables
 from infra.aws_settings import AwsSettings

@@ -2,11 +2,11 @@
 
 Each takes its direct event (the scheduler's target input `{"duly": "wake"}`,
 an invoke) or an HTTP event (a Function URL or HTTP API payload 2.0), which
-goes to the one FastAPI app of `functions/app.py` through mangum; FastAPI,
+goes to the one FastAPI app (`functions.http.app`) through mangum; FastAPI,
 mangum and boto3 are imported only when an event needs them, so a direct
 entry's cold start pays for SQLAlchemy, psycopg and the engine alone.
 
-Direct results (see `functions.lambda_work`):
+Direct results (see `functions.lambdas.work`):
 
 - publish  `{"ids", "stored", "duplicates", "kicked"}`
 - wake     `{"steps", "caught_up", "slot", "invoked"}` (+ `"reason"` when it did not work)
@@ -16,7 +16,7 @@ Direct results (see `functions.lambda_work`):
 A mistake in the input answers `{"error": message, "type": exception name}`
 and writes nothing, so a Lambda retry does not repeat it; a real failure
 (the database down) raises, so the retry applies. Per-container state (the
-loop, engine, app, clients) is `functions.lambda_runtime`.
+loop, engine, app, clients) is `functions.lambdas.runtime`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from functions import lambda_work
-from functions.lambda_runtime import Budget, Runtime, runtime
+from engine.errors import ConfigurationError
+from functions.lambdas import work
+from functions.lambdas.runtime import Budget, Runtime, runtime
 
 log = logging.getLogger("duly.lambda")
 
@@ -35,22 +36,22 @@ Operation = Callable[[Runtime, Any, Budget], Coroutine[Any, Any, dict[str, Any]]
 
 def publish(event: Any, context: Any) -> dict[str, Any]:
     """Publish one event or a batch into the outbox; kick a wake for them."""
-    return handle(lambda_work.publish, event, context)
+    return handle(work.publish, event, context)
 
 
 def wake(event: Any, context: Any) -> dict[str, Any]:
     """Run due work until caught up or near the deadline; register the next instant."""
-    return handle(lambda_work.wake, event, context)
+    return handle(work.wake, event, context)
 
 
 def drain(event: Any, context: Any) -> dict[str, Any]:
     """Route the outbox now, bounded by the deadline (also the safety-net target)."""
-    return handle(lambda_work.drain, event, context)
+    return handle(work.drain, event, context)
 
 
 def deliver(event: Any, context: Any) -> dict[str, Any]:
     """Deliver an outside event to the runs waiting for it; how many accepted."""
-    return handle(lambda_work.deliver, event, context)
+    return handle(work.deliver, event, context)
 
 
 def is_http(event: Any) -> bool:
@@ -74,6 +75,8 @@ def handle(
         return rt.http(event, context)
     try:
         return rt.run(operation(rt, event, budget))
-    except lambda_work.CLIENT_ERRORS as exc:
+    except ConfigurationError:
+        raise  # the deployment's mistake, not the input's: failed, and retried once it is fixed
+    except work.CLIENT_ERRORS as exc:
         log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), exc)
         return {"error": str(exc), "type": type(exc).__name__}

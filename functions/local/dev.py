@@ -1,4 +1,4 @@
-"""The dev app: the API of `functions/app.py` plus helpers a deployment must not have.
+"""The dev app: the API of `functions.http.app` plus helpers a deployment must not have.
 
 `duly dev` serves this; a deployed app serves `create_app` alone. The dev
 routes move the database clock (so days of workflow time pass at once),
@@ -29,10 +29,12 @@ from engine.events.routing import maybe_await
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.versions import activate_template, active_template_id, save_design
 from engine.testing import move_clock, reset_clock
-from functions.app import connection_of, create_app, database_registry, event_tables
 from functions.console.auth import require_reader
 from functions.console.overview_pages import clock_of
 from functions.console.rendering import ConsolePage, error_page, render, shift_text
+from functions.http.app import create_app
+from functions.http.state import connection_of
+from functions.requests.lookup import database_registry, event_tables
 
 if TYPE_CHECKING:
     from engine.connection import WorkflowConnection
@@ -189,7 +191,7 @@ async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any
     """
     connection = connection_of(request)
     example_class(connection, "Expense")
-    tables = event_tables(request)
+    tables = event_tables(connection.workflows)
     event = WorkflowEvent(
         event_type=EXPENSE_SUBMITTED,
         event_name="expense_submitted",

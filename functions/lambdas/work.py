@@ -1,11 +1,13 @@
 """What the four Lambda functions do, as coroutines on a `Runtime`: publish, wake, drain, deliver.
 
 Each takes its direct event (already known not to be HTTP) and answers a
-small JSON-able dict. A mistake in the input is an `InputError` (or one of
-the engine's `DulyError`s), which the entry answers as `{"error", "type"}`;
-anything else (the database down) raises, so Lambda's retry applies.
+small JSON-able dict. The events of a publish and a delivery are parsed and
+checked by the request layer (`functions.requests`), as HTTP's are. A
+mistake in the input is one of duly's errors, which the entry answers as
+`{"error", "type"}`; anything else (the database down, a ConfigurationError)
+raises, so Lambda's retry applies.
 
-wake: take a slot (`functions.wake_slots`), run a worker over every table
+wake: take a slot (`infra.wake_slots`), run a worker over every table
 (`suspends_when_idle`, `on_idle` = the scheduler's, a lease no longer than
 the invocation) until `worker.wake()` says caught up or claiming must stop
 `wake_margin_seconds` before the deadline; the worker's stop hands back what
@@ -18,52 +20,38 @@ next schedule.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement
 from sqlalchemy.exc import DataError
 
 from engine import (
-    DatabaseEventRegistry,
     DulyError,
-    EventSettings,
     NotFoundError,
     WorkflowEvent,
     run_workflows,
 )
 from engine.connection import activate
 from engine.events.configure import routing_of
-from engine.events.database import event_values
 from engine.next_due import next_due
-from engine.registry import WorkflowInfo, registered_workflows
+from engine.registry import registered_workflows
 from engine.retention import prune
 from engine.worker import Worker
-from functions.lambda_runtime import Budget, Container, Runtime
+from functions.lambdas.runtime import Budget, Container, Runtime
+from functions.requests.errors import InputError
+from functions.requests.events import parse_publish
+from functions.requests.lookup import database_registry, find_writable
+from functions.requests.runs import DeliverRequest, deliver_event, parse_body
 
 log = logging.getLogger("duly.lambda")
 
-MAX_EVENTS = 1000  # events in one publish
-MAX_ID = 200  # characters of an event id or an idempotency key
-EVENT_FIELDS = frozenset(
-    {"event_type", "event_name", "payload", "event_id", "occurred_at", "source", "metadata"}
-)
-DELIVERY_FIELDS = frozenset(
-    {"duly", "workflow", "key", "where", "step", "args", "idempotency_key", "restart"}
-)
 SPREAD_FIRST = 0.5  # seconds into a wake before it first asks whether to invoke another
 SPREAD_INTERVAL = 1.0  # seconds between those questions
 SPREAD_AFTER_INVOKE = 3.0  # seconds after invoking one before invoking another (cold starts)
-
-
-class InputError(ValueError):
-    """A direct invocation's input cannot be used as given; answered, never retried."""
 
 
 # -- input -------------------------------------------------------------------------------
@@ -74,121 +62,32 @@ def check_command(event: Any, name: str) -> dict[str, Any]:
     if event is None:
         return {}
     if not isinstance(event, dict):
-        raise InputError(f"The {name} function takes a JSON object, not {type(event).__name__}.")
+        kind = type(event).__name__
+        raise InputError.at((), f"The {name} function takes a JSON object, not {kind}.")
     command = event.get("duly", name)
     if command != name:
-        raise InputError(
+        raise InputError.at(
+            ("duly",),
             f"This is the {name} function, but the event asks for {command!r}: "
-            f"send it to the {command} function, or send {{'duly': {name!r}}}."
+            f"send it to the {command} function, or send {{'duly': {name!r}}}.",
         )
     return event
 
 
 def parse_events(event: Any) -> list[WorkflowEvent]:
-    """The events of a publish: `{"events": [...]}` or one event object."""
+    """The events of a publish: `{"events": [...]}` or one event object, as `POST /events`."""
     body = check_command(event, "publish")
-    if "events" in body:
-        extra = sorted(set(body) - {"events", "duly"})
-        if extra:
-            raise InputError(f"A batch is {{'events': [...]}} alone; unexpected: {extra}.")
-        items = body["events"]
-        if not isinstance(items, list):
-            raise InputError("events must be a list of event objects.")
-        if not items:
-            raise InputError("events is empty: there is nothing to publish.")
-        if len(items) > MAX_EVENTS:
-            raise InputError(f"At most {MAX_EVENTS} events a publish, not {len(items)}.")
-        events = [parse_event(item, f"events[{i}]") for i, item in enumerate(items)]
-    else:
-        events = [parse_event({k: v for k, v in body.items() if k != "duly"}, "the event")]
-    for found in events:
-        event_values(found)  # what the database would refuse, refused before anything is written
-    return events
+    return parse_publish({k: v for k, v in body.items() if k != "duly"})
 
 
-def parse_event(item: Any, where: str) -> WorkflowEvent:
-    """One event object: event_type required, the rest optional."""
-    if not isinstance(item, dict):
-        raise InputError(f"{where} must be an object, not {type(item).__name__}.")
-    extra = sorted(set(item) - EVENT_FIELDS)
-    if extra:
-        raise InputError(f"{where} has unknown fields {extra}; known: {sorted(EVENT_FIELDS)}.")
-    event_type = item.get("event_type")
-    if not isinstance(event_type, str) or not event_type.strip():
-        raise InputError(f"{where}.event_type must be a non-empty string.")
-    values: dict[str, Any] = {"event_type": event_type}
-    for name in ("event_name", "source"):
-        value = item.get(name)
-        if value is not None and not isinstance(value, str):
-            raise InputError(f"{where}.{name} must be a string.")
-    values["event_name"] = item.get("event_name") or ""
-    values["source"] = item.get("source")
-    for name in ("payload", "metadata"):
-        value = item.get(name, {})
-        if not isinstance(value, dict):
-            raise InputError(f"{where}.{name} must be an object.")
-        values[name] = value
-    if "event_id" in item:
-        event_id = item["event_id"]
-        if not isinstance(event_id, str) or not event_id or len(event_id) > MAX_ID:
-            raise InputError(f"{where}.event_id must be a string of 1 to {MAX_ID} characters.")
-        values["event_id"] = event_id
-    if "occurred_at" in item:
-        values["occurred_at"] = parse_time(item["occurred_at"], f"{where}.occurred_at")
-    return WorkflowEvent(**values)
-
-
-def parse_time(value: Any, where: str) -> datetime:
-    """An ISO 8601 time with its offset (`Z` or `+02:00`)."""
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            parsed = datetime.fromisoformat(value)
-            if parsed.tzinfo is not None:
-                return parsed
-    raise InputError(f"{where} must be an ISO 8601 time with an offset, such as 2025-01-31T09:00Z.")
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """What `deliver` was asked: which runs, which step with which arguments, which key."""
-
-    workflow: str
-    step: str
-    args: dict[str, Any]
-    key: Any = None
-    where: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str | None = None
-    restart: bool = False
-
-
-def parse_delivery(event: Any) -> Delivery:
-    """`{"workflow", "key" | "where", "step", "args"?, "idempotency_key"?, "restart"?}`."""
+def parse_delivery(event: Any) -> tuple[str, DeliverRequest]:
+    """The workflow named and the body of `POST /workflows/{workflow}/deliver`."""
     body = check_command(event, "deliver")
-    extra = sorted(set(body) - DELIVERY_FIELDS)
-    if extra:
-        raise InputError(f"Unknown fields {extra}; known: {sorted(DELIVERY_FIELDS - {'duly'})}.")
-    for name in ("workflow", "step"):
-        if not isinstance(body.get(name), str) or not body[name]:
-            raise InputError(f"{name} must be a non-empty string.")
-    args = body.get("args", {})
-    if not isinstance(args, dict):
-        raise InputError("args must be an object: the step's arguments by name.")
-    has_key, where = "key" in body, body.get("where")
-    if has_key == (where is not None):
-        raise InputError("Name the runs with key (the run's primary key) or where, not both.")
-    if where is not None and (not isinstance(where, dict) or not where):
-        raise InputError("where must be a non-empty object of column: value.")
-    if has_key and body["key"] is None:
-        raise InputError("key must not be null.")
-    key = body.get("idempotency_key")
-    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID):
-        raise InputError(f"idempotency_key must be a string of 1 to {MAX_ID} characters.")
-    restart = body.get("restart", False)
-    if not isinstance(restart, bool):
-        raise InputError("restart must be true or false.")
-    return Delivery(
-        body["workflow"], body["step"], args, body.get("key"), where or {}, key, restart
-    )
+    workflow = body.get("workflow")
+    if not isinstance(workflow, str) or not workflow:
+        raise InputError.at(("workflow",), "workflow must be a non-empty string.")
+    given = {k: v for k, v in body.items() if k not in ("duly", "workflow")}
+    return workflow, parse_body(DeliverRequest, given)
 
 
 # -- publish -----------------------------------------------------------------------------
@@ -203,10 +102,7 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord "
             "and WorkflowDeliveryAttempt on your base to publish events."
         )
-    registry = container.registry
-    if not isinstance(registry, DatabaseEventRegistry):
-        # Publishing reads no setting: the environment's are not parsed for it.
-        registry = DatabaseEventRegistry(outbox=container.tables.outbox, settings=EventSettings())
+    registry = database_registry(container.tables, container.registry)
     async with activate(container.connection), container.Session.begin() as session:
         stored = await registry.publish_many(events, session=session)
     new = set(stored)
@@ -367,11 +263,12 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     try:
         routes, settings = routing_of(container.registry)
     except TypeError as exc:  # the app configured a registry a drain cannot route with
-        raise InputError(str(exc)) from None
+        raise InputError.at((), str(exc)) from None
     if not len(routes):
-        raise InputError(
+        raise InputError.at(
+            (),
             f"{container.app_module} registers no event handler: draining would settle every "
-            "event as processed without routing it."
+            "event as processed without routing it.",
         )
     routed, caught_up = 0, False
     if budget.until_stop() > 0:
@@ -421,73 +318,24 @@ def _seconds(value: float) -> timedelta:
 
 async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked)."""
-    request = parse_delivery(event)
+    workflow, request = parse_delivery(event)
     container = await rt.container()
-    info = find_workflow(container, request.workflow)
-    step = info.steps.get(request.step)
-    if step is None:
-        raise NotFoundError(
-            f"{info.name} has no step {request.step!r}; its steps: {', '.join(info.steps)}."
-        )
-    call = step(**request.args)  # a StepError (answered) when the arguments do not fit
-    where = runs_named(info, request)
-    async with activate(container.connection):
-        accepted = await info.cls.by(*where).deliver(
-            call, key=request.idempotency_key, restart=request.restart
-        )
+    connection = container.connection
+    try:
+        info = find_writable(connection, workflow)
+    except NotFoundError as exc:  # a direct invocation has no GET /workflows: name them
+        known = ", ".join(info.name for info in connection.workflows) or "none"
+        raise NotFoundError(f"{exc} The workflows are: {known}.") from None
+    async with activate(connection):
+        accepted = await deliver_event(info, request)
     if accepted:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here
     return {"accepted": accepted, "workflow": info.name, "step": request.step}
 
 
-def find_workflow(container: Container, name: str) -> WorkflowInfo:
-    """The workflow whose table is `name`, among those in the database."""
-    for info in container.connection.workflows:
-        if info.name == name:
-            return info
-    known = ", ".join(info.name for info in container.connection.workflows) or "none"
-    raise NotFoundError(f"No workflow named {name!r}; the workflows are: {known}.")
-
-
-def runs_named(info: WorkflowInfo, request: Delivery) -> list[ColumnElement[bool]]:
-    """The WHERE clause of the runs a delivery names: its key, or its column values."""
-    if request.where:
-        clauses = []
-        for name, value in request.where.items():
-            column = info.table.c.get(name)
-            if column is None:
-                raise InputError(f"{info.name} has no column {name!r}.")
-            clauses.append(column == typed(info, column, value))
-        return clauses
-    columns = list(info.mapper.primary_key)
-    parts = request.key if len(columns) > 1 else [request.key]
-    if not isinstance(parts, list) or len(parts) != len(columns):
-        raise InputError(f"The key of {info.name} has {len(columns)} parts: give a list.")
-    return [c == typed(info, c, part) for c, part in zip(columns, parts, strict=True)]
-
-
-def typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
-    """`value` as the column's Python type (a key sent as text for an integer column, say)."""
-    try:
-        kind = column.type.python_type
-    except NotImplementedError:
-        return value
-    if value is None or isinstance(value, kind):
-        return value
-    if isinstance(value, Mapping | list | bool):
-        raise InputError(f"{value!r} is not a valid {column.name} for {info.name}.")
-    try:
-        parse = getattr(kind, "fromisoformat", kind)
-        return parse(value if isinstance(value, str) else str(value))
-    except (TypeError, ValueError, ArithmeticError):
-        message = (
-            f"{value!r} is not a valid {column.name} for {info.name}: expected {kind.__name__}."
-        )
-        raise InputError(message) from None
-
-
 # -- errors --------------------------------------------------------------------------------
 
 # A client's mistake, answered as {"error", "type"}: a Lambda retry would repeat it. A
-# DataError is a value PostgreSQL refused (its statement wrote nothing).
-CLIENT_ERRORS: tuple[type[Exception], ...] = (InputError, DulyError, DataError)
+# DataError is a value PostgreSQL refused (its statement wrote nothing). A
+# ConfigurationError (a DulyError too) is the deployment's fault: it raises.
+CLIENT_ERRORS: tuple[type[Exception], ...] = (DulyError, DataError)

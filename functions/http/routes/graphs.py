@@ -1,12 +1,11 @@
 """Graph workflows over HTTP: templates (save, load, activate) and instances (submit, move).
 
-JSON in and out, under `/graphs`. The routes parse, call the process's
+JSON in and out, under `/graphs`. The routes parse (the models of
+`functions.requests.graphs`, the console's too), call the process's
 `GraphRuntime` (engine.graphs) and shape the reply; a refusal of the
-runtime is a `WorkflowTransitionError`, answered with its own status and
-code by the app's error handler (400 for a refused transition, 409 for an
-ended instance or a subject already in a workflow). The acting user is an
-opaque id in the request: behind the app's write guard, the caller (a
-backend that authenticated the person) says who acts.
+runtime is a `WorkflowTransitionError`, answered with its status and code
+by `functions.http.errors` (400 for a refused transition, 409 for an ended
+instance or a subject already in a workflow).
 """
 
 from __future__ import annotations
@@ -15,53 +14,15 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.errors import DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design import Design
 from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import key_values, subject_class
-from engine.graphs.versions import activate_template, list_templates, load_design, save_design
+from engine.graphs.versions import list_templates, load_design, save_design
+from functions.requests import graphs
+from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 
 router = APIRouter(prefix="/graphs", tags=["graph workflows"])
-
-UserId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-
-
-class SubmitRequest(BaseModel):
-    """A subject to submit: its table and key, who submits it, and which workflow."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    subject_type: str = Field(description="The subject's table (a model mapping GraphSubject).")
-    subject_key: str = Field(description="The subject's primary key, as text.")
-    user: UserId | None = None
-    workflow: str | None = Field(None, description="The template's name (its active version).")
-    template_id: uuid.UUID | None = None
-
-
-class TransitionRequest(BaseModel):
-    """A user's move of one branch to a target node (or a vote toward it)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    branch_id: uuid.UUID
-    target_node_id: uuid.UUID
-    user: UserId
-    comment: Annotated[str, StringConstraints(max_length=10_000)] = ""
-    source_node_id: uuid.UUID | None = Field(
-        None, description="The state the user saw the branch on: refused if it moved since."
-    )
-
-
-class CancelRequest(BaseModel):
-    """Who cancels an instance, and why."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    user: UserId | None = None
-    reason: Annotated[str, StringConstraints(max_length=10_000)] = ""
 
 
 def _runtime() -> GraphRuntime:
@@ -99,17 +60,7 @@ async def load_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 @router.post("/templates/{template_id}/activate")
 async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
     """Make this version the one new instances start on; refused while it is invalid."""
-    runtime = _runtime()
-    async with runtime.engine.begin() as conn:
-        graph = await activate_template(
-            conn, runtime.tables, template_id, runtime.conditions.names()
-        )
-    return {
-        "template_id": str(graph.template_id),
-        "name": graph.name,
-        "version": graph.version,
-        "is_active": True,
-    }
+    return await graphs.activate_version(_runtime(), template_id)
 
 
 # -- instances ------------------------------------------------------------------------------
@@ -118,20 +69,7 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 @router.post("/instances", status_code=201)
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
     """Submit a subject to a workflow: its instance, started."""
-    runtime = _runtime()
-    cls = subject_class(body.subject_type)
-    try:
-        key = key_values(cls, body.subject_key)
-    except (ValueError, TypeError) as exc:
-        raise DulyError(f"{body.subject_key!r} is not a key of {body.subject_type}.") from exc
-    async with request.app.state.Session() as session:
-        subject = await session.get(cls, key)
-    if subject is None:
-        raise NotFoundError(f"No {body.subject_type} row has the key {body.subject_key!r}.")
-    instance = await runtime.submit(
-        subject, body.user, template_name=body.workflow, template_id=body.template_id
-    )
-    return instance.to_dict()
+    return await graphs.submit_subject(_runtime(), request.app.state.Session, body)
 
 
 @router.get("/instances/{instance_id}")
@@ -152,21 +90,13 @@ async def available_transitions(
 @router.post("/instances/{instance_id}/transitions")
 async def transition(instance_id: uuid.UUID, body: TransitionRequest) -> dict[str, Any]:
     """Move a branch (or vote toward a move, under a threshold)."""
-    outcome = await _runtime().transition_branch(
-        instance_id,
-        body.branch_id,
-        body.target_node_id,
-        body.user,
-        body.comment,
-        source_node_id=body.source_node_id,
-    )
-    return outcome.to_dict()
+    return await graphs.take_transition(_runtime(), instance_id, body)
 
 
 @router.post("/instances/{instance_id}/cancel")
 async def cancel_instance(instance_id: uuid.UUID, body: CancelRequest) -> dict[str, Any]:
     """Cancel an active instance."""
-    return (await _runtime().cancel(instance_id, body.user, body.reason)).to_dict()
+    return await graphs.cancel_instance(_runtime(), instance_id, body)
 
 
 @router.get("/instances/{instance_id}/history")

@@ -1,0 +1,100 @@
+"""The console's graph designer: a new template or a copy of a version, and its save.
+
+The designer posts its JSON with fetch to `designer/save`, which saves
+through `save_design` as `POST /graphs/templates` does and also says which
+node or edge each validation problem names; its refusals are JSON too
+(422, 400, 404), since a script reads them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from engine.graphs.configure import get_graph_runtime
+from engine.graphs.design import Design, design_matches
+from engine.graphs.model import load_graph
+from engine.graphs.runtime import GraphRuntime
+from engine.graphs.versions import load_design, save_design
+from functions.console.graph_diagrams import problem_json
+from functions.console.rendering import ConsolePage, render
+from functions.requests.graphs import stored_layout
+
+PAGES = "/console/graphs"
+# Pages: a client's mistake (an unknown version, no graph runtime) is a page saying so.
+router = APIRouter(prefix="/graphs", route_class=ConsolePage)
+# The designer's save answers the designer's fetch in JSON, refusals too (422, 400, 404).
+designer_api = APIRouter()
+
+
+@router.get("/designer", response_class=HTMLResponse)
+async def new_design(request: Request) -> Response:
+    """The designer on an empty template."""
+    runtime = get_graph_runtime()
+    blank = {"name": "", "description": "", "stateChoices": [], "nodes": [], "connections": []}
+    return _designer(request, runtime, blank, preset=True, based_on=None)
+
+
+@router.get("/designer/{template_id}", response_class=HTMLResponse)
+async def edit_design(request: Request, template_id: uuid.UUID) -> Response:
+    """The designer on a copy of one version: saving makes a new version of its name."""
+    runtime = get_graph_runtime()
+    async with runtime.reading() as conn:
+        loaded = await load_design(conn, runtime.tables, template_id)
+        graph = await load_graph(conn, runtime.tables, template_id)
+        layout = await stored_layout(conn, runtime.tables, template_id)
+    design = {
+        "name": loaded["name"],
+        "description": loaded["description"],
+        "stateChoices": loaded["state_choices"],
+        "baseTemplateId": loaded["template_id"],
+        "nodes": loaded["nodes"],
+        "connections": loaded["connections"],
+    }
+    return _designer(
+        request, runtime, design, preset=design_matches(layout, graph), based_on=loaded
+    )
+
+
+def _designer(
+    request: Request,
+    runtime: GraphRuntime,
+    design: dict[str, Any],
+    *,
+    preset: bool,
+    based_on: Mapping[str, Any] | None,
+) -> Response:
+    data = {
+        "design": design,
+        "preset": preset,
+        "conditions": sorted(runtime.conditions.names()),
+        "saveUrl": f"{PAGES}/designer/save",
+    }
+    context = {"title": "Designer", "data": data, "based_on": based_on}
+    return render(request, "graphs/designer.html", context)
+
+
+@designer_api.post("/designer/save")
+async def save_from_designer(design: Design) -> dict[str, Any]:
+    """Save the designer's JSON as a new inactive version, as `POST /graphs/templates` does.
+
+    The API's response, plus each problem with the node (and edge) it names,
+    and the new version's page and activation URLs.
+    """
+    runtime = get_graph_runtime()
+    async with runtime.engine.begin() as conn:
+        saved = await save_design(conn, runtime.tables, design, runtime.conditions.names())
+    version_url = f"{PAGES}/templates/{saved.template_id}"
+    return {
+        **saved.response(),
+        "problems": [problem_json(problem, saved.graph) for problem in saved.problems],
+        "template_url": version_url,
+        "activate_url": f"{version_url}/activate",
+    }
+
+
+router.include_router(designer_api)

@@ -1,0 +1,80 @@
+"""The one FastAPI app: the API's routers, the console, the guard and the error mapping.
+
+This module is what deploys; `duly dev` adds its own routes around it
+(`functions.local.dev`). The routers are `functions.http.routes`, one per
+resource; every refusal is answered by `functions.http.errors`; every
+write passes the guard (`functions.http.guard`) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import connect_workflows, run_workflows
+from engine.registry import registered_workflows
+from functions.console.auth import ConsoleAuth
+from functions.console.routes import console_router
+from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
+from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
+from functions.http.errors import ServerErrors, install_handlers
+from functions.http.guard import GuardSettings, WriteGuard
+from functions.http.routes import events, graphs, health, outbox, runs, writes
+from functions.http.routes.docs import (
+    DOCS_ASSETS_PACKAGE,
+    DOCS_ASSETS_URL,
+    docs_router,
+    workflow_openapi,
+)
+
+
+def create_app(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    run_worker: bool,
+    worker_options: dict[str, Any] | None = None,
+) -> FastAPI:
+    """The HTTP API over Session's database, with a worker in its lifespan if run_worker."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if run_worker:
+            async with run_workflows(Session, **(worker_options or {})) as worker:
+                app.state.connection = worker.connection
+                yield
+        else:
+            async with connect_workflows(Session) as connection:
+                app.state.connection = connection
+                yield
+
+    # docs_url and redoc_url None: FastAPI's own pages load their scripts from a CDN.
+    app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.Session = Session
+    install_handlers(app)
+    settings = GuardSettings.from_env()
+    # The console's login and CSRF keys, derived from the same token and secret.
+    app.state.console_auth = ConsoleAuth(settings.token, settings.secret)
+    # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
+    app.add_middleware(WriteGuard, settings=settings, console=app.state.console_auth)
+    app.add_middleware(ServerErrors)
+    for resource in (health, runs, outbox, events, writes, graphs):
+        app.include_router(resource.router)
+    app.include_router(docs_router)
+    app.include_router(console_router)
+    app.mount(DOCS_ASSETS_URL, StaticFiles(packages=[DOCS_ASSETS_PACKAGE]), name="docs-assets")
+    app.mount(CONSOLE_STATIC_URL, StaticFiles(directory=CONSOLE_STATIC), name="console-static")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            connection = getattr(app.state, "connection", None)
+            infos = connection.workflows if connection is not None else registered_workflows()
+            app.openapi_schema = workflow_openapi(app, infos)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,163 @@
+"""The one mapping from duly's errors to HTTP statuses and bodies, and the last-resort 500.
+
+A client's mistake is a 4xx: a value refused where it sits (422, each
+problem placed), something named that does not exist (404), a state that
+refuses the request (409), any other DulyError or a value PostgreSQL
+refused (400). A ConfigurationError met while serving is the deployment's
+fault, not the client's: a 500, logged, its message kept out of the reply.
+The console's pages take their statuses from here too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
+
+from engine.errors import (
+    ConfigurationError,
+    DulyError,
+    NotFoundError,
+    StateWorkflowError,
+    TemplateInvalidError,
+    WorkflowAlreadyCompletedError,
+    WorkflowSubmissionError,
+    WorkflowTransitionError,
+)
+from functions.requests.errors import (
+    MAX_PROBLEMS,
+    ConflictError,
+    InputError,
+    Problem,
+    problems_of,
+    shortened,
+)
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("duly.http")
+
+SERVER_ERROR = "Internal server error: the traceback is in the server's log."
+# The first class an error is an instance of gives its status: the narrower first.
+STATUSES: tuple[tuple[type[BaseException], int], ...] = (
+    (ConfigurationError, 500),
+    (InputError, 422),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (WorkflowAlreadyCompletedError, 409),
+    (WorkflowSubmissionError, 409),
+    (TemplateInvalidError, 400),
+    (StateWorkflowError, 400),
+    (WorkflowTransitionError, 400),
+    (DulyError, 400),
+    (DataError, 400),
+)
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status that answers `exc` (500 for anything not known as a client's mistake)."""
+    if problems_of(exc) is not None:
+        return 422
+    for kind, status in STATUSES:
+        if isinstance(exc, kind):
+            return status
+    return 500
+
+
+def message_of(exc: BaseException) -> str:
+    """The sentence a refusal answers with; a 500 says only that the log has it."""
+    if status_of(exc) >= 500:
+        return SERVER_ERROR
+    if isinstance(exc, DataError):
+        # A data exception (SQLSTATE class 22, or psycopg refusing to send a value, such as
+        # a NUL byte in text) comes from a value in the request; its statement wrote nothing.
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["invalid"])[0]
+        return f"The database refused a value in this request: {reason.rstrip('.')}."
+    return str(exc)
+
+
+def problem_body(problem: Problem) -> dict[str, Any]:
+    """One placed problem as a 422 lists it: under `body`, as FastAPI's own list."""
+    return {"loc": ["body", *problem.loc], "msg": problem.msg, "type": problem.type}
+
+
+def body_of(exc: BaseException) -> dict[str, Any]:
+    """The JSON body that answers `exc`."""
+    problems = problems_of(exc)
+    if problems is not None:
+        return {"detail": [problem_body(problem) for problem in problems]}
+    body: dict[str, Any] = {"detail": message_of(exc)}
+    if isinstance(exc, WorkflowTransitionError):  # a graph's refusal: its stable code too
+        body["code"] = exc.code
+        if isinstance(exc, TemplateInvalidError):
+            body["errors"] = list(exc.errors)
+    return body
+
+
+async def refused(request: Request, exc: Exception) -> JSONResponse:
+    """The reply to a DulyError or a DataError raised by a route."""
+    status = status_of(exc)
+    if status >= 500:
+        log.error("%s %s failed.", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(body_of(exc), status_code=status)
+
+
+async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 with where and why each value was refused, never the value itself.
+
+    FastAPI's own handler echoes the input back (5 MB in, 5 MB out) and fails
+    with a 500 on what JSON cannot encode, such as the Infinity it refused.
+    """
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {
+            "loc": [p if isinstance(p, int) else shortened(str(p)) for p in error["loc"]],
+            "msg": shortened(str(error["msg"])),
+            "type": str(error["type"]),
+        }
+        for error in exc.errors()[:MAX_PROBLEMS]
+    ]
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer every error a route raises by this module's mapping."""
+    app.add_exception_handler(DulyError, refused)
+    app.add_exception_handler(DataError, refused)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+
+
+class ServerErrors:
+    """Turns an exception no handler took (a bug) into a logged 500 with a short JSON body.
+
+    Starlette's own last-resort handler answers in plain text and raises the
+    exception again, so servers log the traceback a second time.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception:
+            log.exception("%s %s failed.", scope["method"], scope["path"])
+            if started:
+                raise  # too late for a 500: the server closes the connection
+            response = JSONResponse({"detail": SERVER_ERROR}, status_code=500)
+            await response(scope, receive, send)

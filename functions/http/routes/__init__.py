@@ -1,0 +1,1 @@
+"""The API's routers, one module per resource; `functions.http.app` includes them all."""

@@ -1,0 +1,154 @@
+"""The OpenAPI schema, with each workflow's bodies drawn from its steps, and the offline docs.
+
+The schema carries, for each workflow table, the bodies its steps take
+(`/workflows/<table>/start` and so on, served by the same routes as the
+templated paths). Swagger UI and ReDoc are served from a wheel
+(fastapi-offline) rather than a CDN, so `/docs` works offline.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from pydantic.json_schema import models_json_schema
+
+from engine.steps import Step
+from functions.http.guard import SAFE_METHODS
+from functions.requests.lookup import is_outbox
+from functions.requests.runs import MAX_IDEMPOTENCY_KEY, columns_of
+
+if TYPE_CHECKING:
+    from engine.registry import WorkflowInfo
+
+DOCS_ASSETS_URL = "/docs/assets"
+# Swagger UI 5 and ReDoc, shipped in a wheel so /docs works offline.
+DOCS_ASSETS_PACKAGE = ("fastapi_offline", "static")
+
+docs_router = APIRouter(include_in_schema=False)
+
+
+def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
+    """The app's schema plus, per workflow table, start/deliver/run paths with step bodies.
+
+    Those paths are served by the templated routes; their bodies are a
+    `oneOf` discriminated by `step`, each step's `args` the model of its
+    signature (`Step.arguments`), so a client sees exactly what it may send.
+    """
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    components["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "DULY_API_TOKEN"},
+        "signature": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-Duly-Signature",
+            "description": "sha256=<hex of HMAC-SHA256(DULY_WEBHOOK_SECRET, "
+            '"<X-Duly-Timestamp>.<body>")>, with X-Duly-Timestamp in Unix seconds.',
+        },
+    }
+    for path in schema.get("paths", {}).values():
+        for method, operation in path.items():
+            if method.upper() not in SAFE_METHODS:
+                operation["security"] = [{"bearer": []}, {"signature": []}]
+    writable = [info for info in infos if not is_outbox(info)]
+    models: list[tuple[Any, Literal["validation"]]] = []
+    for info in writable:
+        models.append((columns_of(info).model, "validation"))
+        models.extend((s.arguments.model, "validation") for s in info.steps.values())
+    refs, defs = models_json_schema(
+        models, by_alias=True, ref_template="#/components/schemas/{model}"
+    )
+    schemas.update(defs.get("$defs", {}))
+    templated = schema["paths"]
+    for info in writable:
+        row_ref = refs[(columns_of(info).model, "validation")]
+        for action in ("start", "deliver", "run"):
+            generic = templated.get(f"/workflows/{{name}}/{action}", {}).get("post")
+            if generic is None or not info.steps:
+                continue
+            bodies = []
+            for step in info.steps.values():
+                body = _step_body(action, step, refs[(step.arguments.model, "validation")])
+                if action == "start":
+                    body["properties"]["row"] = row_ref
+                    body["required"].append("row")
+                bodies.append(body)
+            operation = copy.deepcopy(generic)
+            operation["parameters"] = []
+            operation["operationId"] = f"{action}_{info.name}"
+            operation["summary"] = f"{action.capitalize()} {info.name}"
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"oneOf": bodies}}},
+            }
+            templated[f"/workflows/{info.name}/{action}"] = {"post": operation}
+    return schema
+
+
+def _step_body(action: str, step: Step[Any, Any], args_ref: dict[str, Any]) -> dict[str, Any]:
+    """The body of `action` for one step: its name as a constant and its arguments' model."""
+    properties: dict[str, Any] = {"step": {"type": "string", "enum": [step.name]}, "args": args_ref}
+    if action in ("deliver", "run"):
+        properties["key"] = {
+            "anyOf": [
+                {"type": "integer"},
+                {"type": "string"},
+                {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+            ]
+        }
+        properties["where"] = {"type": "object", "minProperties": 1}
+    if action == "deliver":
+        properties["idempotency_key"] = {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_IDEMPOTENCY_KEY,
+        }
+        properties["restart"] = {"type": "boolean"}
+    required = ["step"]
+    if any(
+        p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in list(step.signature.parameters.values())[1:]
+    ):
+        required.append("args")
+    return {
+        "title": f"{step.qualname} ({action})",
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+# -- API docs, served from a wheel rather than a CDN -----------------------------------
+
+
+@docs_router.get("/docs")
+async def swagger_ui(request: Request) -> HTMLResponse:
+    """Swagger UI over this app's OpenAPI schema, every asset served by the app itself."""
+    root = request.scope.get("root_path", "")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title="duly: API",
+        swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
+        swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+    )
+
+
+@docs_router.get("/redoc")
+async def redoc(request: Request) -> HTMLResponse:
+    """ReDoc over the same schema, also without a CDN (or Google's fonts)."""
+    root = request.scope.get("root_path", "")
+    return get_redoc_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title="duly: API",
+        redoc_js_url=f"{root}{DOCS_ASSETS_URL}/redoc.standalone.js",
+        redoc_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+        with_google_fonts=False,
+    )

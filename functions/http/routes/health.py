@@ -1,0 +1,42 @@
+"""Health and metrics: whether the database answers, and the step metrics for Prometheus."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from engine.telemetry import latest_metrics
+from functions.http.state import connection_of
+
+HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz(request: Request) -> Any:
+    """{"ok": true} once the database answers; 503 when it cannot be reached."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT):
+            async with connection_of(request).engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = f"The database is unreachable: {reason}"
+        return JSONResponse({"ok": False, "detail": detail}, status_code=503)
+    return {"ok": True}
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """Step attempts and durations in Prometheus' text format (needs duly[metrics])."""
+    found = latest_metrics()
+    if found is None:
+        raise HTTPException(404, "Metrics need prometheus-client: pip install 'duly[metrics]'.")
+    body, content_type = found
+    return Response(body, media_type=content_type)

@@ -1,0 +1,87 @@
+"""The outbox over HTTP: its summary, its events newest first, one event, dead-letter replay.
+
+A database without an outbox table answers these 404; replaying one event
+that is not dead-lettered is a 409 (the request is well formed, the
+event's state refuses it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.encoders import jsonable_encoder
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from engine.events import views
+from engine.events.records import EventTables
+from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
+from functions.http.state import connection_of
+from functions.requests import events
+from functions.requests.events import MAX_EVENT_ID, ReplayRequest
+from functions.requests.lookup import event_tables
+
+# The statuses of engine.events.views.VIEW_STATUSES, for validation and the schema.
+OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter"]
+
+router = APIRouter()
+
+
+@router.get("/outbox")
+async def outbox_summary(request: Request) -> dict[str, Any]:
+    """Outbox rows by status, the next due instant, and handlers with failing routes."""
+    summary = await views.outbox_summary(_tables(request), engine=_reads(request))
+    return jsonable_encoder(summary)
+
+
+@router.get("/outbox/events")
+async def list_outbox_events(
+    request: Request,
+    status: OutboxStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    before: Annotated[str | None, Query(min_length=1, max_length=MAX_EVENT_ID)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """Outbox rows newest first; `before` (the last id of a page) or `offset` pages on."""
+    page = await views.list_outbox(
+        _tables(request),
+        status,
+        limit=limit,
+        before=before,
+        offset=offset,
+        engine=_reads(request),
+    )
+    return {"events": jsonable_encoder(page.rows), "next_before": page.next_before}
+
+
+@router.get("/outbox/events/{event_id}")
+async def outbox_event(request: Request, event_id: str) -> dict[str, Any]:
+    """One event as published, its outbox row and each route's delivery record."""
+    detail = await views.event_detail(_tables(request), event_id, engine=_reads(request))
+    return jsonable_encoder(detail)
+
+
+@router.post("/outbox/dead-letters/replay")
+async def replay_dead_letters(
+    request: Request, body: ReplayRequest | None = None
+) -> dict[str, Any]:
+    """Make dead-lettered events due again: those of event_ids, or every one."""
+    ids = None if body is None else body.event_ids
+    replayed = await events.replay_dead_letters(_tables(request), ids)
+    return {"replayed": replayed, "count": len(replayed)}
+
+
+@router.post("/outbox/events/{event_id}/replay")
+async def replay_event(request: Request, event_id: str) -> dict[str, Any]:
+    """Make one dead-lettered event due again; 409 when it is not dead-lettered."""
+    replayed = await events.replay_event(_tables(request), _reads(request), event_id)
+    return {"replayed": replayed, "count": len(replayed)}
+
+
+def _tables(request: Request) -> EventTables:
+    return event_tables(connection_of(request).workflows)
+
+
+def _reads(request: Request) -> AsyncEngine:
+    # Each read its own transaction: no BEGIN and COMMIT round trips.
+    return connection_of(request).autocommit

@@ -1,0 +1,136 @@
+"""Reading runs: the workflows served, the operator's overview, pages of runs, one run.
+
+Every read goes through `engine.run_views` (the console's and the CLI's
+queries too), so all of them show the same runs in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.encoders import jsonable_encoder
+
+from engine import run_views
+from engine.errors import NotFoundError
+from engine.events.records import EventTables
+from engine.overview import overview as operator_overview
+from functions.http.state import connection_of
+from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
+
+if TYPE_CHECKING:
+    from engine.registry import WorkflowInfo
+
+DEFAULT_LIMIT = 50  # runs per page
+MAX_LIMIT = 500  # runs per page
+RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
+RunOrder = Literal["newest", "soonest"]
+
+router = APIRouter()
+
+
+@router.get("/workflows")
+async def list_workflows(request: Request) -> dict[str, Any]:
+    """The workflow tables this app serves: their steps, the lanes they need, their limit."""
+    infos = connection_of(request).workflows
+    return {"workflows": [_describe(info) for info in infos]}
+
+
+@router.get("/overview")
+async def overview(request: Request) -> dict[str, Any]:
+    """Every workflow table's runs by state, due now, stranded and the next due instant;
+    the outbox's summary when the app maps one. Counted when asked (whole tables)."""
+    connection = connection_of(request)
+    try:
+        tables: EventTables | None = event_tables(connection.workflows)
+    except NotFoundError:  # an app without an outbox
+        tables = None
+    return (await operator_overview(connection, tables)).to_dict()
+
+
+def _describe(info: WorkflowInfo) -> dict[str, Any]:
+    limit = info.limit
+    return {
+        "name": info.name,
+        "steps": list(info.steps),
+        "lanes": sorted({step.lane for step in info.steps.values()}),
+        "limit": None
+        if limit is None
+        else {
+            "by": limit.by,
+            "at_most": limit.at_most,
+            "rate": limit.rate,
+            "per_seconds": limit.per.total_seconds() if limit.per is not None else None,
+        },
+    }
+
+
+@router.get("/runs/{workflow}")
+async def list_runs(
+    request: Request,
+    workflow: str,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    """The newest runs of a workflow (by primary key), with their engine columns."""
+    connection = connection_of(request)
+    info = find_workflow(connection, workflow)
+    page = await run_views.list_runs(connection, info, limit=limit)
+    # Column names, not attribute keys, name the fields: the JSON shows the table.
+    return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
+
+
+@router.get("/runs/{workflow}/{key}/history")
+async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
+    """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
+    connection = connection_of(request)
+    info = find_workflow(connection, workflow)
+    if connection.attempt_log is None:
+        raise NotFoundError("No AttemptLog is mapped, so duly keeps no history of runs.")
+    row = await run_views.read_run(connection, info, key)
+    attempts, _ = await run_views.run_history(connection, info, row)
+    return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
+
+
+@router.get("/workflows/{name}/runs")
+async def list_workflow_runs(
+    request: Request,
+    name: str,
+    state: RunState | None = None,
+    next_step: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    key: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    error: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    order: RunOrder = "newest",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> dict[str, Any]:
+    """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
+
+    `next_after` is the cursor of the next page (pass it as `after`), and
+    `next_offset` the offset of the next page; each is null on the last. A
+    page (unless by offset) reads at most 5,000 runs of the table: `searching`
+    says it stopped there with fewer runs than asked, and `next_after` goes on.
+    """
+    connection = connection_of(request)
+    info = find_workflow(connection, name)
+    filters = run_views.RunFilter(state=state, step=next_step, key=key, error=error)
+    page = await run_views.list_runs(
+        connection, info, filters, order=order, limit=limit, after=after, offset=offset
+    )
+    return {
+        "workflow": info.name,
+        "runs": jsonable_encoder([run.to_dict() for run in page.runs]),
+        "next_after": page.next_after,
+        "next_offset": page.next_offset,
+        "searching": page.searching,
+    }
+
+
+@router.get("/workflows/{name}/runs/{key}")
+async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
+    """One run: its row, its state, what it waits for, and its history when a log is mapped."""
+    connection = connection_of(request)
+    info = find_workflow(connection, name)
+    detail = await run_views.run_detail(connection, info, key)
+    found: dict[str, Any] = jsonable_encoder(detail.to_dict())
+    return found

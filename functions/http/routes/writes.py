@@ -1,0 +1,61 @@
+"""Writes to runs: `POST /workflows/{name}/start`, `deliver`, `run` and `cancel`.
+
+Each route hands its body (a model of `functions.requests.runs`) to the
+request layer, which the console and the Lambda `deliver` entry call too;
+a run made due is kicked on runtimes where nothing else would run it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from functions.http.state import call_state, connection_of
+from functions.requests import runs
+from functions.requests.lookup import find_writable
+from functions.requests.runs import CancelRequest, DeliverRequest, RunRequest, StartRequest
+
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No valid token or signature"},
+    404: {"description": "No such workflow or step"},
+    409: {"description": "A run with one of these unique values exists already"},
+    413: {"description": "Body too large"},
+}
+
+router = APIRouter()
+
+
+@router.post("/workflows/{name}/start", status_code=201, responses=WRITE_RESPONSES)
+async def start_workflow(request: Request, name: str, body: StartRequest) -> dict[str, Any]:
+    """Insert a run and its first step; 409 when a unique key of the row already has a run."""
+    started = await runs.start_run(find_writable(connection_of(request), name), body)
+    await call_state(request, "kick")  # on Lambda nothing else runs the step now due
+    return started
+
+
+@router.post("/workflows/{name}/deliver", responses=WRITE_RESPONSES)
+async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest) -> dict[str, Any]:
+    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it)."""
+    info = find_writable(connection_of(request), name)
+    accepted = await runs.deliver_event(info, body)
+    if accepted:
+        await call_state(request, "kick")
+    return {"workflow": info.name, "accepted": accepted}
+
+
+@router.post("/workflows/{name}/run", responses=WRITE_RESPONSES)
+async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict[str, Any]:
+    """Run a step now on the addressed runs, replacing what was scheduled; how many."""
+    info = find_writable(connection_of(request), name)
+    addressed = await runs.run_step(info, body)
+    if addressed:
+        await call_state(request, "kick")
+    return {"workflow": info.name, "addressed": addressed}
+
+
+@router.post("/workflows/{name}/cancel", responses=WRITE_RESPONSES)
+async def cancel_workflow(request: Request, name: str, body: CancelRequest) -> dict[str, Any]:
+    """End the addressed runs where they stand; how many were live."""
+    info = find_writable(connection_of(request), name)
+    return {"workflow": info.name, "cancelled": await runs.cancel_runs(info, body)}

@@ -1,0 +1,33 @@
+"""What an app's routes find on its state: the workflow connection, and the runtime's hooks.
+
+The lifespan (or the Lambda runtime) sets `app.state.connection`; the
+Lambda runtime also sets `kick`, `wake` and `drain`, plain or async.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+
+if TYPE_CHECKING:
+    from engine.connection import WorkflowConnection
+
+
+def connection_of(request: Request) -> WorkflowConnection:
+    """The workflow connection the app's lifespan opened."""
+    connection: WorkflowConnection = request.app.state.connection
+    return connection
+
+
+async def call_state(request: Request, name: str) -> None:
+    """Call `app.state.<name>()` (plain or async) when the runtime set one."""
+    found = getattr(request.app.state, name, None)
+    if found is not None:
+        await maybe_await(found())
+
+
+async def maybe_await(value: Any) -> Any:
+    """`value`, awaited if it is awaitable."""
+    return await value if inspect.isawaitable(value) else value

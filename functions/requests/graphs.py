@@ -1,0 +1,174 @@
+"""Graph workflows from outside: submit, activate, move and cancel, and what pages read.
+
+`POST /graphs/...` and the console's forms take the same models and call
+the same functions, over the process's `GraphRuntime`. A subject is named
+by its table and its key as text; who acts is an opaque user id, since
+behind the app's guard the caller (a backend that authenticated the
+person) says who acts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+
+from engine.errors import DulyError, NotFoundError
+from engine.graphs.runtime import GraphRuntime
+from engine.graphs.subjects import key_values, subject_class
+from engine.graphs.tables import GraphTables
+from engine.graphs.versions import activate_template
+
+MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason
+UserId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class SubmitRequest(BaseModel):
+    """A subject to submit: its table and key, who submits it, and which workflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject_type: str = Field(description="The subject's table (a model mapping GraphSubject).")
+    subject_key: str = Field(description="The subject's primary key, as text.")
+    user: UserId | None = None
+    workflow: str | None = Field(None, description="The template's name (its active version).")
+    template_id: uuid.UUID | None = None
+
+
+class TransitionRequest(BaseModel):
+    """A user's move of one branch to a target node (or a vote toward it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    branch_id: uuid.UUID
+    target_node_id: uuid.UUID
+    user: UserId
+    comment: Annotated[str, StringConstraints(max_length=MAX_COMMENT)] = ""
+    source_node_id: uuid.UUID | None = Field(
+        None, description="The state the user saw the branch on: refused if it moved since."
+    )
+
+
+class CancelRequest(BaseModel):
+    """Who cancels an instance, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: UserId | None = None
+    reason: Annotated[str, StringConstraints(max_length=MAX_COMMENT)] = ""
+
+
+async def find_subject(Session: async_sessionmaker[AsyncSession], body: SubmitRequest) -> Any:
+    """The subject row a submit names; NotFoundError when its table has no such row."""
+    cls = subject_class(body.subject_type)
+    try:
+        key = key_values(cls, body.subject_key)
+    except (ValueError, TypeError):
+        raise DulyError(f"{body.subject_key!r} is not a key of {body.subject_type}.") from None
+    async with Session() as session:
+        subject = await session.get(cls, key)
+    if subject is None:
+        raise NotFoundError(f"No {body.subject_type} row has the key {body.subject_key!r}.")
+    return subject
+
+
+# -- the writes, as the API and the console make them ---------------------------------------
+
+
+async def submit_subject(
+    runtime: GraphRuntime, Session: async_sessionmaker[AsyncSession], body: SubmitRequest
+) -> dict[str, Any]:
+    """Submit the subject `body` names to a workflow: its instance, started."""
+    subject = await find_subject(Session, body)
+    instance = await runtime.submit(
+        subject, body.user, template_name=body.workflow, template_id=body.template_id
+    )
+    return instance.to_dict()
+
+
+async def activate_version(runtime: GraphRuntime, template_id: uuid.UUID) -> dict[str, Any]:
+    """Make this version the one new instances start on; refused while it is invalid."""
+    async with runtime.engine.begin() as conn:
+        graph = await activate_template(
+            conn, runtime.tables, template_id, runtime.conditions.names()
+        )
+    return {
+        "template_id": str(graph.template_id),
+        "name": graph.name,
+        "version": graph.version,
+        "is_active": True,
+    }
+
+
+async def take_transition(
+    runtime: GraphRuntime, instance_id: uuid.UUID, body: TransitionRequest
+) -> dict[str, Any]:
+    """Move a branch (or vote toward a move, under a threshold)."""
+    outcome = await runtime.transition_branch(
+        instance_id,
+        body.branch_id,
+        body.target_node_id,
+        body.user,
+        body.comment,
+        source_node_id=body.source_node_id,
+    )
+    return outcome.to_dict()
+
+
+async def cancel_instance(
+    runtime: GraphRuntime, instance_id: uuid.UUID, body: CancelRequest
+) -> dict[str, Any]:
+    """Cancel an active instance."""
+    return (await runtime.cancel(instance_id, body.user, body.reason)).to_dict()
+
+
+# -- what the console's pages read beside the runtime ---------------------------------------
+
+
+async def recent_instances(
+    conn: AsyncConnection, tables: GraphTables, limit: int
+) -> list[dict[str, Any]]:
+    """The newest `limit` instances with their template's name and version."""
+    instances, versions = tables.table("instance"), tables.table("template")
+    rows = await conn.execute(
+        select(
+            instances.c.id,
+            instances.c.subject_type,
+            instances.c.subject_key,
+            instances.c.state_status,
+            instances.c.state_code,
+            instances.c.submitted_by,
+            instances.c.submitted_at,
+            versions.c.name,
+            versions.c.version,
+        )
+        .join(versions, versions.c.id == instances.c.template_id)
+        .order_by(instances.c.submitted_at.desc(), instances.c.id)
+        .limit(limit)
+    )
+    return [dict(row._mapping) for row in rows]
+
+
+async def stored_layout(
+    conn: AsyncConnection, tables: GraphTables, template_id: uuid.UUID
+) -> dict[str, Any]:
+    """The designer JSON saved with a version: drawn as it is only while it matches."""
+    versions = tables.table("template")
+    design = (
+        await conn.execute(select(versions.c.design).where(versions.c.id == template_id))
+    ).scalar_one_or_none()
+    return dict(design or {})
+
+
+async def visited_states(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> dict[uuid.UUID, uuid.UUID]:
+    """Each visit of the instance and the state it entered (visit id to node id)."""
+    visits = tables.table("visit")
+    rows = await conn.execute(
+        select(visits.c.id, visits.c.node_id).where(visits.c.instance_id == instance_id)
+    )
+    return {row.id: row.node_id for row in rows}

@@ -1,0 +1,102 @@
+"""Finding what a request names: a workflow, one that takes writes, a step, the outbox's tables.
+
+A workflow is found by `engine.run_views.find_workflow`, the one finder the
+CLI uses too; a run's key is spelled by `key_text`, as URLs and replies
+spell it. The outbox is a workflow table of its own: it takes events, not
+starts or deliveries, and its event tables are found here for every door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter, ValidationError
+from sqlalchemy import MetaData
+
+from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
+from engine.connection import WorkflowConnection
+from engine.errors import ConfigurationError, NotFoundError
+from engine.events.records import EventTables, OutboxColumns, outbox_classes_on, tables_for
+from engine.registry import WorkflowInfo
+from engine.run_views import find_workflow, key_text
+from engine.steps import Step
+from functions.requests.errors import from_validation
+
+__all__ = [
+    "MAX_TEXT",
+    "database_registry",
+    "event_tables",
+    "find_step",
+    "find_workflow",
+    "find_writable",
+    "is_outbox",
+    "key_text",
+    "mapped_event_tables",
+]
+
+MAX_TEXT = 1000  # characters of a step's name, an event's type, name or source
+StepName = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+STEP_NAME: TypeAdapter[str] = TypeAdapter(StepName)
+NO_OUTBOX = (
+    "This database has no outbox table: map WorkflowOutbox, WorkflowEventRecord and "
+    "WorkflowDeliveryAttempt on your base and create their tables."
+)
+
+
+def is_outbox(info: WorkflowInfo) -> bool:
+    """Whether `info` is the outbox's table (its rows are events, not runs)."""
+    return issubclass(info.cls, OutboxColumns)
+
+
+def find_writable(connection: WorkflowConnection, name: str) -> WorkflowInfo:
+    """The workflow `name`, if runs of it may be started and addressed (not the outbox)."""
+    info = find_workflow(connection, name)
+    if is_outbox(info):
+        raise NotFoundError(f"{info.name} is the outbox: publish events with POST /events instead.")
+    return info
+
+
+def find_step(info: WorkflowInfo, name: Any) -> Step[Any, Any]:
+    """The step `name` of `info`; an InputError for a name no step could have."""
+    try:
+        checked = STEP_NAME.validate_python(name, strict=True)
+    except ValidationError as exc:
+        raise from_validation(exc, "step") from None
+    found = info.steps.get(checked)
+    if found is None:
+        steps = ", ".join(info.steps) or "none"
+        raise NotFoundError(f"Workflow {info.name} has no step {checked!r}; its steps: {steps}.")
+    return found
+
+
+def event_tables(workflows: Iterable[WorkflowInfo]) -> EventTables:
+    """The outbox's event tables among `workflows`; NotFoundError when there is no outbox."""
+    found = [info.cls for info in workflows if is_outbox(info)]
+    if not found:
+        raise NotFoundError(NO_OUTBOX)
+    try:
+        return tables_for(found[-1])
+    except ConfigurationError as exc:  # the outbox is there, its record or delivery class not
+        raise NotFoundError(str(exc)) from None
+
+
+def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
+    """The event tables an app maps on its bases, or None when it maps no outbox."""
+    mapped = outbox_classes_on(metadatas)
+    return tables_for(mapped[-1]) if mapped else None
+
+
+def database_registry(
+    tables: EventTables, configured: EventRegistry | None = None
+) -> DatabaseEventRegistry:
+    """The configured DatabaseEventRegistry (`configured`, else the process's), else one
+    for `tables`.
+
+    Used to publish and replay, neither of which reads a setting, so the
+    environment's are not parsed for it.
+    """
+    registry = configured if configured is not None else get_event_registry()
+    if isinstance(registry, DatabaseEventRegistry):
+        return registry
+    return DatabaseEventRegistry(outbox=tables.outbox, settings=EventSettings())

@@ -1,0 +1,132 @@
+"""One request layer under three front doors: HTTP, the console and the Lambda entries.
+
+The same bad delivery, sent through the app over real HTTP, through the
+console's deliver form and to the Lambda `deliver` entry (called as Lambda
+calls it), is refused by the same rule with the same sentence, and writes
+nothing; a publish refused by HTTP is refused by the Lambda `publish` entry
+alike.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import httpx
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import connect_workflows
+from engine.testing import drain as drain_steps
+from functions.http.app import create_app
+from functions.lambdas import handlers as lambda_handlers
+from functions.requests.errors import Problem
+from tests.apps.serverless_app import SIGNUP, Outbox, Signup
+from tests.conftest import Database
+from tests.helpers import serving
+from tests.test_lambda_handlers import create_tables, function, settings_for
+
+CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
+LONG = "x" * 100_000  # characters: a hundred times what any name may hold
+CONFIRM = {"step": "confirm", "args": {"code": "x"}}
+
+
+def said_by_http(reply: httpx.Response) -> str:
+    """The sentence of a 422's one problem, as the request layer writes it."""
+    assert reply.status_code == 422, reply.text
+    [problem] = reply.json()["detail"]
+    assert problem["loc"][0] == "body"
+    return Problem(tuple(problem["loc"][1:]), problem["msg"]).sentence()
+
+
+def said_by_console(page: httpx.Response) -> str:
+    """The sentence of a console error page."""
+    assert page.status_code == 400, page.text[:2000]
+    found = re.search(r'<p class="refusal" role="alert">(.*?)</p>', page.text, re.S)
+    assert found is not None, page.text[:2000]
+    return html.unescape(found.group(1).strip())
+
+
+async def row_of(Session: async_sessionmaker[AsyncSession]) -> tuple[Any, ...]:
+    """What a delivery would change on the one run: every engine column that moves."""
+    async with Session() as session:
+        signup = (await session.execute(select(Signup))).scalar_one()
+        return (
+            signup.status,
+            signup.next_step,
+            signup.waiting_for,
+            signup.pending_event,
+            signup.wf_version,
+            signup.recent_event_keys,
+        )
+
+
+async def waiting_signup(Session: async_sessionmaker[AsyncSession]) -> int:
+    """A signup run waiting for `confirm`; its key."""
+    async with connect_workflows(Session):
+        signup = Signup(email="same@example.com")
+        await signup.start(Signup.nudge)
+    await drain_steps(Session, [Signup])
+    return signup.id
+
+
+async def test_a_bad_delivery_gets_the_same_refusal_from_every_door(db: Database) -> None:
+    Session = await create_tables(db)
+    key = await waiting_signup(Session)
+    before = await row_of(Session)
+    deliveries = {
+        "a where on an engine column": {"where": {"next_step": "nudge"}, **CONFIRM},
+        "a step name of 100,000 characters": {"key": key, "step": LONG, "args": {"code": "x"}},
+        "a key of the wrong type": {"key": "abc", **CONFIRM},
+    }
+    async with (
+        function(settings_for(db)) as fn,
+        serving(create_app(Session, run_worker=False)) as client,
+    ):
+        for case, body in deliveries.items():
+            by_http = said_by_http(await client.post("/workflows/lambda_signup/deliver", json=body))
+            answer = await fn.call(lambda_handlers.deliver, {"workflow": "lambda_signup", **body})
+            assert answer == {"error": by_http, "type": "InputError"}, case
+        engine_column = deliveries["a where on an engine column"]
+        refused = await client.post("/workflows/lambda_signup/deliver", json=engine_column)
+        assert "next_step is one of the engine's columns" in said_by_http(refused)
+
+        # The console's deliver form names its run by the page's key: the where case has no
+        # form, the others do.
+        form_url = f"/console/runs/lambda_signup/{key}/deliver"
+        token = CSRF.search((await client.get(form_url)).text)
+        assert token is not None
+        form = {"csrf_token": token.group(1), "args.code": "x", "confirmed": "yes"}
+        long_step = await client.post(form_url, data={**form, "step": LONG})
+        wrong_key = await client.post(
+            "/console/runs/lambda_signup/abc/deliver", data={**form, "step": "confirm"}
+        )
+        for case, page in (("a step name of 100,000 characters", long_step),
+                           ("a key of the wrong type", wrong_key)):  # fmt: skip
+            body = deliveries[case]
+            answer = await fn.call(lambda_handlers.deliver, {"workflow": "lambda_signup", **body})
+            assert said_by_console(page) == answer["error"], case
+        assert fn.invokes == 0, "nothing refused kicked a wake"
+    assert await row_of(Session) == before, "the refused deliveries wrote nothing"
+
+
+async def test_a_publish_http_refuses_is_refused_by_the_lambda_entry_alike(db: Database) -> None:
+    Session = await create_tables(db)
+    bodies = {
+        "an event type of 100,000 characters": {"event_type": LONG},
+        "a blank event type": {"event_type": "  "},
+        "an unknown field": {"event_type": SIGNUP, "colour": "red"},
+    }
+    async with (
+        function(settings_for(db)) as fn,
+        serving(create_app(Session, run_worker=False)) as client,
+    ):
+        for case, body in bodies.items():
+            by_http = said_by_http(await client.post("/events", json=body))
+            answer = await fn.call(lambda_handlers.publish, body)
+            assert answer == {"error": by_http, "type": "InputError"}, case
+        assert fn.invokes == 0
+    async with Session() as session:
+        stored = (await session.execute(select(func.count()).select_from(Outbox))).scalar_one()
+    assert stored == 0, "the refused publishes wrote nothing"
