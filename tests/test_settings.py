@@ -3,8 +3,7 @@
 - every DULY_* name the project mentions is declared, and every declared one is
   listed in SETTINGS: test_every_variable_the_project_names_is_declared
 - no module of engine/, functions/ or infra/ but engine/settings.py reads one from
-  the environment: test_only_engine_settings_reads_duly_variables (until the two
-  pending modules are converted, test_only_the_pending_modules_still_read_them)
+  the environment: test_only_engine_settings_reads_duly_variables
 - README.md's table is the registry's: test_the_readme_table_is_the_registry
 - a bad value is a ConfigurationError naming the variable, and a secret's value is
   never repeated: test_a_bad_value_is_refused_naming_the_variable,
@@ -30,9 +29,6 @@ READ_CHECKED = ("engine", "functions", "infra")  # no DULY_* read outside engine
 MENTIONS_CHECKED = ("engine", "functions", "infra", "bench", "tests", "docs", "README.md")
 # Names that look like variables but are not: prefixes in prose and filters, a constant.
 NOT_VARIABLES = frozenset({"DULY_RETAIN_", "DULY_PRUNE_", "DULY_TABLES"})
-# Modules owned elsewhere that still read their variables from os.environ; they are to
-# read through engine.settings like the rest (their variables are declared already).
-PENDING = frozenset({"functions/app.py", "functions/serverless_local.py"})
 ENVIRONMENT_NAMES = frozenset({"environ", "env"})
 README_TABLE = re.compile(
     r"<!-- settings table:[^\n]*-->\n(?P<table>.*?)\n<!-- end of the settings table -->", re.S
@@ -124,20 +120,11 @@ def reads_outside_settings() -> dict[str, list[tuple[int, str]]]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="functions/app.py and functions/serverless_local.py still read os.environ; "
-    "drop this mark once they read through engine.settings",
-)
 def test_only_engine_settings_reads_duly_variables() -> None:
     found = reads_outside_settings()
     assert not found, "DULY_* read outside engine/settings.py:\n" + "\n".join(
         f"  {path}:{line}: {name}" for path, reads in found.items() for line, name in reads
     )
-
-
-def test_only_the_pending_modules_still_read_them() -> None:
-    assert set(reads_outside_settings()) == PENDING
 
 
 def test_the_detector_finds_each_way_of_reading(tmp_path: Path) -> None:

@@ -23,11 +23,12 @@ from engine import DatabaseEventRegistry, EventSettings, Worker, get_event_regis
 from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
-from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.events.records import EventTables
 from engine.worker import WorkerOptions
 from functions.app_config import configure_app_events
 from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
+from functions.requests.lookup import mapped_event_tables
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,13 @@ class EventApp:
 def load_event_app(args: argparse.Namespace, command: str) -> EventApp:
     """Read the database URL, import DULY_APP and find its outbox; CommandError if it cannot."""
     url, app_module, metadatas = app_database(args, command)
-    mapped = outbox_classes_on(metadatas)
-    if not mapped:
+    tables = mapped_event_tables(metadatas)
+    if tables is None:
         raise CommandError(
             f"{app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord and "
             "WorkflowDeliveryAttempt on your base (or point DULY_APP at the module that does)."
         )
-    return EventApp(url, app_module, tables_for(mapped[-1]))
+    return EventApp(url, app_module, tables)
 
 
 def run_drain(args: argparse.Namespace) -> int:

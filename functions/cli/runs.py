@@ -14,7 +14,7 @@ from typing import TextIO
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
-from engine.events.records import EventTables, outbox_classes_on, tables_for
+from engine.events.records import EventTables
 from engine.overview import RUN_STATES, WorkflowCounts, overview
 from engine.registry import ENGINE_COLUMNS
 from engine.run_views import (
@@ -28,14 +28,14 @@ from engine.run_views import (
 )
 from functions.cli.common import USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import aligned, refused
+from functions.requests.lookup import mapped_event_tables
 
 
 def run_status(args: argparse.Namespace) -> int:
     """`duly status`: every workflow table's runs by state, and the outbox, as a table or JSON."""
     try:
         url, _, metadatas = app_database(args, "duly status")
-        mapped = outbox_classes_on(metadatas)
-        tables = tables_for(mapped[-1]) if mapped else None
+        tables = mapped_event_tables(metadatas)
     except (ValueError, LookupError, CommandError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR

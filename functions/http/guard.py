@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,12 +20,12 @@ from typing import TYPE_CHECKING, Protocol
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
-from engine.errors import ConfigurationError
+from engine import settings as variables
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB
+DEFAULT_MAX_BODY_BYTES = variables.MAX_BODY_BYTES.default
 SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -54,21 +53,12 @@ class GuardSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @classmethod
-    def from_env(cls) -> GuardSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardSettings:
         """DULY_API_TOKEN, DULY_WEBHOOK_SECRET and DULY_MAX_BODY_BYTES; empty means unset."""
-        raw = os.environ.get("DULY_MAX_BODY_BYTES", "").strip()
-        try:
-            limit = int(raw) if raw else DEFAULT_MAX_BODY_BYTES
-        except ValueError:
-            limit = -1
-        if limit < 1:
-            raise ConfigurationError(
-                f"DULY_MAX_BODY_BYTES must be a whole number of bytes above 0, not {raw!r}."
-            )
         return cls(
-            token=os.environ.get("DULY_API_TOKEN") or None,
-            secret=os.environ.get("DULY_WEBHOOK_SECRET") or None,
-            max_body_bytes=limit,
+            token=variables.API_TOKEN.read(environ),
+            secret=variables.WEBHOOK_SECRET.read(environ),
+            max_body_bytes=variables.MAX_BODY_BYTES.read(environ),
         )
 
     @property

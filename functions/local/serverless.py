@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -54,6 +53,7 @@ from moto.server import ThreadedMotoServer
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from engine import settings as variables
 from engine.clock import db_now
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import Runtime, install
@@ -62,6 +62,7 @@ from infra import scheduler as scheduler_tables
 from infra import wake_slots as slot_tables
 from infra.aws_settings import AwsSettings
 from infra.scheduler import DEFAULT_NAME, WAKE_INPUT, error_code, wake_schedule
+from infra.settings import database_url
 from infra.wake_slots import wake_slots
 
 log = logging.getLogger("duly.serverless")
@@ -88,16 +89,16 @@ def local_settings(
     DULY_MAX_WAKES and DULY_WAKE_MARGIN_SECONDS are read from the environment
     as on AWS (a bad one is a ConfigurationError naming it).
     """
-    env = dict(os.environ if environ is None else environ)
-    env.pop("DULY_DATABASE_SECRET_ARN", None)
-    env.update(
-        DULY_DATABASE_URL=url,
-        DULY_WAKE_FUNCTION_ARN=WAKE_ARN,
-        DULY_SCHEDULE_GROUP=GROUP,
-        DULY_SCHEDULER_ROLE_ARN=ROLE_ARN,
-        DULY_APP=app_module,
+    return AwsSettings(
+        database_url=database_url(url),
+        database_secret_arn=None,
+        wake_function_arn=WAKE_ARN,
+        schedule_group=GROUP,
+        scheduler_role_arn=ROLE_ARN,
+        app_module=app_module,
+        max_wakes=variables.MAX_WAKES.read(environ),
+        wake_margin_seconds=variables.WAKE_MARGIN_SECONDS.read(environ),
     )
-    return AwsSettings.from_env(env)
 
 
 # -- moto ----------------------------------------------------------------------------------
