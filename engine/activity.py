@@ -20,7 +20,7 @@ from sqlalchemy import Select, Table, func, select
 
 from engine.clock import db_now
 from engine.connection import WorkflowConnection
-from engine.run_views import database_now
+from engine.run_view import database_now
 
 ACTIVITY_MINUTES = 60  # how far back activity() looks
 # Attempts activity() reads at most: a busier hour shows its latest part (`truncated`).

@@ -19,7 +19,8 @@ from sqlalchemy.sql import Executable
 from engine.clock import clock
 from engine.connection import activate, open_connection, session_engine
 from engine.notify import EVERYONE, notify
-from engine.worker import Worker, WorkerOptions
+from engine.worker import Worker
+from engine.worker_options import WorkerOptions
 
 
 async def move_clock(

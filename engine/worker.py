@@ -19,7 +19,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -50,6 +49,16 @@ from engine.rows import build_row, claimed_key
 from engine.steps import DEFAULT_LANE
 from engine.stranded import StrandedWatch, stranded_after
 from engine.telemetry import rows_claimed
+from engine.worker_options import (
+    IDLE_INTERVAL,
+    LEASE,
+    MAX_CONCURRENCY,
+    POLL_INTERVAL,
+    SHUTDOWN_TIMEOUT,
+    SUSPENDING_IDLE_INTERVAL,
+    PassResult,
+    WorkerOptions,
+)
 
 log = logging.getLogger("duly.worker")
 
@@ -57,58 +66,6 @@ FIRST_ERROR_DELAY = 0.1  # seconds before a pass is retried after a database err
 MAX_ERROR_DELAY = 5.0  # seconds
 WALL_CLOCK_CHECK = 5.0  # seconds between re-reading the wall clock during a long sleep
 COMMITS_AHEAD = 4  # claims may run ahead of commits by this many times max_concurrency
-
-# The defaults of every worker, whichever way it is started.
-MAX_CONCURRENCY = 8  # steps running at once
-LEASE = timedelta(minutes=5)
-POLL_INTERVAL = timedelta(seconds=1)  # how often work held by others is looked at again
-IDLE_INTERVAL = timedelta(seconds=30)  # the longest sleep of a listening worker
-SUSPENDING_IDLE_INTERVAL = timedelta(hours=1)  # ... and of one under suspends_when_idle
-SHUTDOWN_TIMEOUT = timedelta(seconds=10)  # for running steps to finish at shutdown
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How a worker runs; every duration is a timedelta."""
-
-    max_concurrency: int = MAX_CONCURRENCY
-    lease: timedelta = LEASE
-    poll_interval: timedelta = POLL_INTERVAL
-    max_idle_interval: timedelta = IDLE_INTERVAL
-    shutdown_timeout: timedelta = SHUTDOWN_TIMEOUT
-    listen: bool = True
-    on_idle: OnIdle | None = None
-    listen_engine: AsyncEngine | None = None  # LISTEN through this engine, not the session's
-    lanes: frozenset[str] = frozenset({DEFAULT_LANE})  # the lanes whose steps it takes
-
-    def __post_init__(self) -> None:
-        if self.max_concurrency < 1:
-            raise ConfigurationError(
-                f"max_concurrency must be at least 1, not {self.max_concurrency}."
-            )
-        for name in ("lease", "poll_interval", "max_idle_interval"):
-            if getattr(self, name) <= timedelta(0):
-                raise ConfigurationError(f"{name} must be a positive timedelta.")
-        if self.shutdown_timeout < timedelta(0):
-            raise ConfigurationError("shutdown_timeout must not be negative.")
-        if not self.lanes or not all(isinstance(lane, str) and lane for lane in self.lanes):
-            raise ConfigurationError(
-                f"lanes must name at least one lane, not {sorted(self.lanes)!r}."
-            )
-
-
-@dataclass(frozen=True)
-class PassResult:
-    """What one pass did: how many rows it claimed of the slots it had, and what is next due."""
-
-    claimed: int
-    free: int
-    upcoming: NextDue | None  # asked only when the pass took less than it had room for
-
-    @property
-    def filled(self) -> bool:
-        """Every free slot was taken: there may be more due, so look again at once."""
-        return self.claimed == self.free
 
 
 class Worker:

@@ -30,7 +30,8 @@ from engine.activity import activity
 from engine.events.records import tables_for
 from engine.overview import overview
 from engine.registry import workflow_info
-from engine.run_views import RunFilter, list_runs, run_detail
+from engine.run_view import run_detail
+from engine.run_views import RunFilter, list_runs
 from functions import examples
 from functions.examples import Onboarding, Outbox
 from tests.conftest import Database

@@ -24,7 +24,7 @@ from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables
-from engine.worker import WorkerOptions
+from engine.worker_options import WorkerOptions
 from functions.app_config import configure_app_events
 from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar

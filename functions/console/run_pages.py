@@ -26,16 +26,14 @@ from sqlalchemy.exc import DataError
 from engine.errors import ConfigurationError, DulyError
 from engine.overview import RUN_STATES
 from engine.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.run_view import RunDetail, database_now, run_detail
 from engine.run_views import (
     DEFAULT_PAGE,
     MAX_FILTER_TEXT,
     RUN_ORDERS,
     SCAN_WINDOW,
-    RunDetail,
     RunFilter,
-    database_now,
     list_runs,
-    run_detail,
 )
 from engine.steps import Step
 from functions.console.charts import timeline

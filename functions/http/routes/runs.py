@@ -1,6 +1,6 @@
 """Reading runs: the workflows served, the operator's overview, pages of runs, one run.
 
-Every read goes through `engine.run_views` (the console's and the CLI's
+Every read goes through `engine.run_views` and `engine.run_view` (the console's and the CLI's
 queries too), so all of them show the same runs in the same order.
 """
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.encoders import jsonable_encoder
 
-from engine import run_views
+from engine import run_view, run_views
 from engine.errors import NotFoundError
 from engine.events.records import EventTables
 from engine.overview import overview as operator_overview
@@ -86,8 +86,8 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
     info = find_workflow(connection, workflow)
     if connection.attempt_log is None:
         raise NotFoundError("No AttemptLog is mapped, so duly keeps no history of runs.")
-    row = await run_views.read_run(connection, info, key)
-    attempts, _ = await run_views.run_history(connection, info, row)
+    row = await run_view.read_run(connection, info, key)
+    attempts, _ = await run_view.run_history(connection, info, row)
     return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
 
 
@@ -131,6 +131,6 @@ async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    detail = await run_views.run_detail(connection, info, key)
+    detail = await run_view.run_detail(connection, info, key)
     found: dict[str, Any] = jsonable_encoder(detail.to_dict())
     return found
