@@ -15,7 +15,9 @@ class Base(DeclarativeBase):
     pass
 
 
-engine_tables = declare_engine_tables(Base, events=False, attempts=False, graphs=True)
+tables = declare_engine_tables(Base, events=False, attempts=False, graphs=True).graphs
+Template, Instance, Branch = tables.template, tables.instance, tables.branch
+Visit, Vote, History, Timer = tables.visit, tables.vote, tables.history, tables.timer
 
 
 class Claim(Base, GraphSubject):

@@ -25,6 +25,7 @@ class Base(DeclarativeBase):
 
 engine_tables = declare_engine_tables(Base, names={"attempt_log": "outbox_attempt_log"})
 Event, Outbox, Delivery = engine_tables.event, engine_tables.outbox, engine_tables.delivery
+Log = engine_tables.attempt_log
 
 
 class HandlerRun(Base):
