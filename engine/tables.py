@@ -45,22 +45,24 @@ RATE_BUCKET = "rate_bucket"
 
 @dataclass(frozen=True)
 class _Role:
-    """One table a part declares: the keyword that asks for it, its name and its class's."""
+    """One table a part declares: the keyword that asks for it, and its name after the prefix."""
 
     part: str
-    suffix: str  # the table's name after the prefix
-    class_name: str
+    suffix: str
 
 
 # In the order they are mapped; every name here can be given in `names`.
 _ROLES: dict[str, _Role] = {
-    EVENT: _Role("events", "events", "Event"),
-    OUTBOX: _Role("events", "outbox", "Outbox"),
-    DELIVERY: _Role("events", "deliveries", "Delivery"),
-    ATTEMPT_LOG: _Role("attempts", "attempts", "WorkflowAttempt"),
-    EXECUTION: _Role("executions", "executions", "Execution"),
-    RATE_BUCKET: _Role("rate_buckets", "rate_buckets", "WorkflowRate"),
+    EVENT: _Role("events", "events"),
+    OUTBOX: _Role("events", "outbox"),
+    DELIVERY: _Role("events", "deliveries"),
+    ATTEMPT_LOG: _Role("attempts", "attempts"),
+    EXECUTION: _Role("executions", "executions"),
+    RATE_BUCKET: _Role("rate_buckets", "rate_buckets"),
 }
+# A mapped class is named after its mixin (WorkflowOutboxRow): a name the app's own classes
+# in the base's module are unlikely to have, which SQLAlchemy's lookup by name wants unique.
+CLASS_SUFFIX = "Row"
 # The graph tables: their names are fixed, since they reference one another by name.
 _GRAPH_ROLES: dict[str, str] = {
     "template": "GraphTemplate",
@@ -179,10 +181,9 @@ def declare_engine_tables(
     dataclass_base = issubclass(base, MappedAsDataclass)
     classes: dict[str, type[Any]] = {}
     for role, table_name in table_names.items():
-        mixin = _mixin(role, dataclass_base)
-        classes[role] = _map(base, _ROLES[role].class_name, mixin, table_name)
+        classes[role] = _map(base, _mixin(role, dataclass_base), table_name)
     for role, mixin in graph_mixins.items():
-        classes[role] = _map(base, mixin.__name__.removeprefix("Graph"), mixin, None)
+        classes[role] = _map(base, mixin, None)
     declared = EngineTables(
         base=base,
         clock=declare_clock_table(base.metadata),
@@ -288,8 +289,9 @@ def _graph_tables(classes: Mapping[str, type[Any]]) -> GraphTables:
     )
 
 
-def _map(base: type[Any], name: str, mixin: type[Any], table_name: str | None) -> type[Any]:
-    """A class of `base` and `mixin`, as `class Name(Base, Mixin)` in the base's module."""
+def _map(base: type[Any], mixin: type[Any], table_name: str | None) -> type[Any]:
+    """A class of `base` and `mixin`, as `class MixinRow(Base, Mixin)` in the base's module."""
+    name = f"{mixin.__name__}{CLASS_SUFFIX}"
     namespace: dict[str, Any] = {
         "__module__": base.__module__,
         "__qualname__": name,

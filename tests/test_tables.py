@@ -1,7 +1,8 @@
 """declare_engine_tables: the engine-owned tables mapped on an app's base in one call.
 
 - by default the event layer's three tables and the attempt log, `duly_`-prefixed, and
-  `duly_clock`: test_the_default_parts_and_names
+  `duly_clock`; classes named after their mixins, in the base's module:
+  test_the_default_parts_and_names
 - a prefix and single names override the tables' names; the graph tables' stay fixed:
   test_a_prefix_and_names_override_the_table_names
 - parts left out are not mapped, and reading one says how to ask for it:
@@ -117,18 +118,31 @@ def fresh_base() -> type[DeclarativeBase]:
 
 def test_the_default_parts_and_names() -> None:
     Base = fresh_base()
+
+    class Event(Base):  # type: ignore[misc, valid-type]
+        """An app's own class of a common name: the mapped classes' names do not clash."""
+
+        __tablename__ = "calendar_events"
+        id: Mapped[int] = mapped_column(primary_key=True)
+
     tables = declare_engine_tables(Base)
     assert sorted(Base.metadata.tables) == [
+        "calendar_events",
         "duly_attempts",
         "duly_clock",
         "duly_deliveries",
         "duly_events",
         "duly_outbox",
     ]
-    assert [cls.__name__ for cls in tables] == ["Event", "Outbox", "Delivery", "WorkflowAttempt"]
+    assert [cls.__name__ for cls in tables] == [
+        "WorkflowEventRecordRow",
+        "WorkflowOutboxRow",
+        "WorkflowDeliveryAttemptRow",
+        "AttemptLogRow",
+    ]
     assert tables.outbox.__table__.name == "duly_outbox"  # type: ignore[attr-defined]
     assert tables.clock is Base.metadata.tables["duly_clock"]
-    # Each class is the app's own, as if written `class Outbox(Base, WorkflowOutbox)` there.
+    # Each class is the app's own, as if written `class WorkflowOutboxRow(Base, WorkflowOutbox)`.
     assert all(issubclass(cls, Base) and cls.__module__ == __name__ for cls in tables)
 
 
@@ -178,7 +192,11 @@ def test_a_table_mapped_by_hand_sits_beside_the_call() -> None:
 
     tables = declare_engine_tables(Base, attempts=False)
     assert "host" in Base.metadata.tables["duly_attempts"].c
-    assert [cls.__name__ for cls in tables] == ["Event", "Outbox", "Delivery"]
+    assert [cls.__name__ for cls in tables] == [
+        "WorkflowEventRecordRow",
+        "WorkflowOutboxRow",
+        "WorkflowDeliveryAttemptRow",
+    ]
 
 
 class DataBase(MappedAsDataclass, DeclarativeBase):
