@@ -34,6 +34,7 @@ from engine import (
     AttemptLog,
     ConfigurationError,
     DatabaseEventRegistry,
+    EngineTables,
     EventSettings,
     GraphRuntime,
     GraphSubject,
@@ -265,20 +266,23 @@ async def test_the_returned_outbox_publishes_and_drains(db: Database, routes: No
     assert (statuses, delivered, recorded) == (["processed"], ["succeeded"], 1)
 
 
+async def submit_one(Session: Any, tables: EngineTables, subject: Any, nodes: Any) -> Any:
+    """Store `nodes` as the active graph "g", add `subject`, and submit it: the instance."""
+    async with session_engine(Session).begin() as conn:
+        await stored(conn, tables.graphs, graph_of(nodes, REVIEW_EDGES, name="g"))
+    async with Session() as session:
+        session.add(subject)
+        await session.commit()
+    runtime = GraphRuntime(tables.graphs, engine=session_engine(Session))
+    return await runtime.submit(subject, "sam", template_name="g")
+
+
 async def test_graph_tables_and_a_subject_alone_submit_an_instance(db: Database) -> None:
     # The premise: nothing on this base is a workflow, so only the call declares the clock.
     assert not any(info.table.metadata is SubjectBase.metadata for info in registered_workflows())
     assert "duly_clock" in SubjectBase.metadata.tables
     Session = await db.create(SubjectBase.metadata)  # this base's schema and nothing else
-    graph = graph_of(REVIEW_NODES, REVIEW_EDGES, name="tickets")
-    async with session_engine(Session).begin() as conn:
-        await stored(conn, GRAPHS_ONLY.graphs, graph)
-    async with Session() as session:
-        ticket = Ticket(id=1)
-        session.add(ticket)
-        await session.commit()
-    runtime = GraphRuntime(GRAPHS_ONLY.graphs, engine=session_engine(Session))
-    instance = await runtime.submit(ticket, "sam", template_name="tickets")
+    instance = await submit_one(Session, GRAPHS_ONLY, Ticket(id=1), REVIEW_NODES)
     assert instance.state_code == "review"
     async with Session() as session:
         found = await session.get(Ticket, 1)
@@ -289,16 +293,8 @@ async def test_the_graph_timers_table_takes_a_deadline(db: Database) -> None:
     Session = await db.create(TimedBase.metadata)
     nodes = {**REVIEW_NODES, "review": {"type": STATE, "state_code": "review",
              "assignee_users": ["ann"], "deadline_seconds": 3600}}  # fmt: skip
-    graph = graph_of(nodes, REVIEW_EDGES, name="timed")
-    async with session_engine(Session).begin() as conn:
-        await stored(conn, TIMED.graphs, graph)
-    async with Session() as session:
-        ticket = TimedTicket(id=1)
-        session.add(ticket)
-        await session.commit()
     async with connect_workflows(Session):
-        runtime = GraphRuntime(TIMED.graphs, engine=session_engine(Session))
-        instance = await runtime.submit(ticket, "sam", template_name="timed")
+        instance = await submit_one(Session, TIMED, TimedTicket(id=1), nodes)
     timer = TIMED.graphs.timer
     assert timer is not None
     async with Session() as session:
