@@ -381,7 +381,7 @@ INVARIANTS = {
     "step_not_once": f"""
         WITH expected AS ({expected_steps()}),
         ok AS (
-            SELECT workflow, run_key, step, count(*) AS n FROM chaos_attempt_log
+            SELECT workflow, run_key, step, count(*) AS n FROM chaos_attempts
              WHERE outcome = 'ok' GROUP BY workflow, run_key, step
         )
         SELECT count(*) FROM expected e FULL JOIN ok o
@@ -455,8 +455,7 @@ async def count(engine: AsyncEngine, report: SoakReport) -> None:
             runs += int(await conn.scalar(select(func.count()).select_from(model.__table__)) or 0)
         report.runs = runs
         report.steps = int(
-            await conn.scalar(text("SELECT count(*) FROM chaos_attempt_log WHERE outcome = 'ok'"))
-            or 0
+            await conn.scalar(text("SELECT count(*) FROM chaos_attempts WHERE outcome = 'ok'")) or 0
         )
         report.events = int(await conn.scalar(text("SELECT count(*) FROM chaos_outbox")) or 0)
         report.deliveries = int(

@@ -19,16 +19,13 @@ from sqlalchemy import Float, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    AttemptLog,
     DatabaseEventRegistry,
     EventSettings,
     Limit,
     Workflow,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowOutbox,
     child,
+    declare_engine_tables,
     fan_out,
     step,
     wait_for,
@@ -47,20 +44,8 @@ class Base(DeclarativeBase):
     """The soak's own tables."""
 
 
-class Log(Base, AttemptLog):
-    __tablename__ = "chaos_attempt_log"
-
-
-class Event(Base, WorkflowEventRecord):
-    __tablename__ = "chaos_events"
-
-
-class Outbox(Base, WorkflowOutbox):
-    __tablename__ = "chaos_outbox"
-
-
-class Delivery(Base, WorkflowDeliveryAttempt):
-    __tablename__ = "chaos_deliveries"
+# chaos_attempts, chaos_events, chaos_outbox, chaos_deliveries: what the invariants count.
+Outbox = declare_engine_tables(Base, prefix="chaos_").outbox
 
 
 class Journey(Base, Workflow):

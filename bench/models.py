@@ -13,23 +13,13 @@ from sqlalchemy import Float, Integer, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    GraphBranch,
-    GraphHistory,
-    GraphInstance,
-    GraphNode,
     GraphSubject,
-    GraphTemplate,
-    GraphTransition,
-    GraphVisit,
-    GraphVote,
     Limit,
     Step,
     Workflow,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowOutbox,
     child,
+    declare_engine_tables,
     fan_out,
     step,
     wait_for,
@@ -180,22 +170,13 @@ class FanChild(Base, Workflow):
         return None
 
 
-class BenchEvent(Base, WorkflowEventRecord):
-    """The event records: every published event, as published."""
-
-    __tablename__ = "bench_events"
-
-
-class BenchOutbox(Base, WorkflowOutbox):
-    """The outbox: one row per event, a run of the engine's own `route` step."""
-
-    __tablename__ = "bench_outbox"
-
-
-class BenchDelivery(Base, WorkflowDeliveryAttempt):
-    """The delivery attempts: one row per route and event, which the bench checks."""
-
-    __tablename__ = "bench_deliveries"
+# The event layer's tables (bench_events, bench_outbox: its rows are runs of the engine's
+# own `route` step, bench_deliveries, which the bench checks) and the graph tables but their
+# timers (the transitions figure sets no deadline).
+engine_tables = declare_engine_tables(
+    Base, attempts=False, graphs=True, graph_timers=False, prefix="bench_"
+)
+BenchOutbox = engine_tables.outbox
 
 
 class BenchOrder(Base):
@@ -217,9 +198,10 @@ def ignore_event(event: WorkflowEvent) -> None:
 
 
 WORKFLOWS: dict[str, type[Workflow]] = {
-    cls.__name__: cls
-    for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild, BenchOutbox)
+    cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild)
 }
+OUTBOX_WORKFLOW = "BenchOutbox"  # the outbox's name on the worker process's command line
+WORKFLOWS[OUTBOX_WORKFLOW] = BenchOutbox
 
 
 class Backlog(Base, Workflow):
@@ -249,39 +231,7 @@ class LimitedBacklog(Base, Workflow):
         return None
 
 
-# -- graph workflows: the tables, and the subject the transitions figure moves ---------------
-
-
-class BenchGraphTemplate(Base, GraphTemplate):
-    pass
-
-
-class BenchGraphNode(Base, GraphNode):
-    pass
-
-
-class BenchGraphTransition(Base, GraphTransition):
-    pass
-
-
-class BenchGraphInstance(Base, GraphInstance):
-    pass
-
-
-class BenchGraphBranch(Base, GraphBranch):
-    pass
-
-
-class BenchGraphVisit(Base, GraphVisit):
-    pass
-
-
-class BenchGraphVote(Base, GraphVote):
-    pass
-
-
-class BenchGraphHistory(Base, GraphHistory):
-    pass
+# -- graph workflows: the subject the transitions figure moves --------------------------------
 
 
 class BenchTicket(Base, GraphSubject):

@@ -27,7 +27,7 @@ from bench.harness import (
     wait_until_done,
 )
 from bench.measures import percentiles
-from bench.models import BenchOrder, BenchOutbox, bench_event
+from bench.models import OUTBOX_WORKFLOW, BenchOrder, BenchOutbox, bench_event
 from engine import DatabaseEventRegistry, EventSettings
 from infra.embedded import EmbeddedPostgres
 
@@ -85,9 +85,7 @@ async def measure_outbox(
             options += ["--statement-log", f"{stem}.statements.json"]
             if profile:
                 options += ["--profile", f"{stem}.prof"]
-        async with WorkerProcess(
-            db, [BenchOutbox.__name__], pool_size, concurrency, options
-        ) as worker:
+        async with WorkerProcess(db, [OUTBOX_WORKFLOW], pool_size, concurrency, options) as worker:
             before, worker_before = server_cpu(server), worker.cpu_now()
             done_at = await wait_until_done(db, OUTBOX_TABLE, worker)
             server_seconds = cpu_since(server, before)

@@ -47,7 +47,7 @@ from sqlalchemy.orm import DeclarativeBase
 
 from bench.harness import REPO_ROOT, BenchDatabase
 from bench.models import Backlog
-from engine import AttemptLog
+from engine import declare_engine_tables
 from engine.claims import claim_due
 from engine.registry import workflow_info
 from engine.retention import RetentionSettings
@@ -71,10 +71,8 @@ class PruneBase(DeclarativeBase):
     """The base of the attempt log only this measurement fills."""
 
 
-class BenchAttempt(PruneBase, AttemptLog):
-    """The attempt log the prune empties of its old rows."""
-
-    __tablename__ = LOG
+# The attempt log the prune empties of its old rows.
+declare_engine_tables(PruneBase, events=False, names={"attempt_log": LOG})
 
 
 async def measure_prune(server: EmbeddedPostgres, old: int, new: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Import everything from here; the modules behind it are private. The graph
 workflows' names are imported when one is first asked for (`from engine
 import GraphRuntime` works as any other): a process that runs no graph, a
 Lambda wake or a worker of plain workflows, does not pay for their import
-(~15 ms of a cold start).
+(~15 ms of a Lambda cold start).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ from engine.limits import Limit, RateBucket
 from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
 from engine.steps import Call, Step, step
 from engine.stranded import StrandedRuns, stranded_runs
+from engine.tables import EngineTables, declare_engine_tables
 from engine.worker import Worker, run_workflows, wake
 from engine.workflow import Workflow
 
@@ -103,6 +104,7 @@ __all__ = [
     "Directory",
     "DulyError",
     "DurableWorkflowEngine",
+    "EngineTables",
     "EventError",
     "EventRegistry",
     "EventSettings",
@@ -174,6 +176,7 @@ __all__ = [
     "connect_bridge_from_settings",
     "connect_workflows",
     "count_prunable",
+    "declare_engine_tables",
     "disconnect_bridge",
     "every",
     "fan_out",

@@ -3,8 +3,9 @@
 Every due time, lease and deadline is compared with `db_now()`, never with
 Python's clock, so every worker on one database agrees on what is due, and a
 test can make three days pass by moving the shift. The shift lives in a
-one-row table, `duly_clock`, which is added to the metadata of every base that
-maps a workflow, so `create_all` and Alembic carry it with the user's tables.
+one-row table, `duly_clock`, added to the metadata of every base that maps a
+workflow or declares its engine tables (`engine.tables`), so `create_all` and
+Alembic carry it with the user's tables.
 """
 
 from __future__ import annotations

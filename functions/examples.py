@@ -1,23 +1,11 @@
 """The example workflows `duly dev` serves when DULY_APP is not set.
 
-`Onboarding`, `Expense`, `Digest` and `Research` are the seed's examples as
-written, but for the imports (and `Expense.escalate` and the columns of
-`Lookup`, which the seed names but does not show); the services they call
-(`send_email`, `has_activated`, `notify_manager`, `email_digest`,
-`lookup_provider`) are stubs that log, so a local run shows every step.
-
-The event layer's three tables are mapped here too (`duly_events`,
-`duly_outbox`, `duly_deliveries`), and `event_registry` routes
-`expense.submitted` to `start_expense`, which starts the Expense run for the
-expense it names, once. Importing the module configures nothing: `duly dev`
-and `duly drain` configure `event_registry` (see `functions.cli`), and
-`POST /dev/expenses` publishes the event through the outbox.
-
-The graph tables are mapped here too, with `ExpenseClaim`, the subject of
-the expense-approval graph (`functions.expense_graph`), and `graph_runtime`
-runs it: `duly dev` saves and activates the graph when no version of it is
-active, and its notifications go through the outbox to `notify_assignees`
-and `notify_completion`.
+`Onboarding`, `Expense`, `Digest` and `Research`/`Lookup` call stub services
+that log (`send_email`, `has_activated`, ...), so a local run shows every step.
+`declare_engine_tables` maps the engine's tables on `Base`: `event_registry`
+routes `expense.submitted` through the outbox to `start_expense`, and
+`graph_runtime` runs the expense-approval graph (`functions.expense_graph`) on
+`ExpenseClaim`. Importing the module configures nothing (`functions.cli` does).
 """
 
 from __future__ import annotations
@@ -31,16 +19,13 @@ from sqlalchemy import JSON, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    AttemptLog,
     Cron,
     DatabaseEventRegistry,
     Limit,
     Workflow,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowOutbox,
     child,
+    declare_engine_tables,
     every,
     fan_out,
     step,
@@ -52,18 +37,6 @@ from engine.graphs.directory import StaticDirectory
 from engine.graphs.notifications import STATE_ASSIGNMENT, STATE_COMPLETION
 from engine.graphs.runtime import GraphRuntime
 from engine.graphs.subjects import GraphSubject
-from engine.graphs.tables import (
-    GraphBranch,
-    GraphHistory,
-    GraphInstance,
-    GraphNode,
-    GraphTemplate,
-    GraphTransition,
-    GraphVisit,
-    GraphVote,
-    graph_tables,
-)
-from engine.graphs.timers import GraphTimer
 from functions import expense_graph
 
 log = logging.getLogger("duly.examples")
@@ -224,25 +197,17 @@ class Lookup(Base, Workflow):
         self.summary = await lookup_provider(self.company)
 
 
-class WorkflowAttempt(Base, AttemptLog):
-    __tablename__ = "workflow_attempt"
+# The engine's tables: the attempt log, the event layer's three, the graph workflows'.
+engine_tables = declare_engine_tables(Base, graphs=True, names={"attempt_log": "workflow_attempt"})
+WorkflowAttempt = engine_tables.attempt_log
+Event = engine_tables.event
+Outbox = engine_tables.outbox
+Delivery = engine_tables.delivery
 
 
 # -- events ------------------------------------------------------------------------------
 
 EXPENSE_SUBMITTED = "expense.submitted"
-
-
-class Event(Base, WorkflowEventRecord):
-    __tablename__ = "duly_events"
-
-
-class Outbox(Base, WorkflowOutbox):
-    __tablename__ = "duly_outbox"
-
-
-class Delivery(Base, WorkflowDeliveryAttempt):
-    __tablename__ = "duly_deliveries"
 
 
 def is_expense(event: WorkflowEvent) -> bool:
@@ -275,42 +240,6 @@ event_registry.register(EXPENSE_SUBMITTED, start_expense, validator=is_expense)
 
 
 # -- graph workflows -------------------------------------------------------------------------
-
-
-class GraphTemplateRow(Base, GraphTemplate):
-    pass
-
-
-class GraphNodeRow(Base, GraphNode):
-    pass
-
-
-class GraphTransitionRow(Base, GraphTransition):
-    pass
-
-
-class GraphInstanceRow(Base, GraphInstance):
-    pass
-
-
-class GraphBranchRow(Base, GraphBranch):
-    pass
-
-
-class GraphVisitRow(Base, GraphVisit):
-    pass
-
-
-class GraphVoteRow(Base, GraphVote):
-    pass
-
-
-class GraphHistoryRow(Base, GraphHistory):
-    pass
-
-
-class GraphTimerRow(Base, GraphTimer):
-    pass
 
 
 class ExpenseClaim(Base, GraphSubject):
@@ -351,7 +280,7 @@ event_registry.register(STATE_ASSIGNMENT, notify_assignees)
 event_registry.register(STATE_COMPLETION, notify_completion)
 
 graph_runtime = GraphRuntime(
-    graph_tables(Base),
+    engine_tables.graphs,
     directory=StaticDirectory(expense_graph.GROUPS),
     conditions=graph_conditions,
 )

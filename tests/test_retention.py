@@ -50,19 +50,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    AttemptLog,
     ConfigurationError,
     DatabaseEventRegistry,
     EventSettings,
     Workflow,
     WorkflowDefinition,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowExecutionRecord,
-    WorkflowOutbox,
     configure_event_registry,
     connect_workflows,
+    declare_engine_tables,
     step,
     wait_for_resume,
 )
@@ -99,24 +95,9 @@ class Order(Base, Workflow):
         self.status = "shipped"
 
 
-class Attempt(Base, AttemptLog):
-    __tablename__ = "retention_attempts"
-
-
-class Event(Base, WorkflowEventRecord):
-    __tablename__ = "retention_events"
-
-
-class Outbox(Base, WorkflowOutbox):
-    __tablename__ = "retention_outbox"
-
-
-class Delivery(Base, WorkflowDeliveryAttempt):
-    __tablename__ = "retention_deliveries"
-
-
-class Execution(Base, WorkflowExecutionRecord):
-    __tablename__ = "retention_executions"
+# Every kind of table duly prunes: retention_attempts, _events, _outbox, _deliveries, _executions.
+engine_tables = declare_engine_tables(Base, executions=True, prefix="retention_")
+Outbox, Execution = engine_tables.outbox, engine_tables.execution
 
 
 async def ship_order(event: WorkflowEvent) -> None:

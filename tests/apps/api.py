@@ -8,7 +8,7 @@ from typing import Any, Literal
 from sqlalchemy import CheckConstraint, DateTime, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, step, wait_for
+from engine import Workflow, declare_engine_tables, step, wait_for
 
 Plan = Literal["basic", "gold"]
 
@@ -60,5 +60,6 @@ class Invoice(Base, Workflow):
         self.note = repr(value)
 
 
-class InvoiceAttempt(Base, AttemptLog):
-    __tablename__ = "invoice_attempt"
+InvoiceAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "invoice_attempt"}
+).attempt_log

@@ -10,7 +10,7 @@ from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
 import engine.dataclass
-from engine import AttemptLog, Workflow, every, step, wake_in
+from engine import Workflow, declare_engine_tables, every, step, wake_in
 
 
 class Base(DeclarativeBase):
@@ -114,8 +114,9 @@ class Other(Base, Workflow):
         return Timer.fire
 
 
-class Attempt(Base, AttemptLog):
-    __tablename__ = "workflow_attempt"
+Attempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "workflow_attempt"}
+).attempt_log
 
 
 class DataBase(MappedAsDataclass, DeclarativeBase, kw_only=True):
@@ -134,8 +135,9 @@ class Signup(DataBase, engine.dataclass.Workflow):
         self.nudges += 1
 
 
-class SignupAttempt(DataBase, engine.dataclass.AttemptLog):
-    __tablename__ = "signup_attempt"
+SignupAttempt = declare_engine_tables(
+    DataBase, events=False, names={"attempt_log": "signup_attempt"}
+).attempt_log
 
 
 class Lasting(Base, Workflow):

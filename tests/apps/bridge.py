@@ -10,23 +10,16 @@ from typing import ClassVar
 from sqlalchemy import ForeignKey, LargeBinary, Numeric, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from engine import WorkflowDeliveryAttempt, WorkflowEventRecord, WorkflowOutbox
+from engine import (
+    declare_engine_tables,
+)
 
 
 class BridgeBase(DeclarativeBase):
     """The bridge tests' base."""
 
 
-class BridgeEvent(BridgeBase, WorkflowEventRecord):
-    __tablename__ = "bridge_events"
-
-
-class BridgeOutbox(BridgeBase, WorkflowOutbox):
-    __tablename__ = "bridge_outbox"
-
-
-class BridgeDelivery(BridgeBase, WorkflowDeliveryAttempt):
-    __tablename__ = "bridge_deliveries"
+BridgeOutbox = declare_engine_tables(BridgeBase, attempts=False, prefix="bridge_").outbox
 
 
 class Parcel(BridgeBase):

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import Float, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, step
+from engine import Workflow, declare_engine_tables, step
 from engine.settings import TEST_MARKS
 
 SLOW_STEP_SECONDS = 60.0  # long enough that only a kill or a lease ends it
@@ -95,5 +95,6 @@ class Timed(Base, Workflow):
         self.ran_at = time.time()
 
 
-class ChainAttempt(Base, AttemptLog):
-    __tablename__ = "workflow_attempt"
+ChainAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "workflow_attempt"}
+).attempt_log

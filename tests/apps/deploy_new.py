@@ -9,7 +9,7 @@ import asyncio
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, step
+from engine import Workflow, declare_engine_tables, step
 
 STEP_SECONDS = 0.01
 RELEASE = "new"
@@ -37,5 +37,6 @@ class Order(Base, Workflow):
         self.reviewer = reviewer
 
 
-class OrderAttempt(Base, AttemptLog):
-    __tablename__ = "deploy_attempt"
+OrderAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "deploy_attempt"}
+).attempt_log

@@ -12,7 +12,7 @@ import asyncio
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, step
+from engine import Workflow, declare_engine_tables, step
 
 STEP_SECONDS = 0.01  # long enough for two workers' claims to interleave
 RELEASE = "old"
@@ -42,5 +42,6 @@ class Order(Base, Workflow):
         self.tallied = self.tallied + str(count)  # type: ignore[operator]
 
 
-class OrderAttempt(Base, AttemptLog):
-    __tablename__ = "deploy_attempt"
+OrderAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "deploy_attempt"}
+).attempt_log

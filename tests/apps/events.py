@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Workflow, every, step, wait_for
+from engine import Workflow, declare_engine_tables, every, step, wait_for
 
 
 class Base(DeclarativeBase):
@@ -61,5 +61,6 @@ class Chat(Base, Workflow):
         return wait_for(Chat.message)
 
 
-class ChatAttempt(Base, AttemptLog):
-    __tablename__ = "chat_attempt"
+ChatAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "chat_attempt"}
+).attempt_log

@@ -12,24 +12,28 @@ from typing import Any
 
 from sqlalchemy.orm import DeclarativeBase
 
-from engine import LocalWorkflowEngine, WorkflowDefinition, wait_for_resume
-from engine.executions.durable import DurableWorkflowEngine, WorkflowExecutionRecord
+from engine import LocalWorkflowEngine, WorkflowDefinition, declare_engine_tables, wait_for_resume
+from engine.executions.durable import DurableWorkflowEngine
 
 
 class Base(DeclarativeBase):
     """The execution tests' base."""
 
 
-class Execution(Base, WorkflowExecutionRecord):
-    __tablename__ = "duly_executions"
+Execution = declare_engine_tables(Base, events=False, attempts=False, executions=True).execution
 
 
 class OtherBase(DeclarativeBase):
     """A second application's base, for an engine given its table explicitly."""
 
 
-class ArchivedExecution(OtherBase, WorkflowExecutionRecord):
-    __tablename__ = "archived_executions"
+ArchivedExecution = declare_engine_tables(
+    OtherBase,
+    events=False,
+    attempts=False,
+    executions=True,
+    names={"execution": "archived_executions"},
+).execution
 
 
 def approve(given: Mapping[str, Any]) -> object:

@@ -7,58 +7,17 @@ from decimal import Decimal
 from sqlalchemy import Numeric, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from engine import declare_engine_tables
 from engine.graphs.subjects import GraphSubject
-from engine.graphs.tables import (
-    GraphBranch,
-    GraphHistory,
-    GraphInstance,
-    GraphNode,
-    GraphTemplate,
-    GraphTransition,
-    GraphVisit,
-    GraphVote,
-)
-from engine.graphs.timers import GraphTimer
 
 
 class Base(DeclarativeBase):
     pass
 
 
-class Template(Base, GraphTemplate):
-    pass
-
-
-class Node(Base, GraphNode):
-    pass
-
-
-class Transition(Base, GraphTransition):
-    pass
-
-
-class Instance(Base, GraphInstance):
-    pass
-
-
-class Branch(Base, GraphBranch):
-    pass
-
-
-class Visit(Base, GraphVisit):
-    pass
-
-
-class Vote(Base, GraphVote):
-    pass
-
-
-class History(Base, GraphHistory):
-    pass
-
-
-class Timer(Base, GraphTimer):
-    pass
+tables = declare_engine_tables(Base, events=False, attempts=False, graphs=True).graphs
+Template, Instance, Branch = tables.template, tables.instance, tables.branch
+Visit, Vote, History, Timer = tables.visit, tables.vote, tables.history, tables.timer
 
 
 class Claim(Base, GraphSubject):

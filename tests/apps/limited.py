@@ -15,8 +15,7 @@ from datetime import timedelta
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
-import engine.dataclass
-from engine import AttemptLog, Limit, RateBucket, Workflow, step
+from engine import Limit, Workflow, declare_engine_tables, step
 
 AT_MOST = 3
 RATE = 60  # starts per PERIOD, per provider
@@ -75,20 +74,22 @@ class Burst(Base, Workflow):
         return None
 
 
-class WorkflowRate(Base, RateBucket):
-    __tablename__ = "workflow_rate"
-
-
-class LimitAttempt(Base, AttemptLog):
-    __tablename__ = "limit_attempt"
+engine_tables = declare_engine_tables(
+    Base,
+    events=False,
+    rate_buckets=True,
+    names={"rate_bucket": "workflow_rate", "attempt_log": "limit_attempt"},
+)
+WorkflowRate, LimitAttempt = engine_tables.rate_bucket, engine_tables.attempt_log
 
 
 class DataBase(MappedAsDataclass, DeclarativeBase):
     """A dataclass base, for the RateBucket twin."""
 
 
-class DataRate(DataBase, engine.dataclass.RateBucket):
-    __tablename__ = "data_rate"
+DataRate = declare_engine_tables(
+    DataBase, events=False, attempts=False, rate_buckets=True, names={"rate_bucket": "data_rate"}
+).rate_bucket
 
 
 class Render(Base, Workflow):

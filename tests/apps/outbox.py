@@ -8,14 +8,11 @@ from sqlalchemy import BigInteger, String, Text, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    AttemptLog,
     DatabaseEventRegistry,
     EventSettings,
     Workflow,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowOutbox,
+    declare_engine_tables,
     step,
     wait_for,
 )
@@ -26,20 +23,9 @@ class Base(DeclarativeBase):
     """The outbox tests' base."""
 
 
-class Event(Base, WorkflowEventRecord):
-    __tablename__ = "duly_events"
-
-
-class Outbox(Base, WorkflowOutbox):
-    __tablename__ = "duly_outbox"
-
-
-class Delivery(Base, WorkflowDeliveryAttempt):
-    __tablename__ = "duly_deliveries"
-
-
-class Log(Base, AttemptLog):
-    __tablename__ = "outbox_attempt_log"
+engine_tables = declare_engine_tables(Base, names={"attempt_log": "outbox_attempt_log"})
+Event, Outbox, Delivery = engine_tables.event, engine_tables.outbox, engine_tables.delivery
+Log = engine_tables.attempt_log
 
 
 class HandlerRun(Base):

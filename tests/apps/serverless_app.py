@@ -21,14 +21,11 @@ from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
-    AttemptLog,
     DatabaseEventRegistry,
     EventSettings,
     Workflow,
-    WorkflowDeliveryAttempt,
     WorkflowEvent,
-    WorkflowEventRecord,
-    WorkflowOutbox,
+    declare_engine_tables,
     step,
     wait_for,
     wake_in,
@@ -48,20 +45,7 @@ class Base(DeclarativeBase):
     """The Lambda tests' own base."""
 
 
-class Event(Base, WorkflowEventRecord):
-    __tablename__ = "lambda_events"
-
-
-class Outbox(Base, WorkflowOutbox):
-    __tablename__ = "lambda_outbox"
-
-
-class Delivery(Base, WorkflowDeliveryAttempt):
-    __tablename__ = "lambda_deliveries"
-
-
-class Log(Base, AttemptLog):
-    __tablename__ = "lambda_attempt_log"
+Outbox = declare_engine_tables(Base, prefix="lambda_").outbox  # and lambda_attempts
 
 
 class Signup(Base, Workflow):

@@ -20,7 +20,15 @@ from sqlalchemy import JSON, String, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import AttemptLog, Step, Workflow, connect_workflows, every, step, wait_for
+from engine import (
+    Step,
+    Workflow,
+    connect_workflows,
+    declare_engine_tables,
+    every,
+    step,
+    wait_for,
+)
 
 TIMEOUT = timedelta(hours=1)  # how long each wait lasts before Waiter.expire runs
 SCHEDULE = timedelta(hours=2)  # the interval of `after_answer == "schedule"`
@@ -80,8 +88,9 @@ class Waiter(Base, Workflow):
         return wait_for(target, timeout=TIMEOUT, on_timeout=Waiter.expire)
 
 
-class WaitAttempt(Base, AttemptLog):
-    __tablename__ = "wait_attempt"
+WaitAttempt = declare_engine_tables(
+    Base, events=False, names={"attempt_log": "wait_attempt"}
+).attempt_log
 
 
 async def deliver_all(url: str, run_id: int, values: list[int]) -> dict[str, int]:
