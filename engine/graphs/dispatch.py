@@ -32,7 +32,6 @@ import dataclasses
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,7 +51,6 @@ from engine.graphs.locks import (
 )
 from engine.graphs.model import Graph, Node
 from engine.graphs.notifications import assignment_event, completion_event
-from engine.graphs.pipeline import Statement
 from engine.graphs.subjects import key_values, subject_class
 from engine.graphs.sync import KEEP, NewVisit, SubjectWrite, Writes, synced_state, write
 from engine.graphs.tables import (
@@ -236,11 +234,7 @@ async def read_subject(conn: AsyncConnection, instance: InstanceState) -> Any:
     except NotFoundError:
         return None
     key = key_values(cls, instance.subject_key)
-    if not conn.in_transaction():
-        # A move's transaction is the driver's (`driven`): SQLAlchemy is told of it (it
-        # sends nothing), so the session joins it; owning one, the session would roll it
-        # back as it closes, and the move's lock with it.
-        await conn.begin()
+    # The session joins the move's transaction: its close leaves it, and the lock, alone.
     async with AsyncSession(bind=conn) as session:
         return await session.get(cls, key if len(key) > 1 else key[0])
 
@@ -585,17 +579,10 @@ def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> Non
     unit.writes.subject = SubjectWrite(cls, instance.subject_key, None)
 
 
-async def save(
-    unit: Unit,
-    *,
-    also: Sequence[Statement] = (),
-    commit: bool = False,
-    announce: Sequence[str] = (),
-) -> datetime | None:
-    """Write what the unit decided (one statement, with `also` and the COMMIT if asked, and
-    the NOTIFY of `announce` after it).
+async def save(unit: Unit) -> datetime | None:
+    """Write what the unit decided, in one statement of its transaction (never committing it).
 
-    Returns the time it wrote, or None.
+    Returns the time it wrote, or None when there was nothing to write.
     """
     writes = unit.writes
     # Every write of an instance's branches or visits updates its row too: a lock that
@@ -603,4 +590,4 @@ async def save(
     writes.instance_changed = unit.before != unit.instance or bool(
         writes.branches or writes.visits_new or writes.visits_ended
     )
-    return await write(unit.conn, unit.tables, writes, also=also, commit=commit, announce=announce)
+    return await write(unit.conn, unit.tables, writes)

@@ -12,9 +12,6 @@ new version of the rows it locked, but every other row as its snapshot had
 it, from before the transaction it waited for committed. Every writer of an
 instance's branches updates its row, so the row's version (xmin) tells a
 stale read, and the branches are then read again by a second statement.
-
-The lock is a hot statement: it runs on the driver's own connection
-(`engine.graphs.pipeline`), and a move's transaction is begun with it there.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ from sqlalchemy import BindParameter, Select, Uuid, and_, bindparam, literal_col
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
-from engine.graphs.pipeline import fetch
 from engine.graphs.tables import ACTIVE, GraphTables
 
 
@@ -259,7 +255,7 @@ async def lock_branch(
     StateWorkflowError: the branch is not one of its branches.
     """
     params = {"instance_id": instance_id, "branch_id": branch_id}
-    rows = await fetch(conn, lock_branch_statement(tables), params)
+    rows = (await conn.execute(lock_branch_statement(tables), params)).mappings().all()
     if not rows:
         instance = await lock_instance(conn, tables, instance_id)
         raise StateWorkflowError(f"Branch {branch_id} is not a branch of instance {instance.id}.")

@@ -25,12 +25,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.sql import ClauseElement
 
 from engine.connection import current_connection
 from engine.errors import NotConnectedError
@@ -40,7 +38,6 @@ from engine.events.event import WorkflowEvent
 from engine.events.routing import EventRegistry
 from engine.graphs.locks import InstanceState
 from engine.graphs.model import Graph, Node
-from engine.graphs.pipeline import Statement
 
 log = logging.getLogger("duly.graphs")
 
@@ -123,33 +120,6 @@ async def publish_in_transaction(
         return False
     await registry.publish_many(events, session=conn)
     return True
-
-
-@dataclass(frozen=True)
-class Publication:
-    """The statement storing a transaction's events in the outbox, and the payload of the
-    NOTIFY to send just after the COMMIT (`fetch_all`'s `announce`)."""
-
-    statement: Statement
-    announce: str
-
-
-def outbox_publication(
-    registry: EventRegistry, events: Sequence[WorkflowEvent]
-) -> Publication | None:
-    """How `events` are stored in the outbox, if `registry` stores them there.
-
-    The statement leaves out its NOTIFY: it goes after the COMMIT, so moves
-    commit together (see `engine.graphs.pipeline.fetch_all`).
-    """
-    if not events or not isinstance(registry, DatabaseEventRegistry):
-        return None
-    found = registry.publish_statement_for(events, announced=False)
-    if found is None:
-        return None
-    statement, params = found
-    assert isinstance(statement, ClauseElement)
-    return Publication((statement, params), registry.tables().outbox_table.name)
 
 
 async def publish_now(registry: EventRegistry, events: Sequence[WorkflowEvent]) -> None:

@@ -71,12 +71,10 @@ from engine.graphs.model import Edge, Graph, Node, load_graph
 from engine.graphs.notifications import (
     chosen_registry,
     kick_outbox,
-    outbox_publication,
     publish_after_caller_commits,
     publish_in_transaction,
     publish_now,
 )
-from engine.graphs.pipeline import driven
 from engine.graphs.subjects import state_column, subject_ref
 from engine.graphs.sync import Writes
 from engine.graphs.tables import (
@@ -185,7 +183,7 @@ class GraphRuntime:
             async with self.engine.begin() as conn:
                 unit = await self._submit(conn, subject, user, template_name, template_id)
                 with refused_if_in_a_workflow(unit):
-                    stored = await save_and_commit(unit, registry)
+                    stored = await save_with_events(unit, registry)
             await self._after_commit(registry, unit, stored)
         show_state(subject, unit.instance.state_code)
         return InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
@@ -323,11 +321,11 @@ class GraphRuntime:
         if it has moved on since, the transition is refused saying so.
         """
         registry = chosen_registry(self.events)
-        async with driven(self.engine) as conn:
+        async with self.engine.begin() as conn:
             unit, tally = await self._transition(
                 conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
             )
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         snapshot = InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
         return TransitionOutcome(
@@ -422,7 +420,7 @@ class GraphRuntime:
             unit = await self._escalation(conn, instance_id, branch_id, visit_id)
             if unit is None:
                 return False
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         return True
 
@@ -463,7 +461,7 @@ class GraphRuntime:
             graph = await load_graph(conn, self.tables, instance.template_id)
             unit = self._unit(conn, graph, instance, user)
             cancel_instance(unit, await live_branches(conn, self.tables, instance.id), reason)
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         return InstanceSnapshot.of(unit.instance, graph, unit.branches())
 
@@ -554,18 +552,12 @@ def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
         ) from exc
 
 
-async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
-    """Write what `unit` decided and its notifications, then COMMIT, in one round trip
-    (the outbox's NOTIFY right after the COMMIT, in the same round trip).
-
-    Whether the notifications went to the outbox (else they are told after the commit).
-    """
-    publish = outbox_publication(registry, unit.events)
-    if publish is None:
-        await save(unit, commit=True)
-        return False
-    await save(unit, also=[publish.statement], commit=True, announce=[publish.announce])
-    return True
+async def save_with_events(unit: Unit, registry: EventRegistry) -> bool:
+    """Write what `unit` decided, and its notifications when `registry` stores them, in the
+    unit's transaction (never committing it); whether the notifications were stored (else
+    they are told after the commit)."""
+    await save(unit)
+    return await publish_in_transaction(unit.conn, registry, unit.events)
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -72,7 +72,6 @@ from engine.clock import db_now
 from engine.graphs.history import HistoryRow
 from engine.graphs.locks import BranchState, InstanceState
 from engine.graphs.model import Graph
-from engine.graphs.pipeline import Statement, fetch_all
 from engine.graphs.subjects import key_values, state_column
 from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
 from engine.handles import cancel_statement
@@ -165,13 +164,11 @@ class Shape:
     timers_new: bool
     timers_cancelled: bool
     single_keys: bool = False  # each part found by key has one row: its key is a scalar
-    announced: bool = True  # new timers are announced by this statement's NOTIFY
 
     @property
     def empty(self) -> bool:
         """Whether there is nothing to write."""
-        flags = ("single_keys", "announced")
-        return not any(value for name, value in vars(self).items() if name not in flags)
+        return not any(value for name, value in vars(self).items() if name != "single_keys")
 
     @classmethod
     def of(cls, writes: Writes) -> Shape:
@@ -197,40 +194,18 @@ class Shape:
         )
 
 
-async def write(
-    conn: AsyncConnection,
-    tables: GraphTables,
-    writes: Writes,
-    *,
-    also: Sequence[Statement] = (),
-    commit: bool = False,
-    announce: Sequence[str] = (),
-) -> datetime | None:
+async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> datetime | None:
     """Write everything `writes` gathered in one statement of `conn`'s transaction.
 
-    `also` (the notifications' outbox statement) goes with it, and with
-    `commit` the COMMIT too, then the NOTIFY of `announce` and of new
-    timers (after the COMMIT: see `fetch_all`): one round trip. Returns
-    the time it wrote (the database clock's, the same for every row), None
-    when there was nothing to write. New rows and completed ones are given
-    that time here, so a snapshot needs no second read.
+    Returns the time it wrote (the database clock's, the same for every
+    row), None when there was nothing to write. New rows and completed ones
+    are given that time here, so a snapshot needs no second read.
     """
     shape = Shape.of(writes)
-    notices = list(announce)
-    if commit and shape.timers_new and tables.timer is not None:
-        # Committed here: the timers are announced after the COMMIT, not inside it.
-        shape = replace(shape, announced=False)
-        notices.append(workflow_info(tables.timer).name)
-    statements = list(also)
-    if not shape.empty:
-        statements.insert(0, (write_statement(tables, shape), parameters(writes, shape)))
-    if not statements:
-        return None
-    results = await fetch_all(conn, statements, commit=commit, announce=notices)
     if shape.empty:
         return None
-    [row] = results[0]
-    now: datetime = row["written_at"]
+    result = await conn.execute(write_statement(tables, shape), parameters(writes, shape))
+    now: datetime = result.one().written_at
     instance = writes.instance
     if instance.new:
         instance.submitted_at = now
@@ -409,7 +384,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(
             update(instances)
             # The one row of "i" is the instance itself: found by the key it is given.
-            .where(instances.c.id == instance_id)
+            .where(instances.c.id == instance_id, instances.c.id == rows.c.id)
             .values(
                 {
                     **{name: rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]},
@@ -631,9 +606,8 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         rows = _rows(document_value, "tn", TIMER_NEW)
         info = workflow_info(tables.timer)
         ctes.append(timer_insert(info, rows, instance_id, now_value).cte("timers_new"))
-        if shape.announced:
-            # The workers recompute their next instant (the deadline) when this commits.
-            announced.append(announcement(info.name).label("duly_notified"))
+        # The workers recompute their next instant (the deadline) when this commits.
+        announced.append(announcement(info.name).label("duly_notified"))
     return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
 
 
@@ -646,6 +620,7 @@ def _subject_update(cls: type[Any], document: Any) -> Any:
         update(table)
         # One subject a statement: its key given as scalars, which its index answers.
         .where(*(_among(key, f"s{i}", True) for i, key in enumerate(keys)))
+        .where(*(key == given.c[f"k{i}"] for i, key in enumerate(keys)))
         .values({table.c[state_column(cls)]: given.c.code})
     )
 
