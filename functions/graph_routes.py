@@ -19,10 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from engine.errors import DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import Design
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import key_values, subject_class
-from engine.graphs.versions import activate_template, list_templates, load_design, save_design
+from engine.graphs.design.document import Design
+from engine.graphs.design.versions import (
+    activate_template,
+    list_templates,
+    load_design,
+    save_design,
+)
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.subjects import key_values, subject_class
 
 router = APIRouter(prefix="/graphs", tags=["graph workflows"])
 

@@ -39,9 +39,10 @@ from sqlalchemy import select, text
 from engine import DatabaseEventRegistry, connect_workflows
 from engine.connection import session_engine
 from engine.errors import StateWorkflowError, WorkflowSubmissionError
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.model import Graph
-from engine.graphs.runtime import GraphRuntime, InstanceSnapshot, TransitionOutcome
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import InstanceSnapshot, TransitionOutcome
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app

@@ -1,5 +1,5 @@
-"""The designer's load, save and activation of graph templates (engine.graphs.design and
-engine.graphs.versions), one test per rule of the seed's "Designer Load/Save Pipeline"
+"""The designer's load, save and activation of graph templates (engine.graphs.design.document
+and engine.graphs.design.versions), one test per rule of the seed's "Designer Load/Save Pipeline"
 and "Versioning".
 
 Save
@@ -56,9 +56,8 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.errors import ConfigurationError, NotFoundError, TemplateInvalidError
-from engine.graphs.model import Graph, read_graph
-from engine.graphs.tables import JOIN, graph_tables
-from engine.graphs.versions import (
+from engine.graphs.design.model import Graph, read_graph
+from engine.graphs.design.versions import (
     SavedDesign,
     activate_template,
     active_template_id,
@@ -66,6 +65,7 @@ from engine.graphs.versions import (
     load_design,
     save_design,
 )
+from engine.graphs.tables import JOIN, graph_tables
 from tests.apps.graphs import Base
 from tests.conftest import Database
 

@@ -42,9 +42,9 @@ from typing import Any
 import pytest
 
 from engine.errors import StateWorkflowError
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.model import Graph
-from engine.graphs.runtime import InstanceSnapshot
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.conftest import Database

@@ -31,8 +31,8 @@ import pytest
 from sqlalchemy import select
 
 from engine import GraphRuntime, graph_tables
-from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
+from engine.graphs.moves.conditions import ConditionRegistry
 from functions import examples
 from functions.app import create_app
 from functions.dev import create_dev_app, install_example_graph

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import uuid
 
-from engine.graphs.joins import resolve_matched_joins
-from engine.graphs.model import Graph
+from engine.graphs.design.joins import resolve_matched_joins
+from engine.graphs.design.model import Graph
 from engine.graphs.tables import END, FORK, JOIN, START, STATE
 from tests.graph_helpers import graph_of
 

@@ -1,4 +1,4 @@
-"""A move's notifications (engine.graphs.notifications): announced when they are committed.
+"""A move's notifications (engine.graphs.moves.notifications): announced when they are committed.
 
 - the outbox's wake-up is heard after a move, and the move's events are
   committed by then: test_a_moves_events_are_announced_when_they_are_committed
@@ -11,8 +11,8 @@ from __future__ import annotations
 import psycopg
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.runtime import GraphRuntime
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.runtime import GraphRuntime
 from engine.notify import CHANNEL
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app

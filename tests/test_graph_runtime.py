@@ -104,11 +104,13 @@ from engine.errors import (
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
 )
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import StaticDirectory
-from engine.graphs.model import Graph
-from engine.graphs.runtime import GraphRuntime, InstanceSnapshot
-from engine.graphs.sync import Shape, write_statement
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.directory import StaticDirectory
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import InstanceSnapshot
+from engine.graphs.moves.write_statement import write_statement
+from engine.graphs.moves.writes import Shape
 from engine.graphs.tables import (
     CONDITION,
     END,
@@ -879,7 +881,7 @@ async def test_reads_between_moves_keep_the_moves_prepared(db: Database) -> None
             )
             await conn.commit()
     await engine.dispose()
-    assert any(statement.startswith("WITH w AS") for statement in prepared), prepared
+    assert any(statement.startswith("WITH move AS") for statement in prepared), prepared
     assert any("FOR NO KEY UPDATE" in statement for statement in prepared), prepared
 
 

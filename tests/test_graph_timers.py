@@ -31,8 +31,8 @@ import pytest
 
 from engine import run_workflows
 from engine.connection import session_engine
-from engine.graphs.model import Graph
-from engine.graphs.runtime import InstanceSnapshot
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import END, START, STATE
 from engine.next_due import next_due
 from engine.registry import workflow_info

@@ -8,12 +8,12 @@
     class Visit(Base, GraphVisit): pass              # duly_graph_visits
     class Vote(Base, GraphVote): pass                # duly_graph_votes
     class History(Base, GraphHistory): pass          # duly_graph_history
-    class Timer(Base, GraphTimer): pass              # duly_graph_timers (engine.graphs.timers)
+    class Timer(Base, GraphTimer): pass              # duly_graph_timers (moves.timers)
 
 The names are fixed (each mixin declares its `__tablename__`), since the
 tables reference one another by name. A template version's nodes and
 transitions never change once saved (a save is always a new version), which
-is why the runtime may keep a version's graph in memory (`engine.graphs.model`).
+is why the runtime may keep a version's graph in memory (`engine.graphs.design.model`).
 
 - *template*: one version of a named graph; `is_latest` marks the newest
   version of its name, `is_active` the one new instances start on (at most

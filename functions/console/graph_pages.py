@@ -1,7 +1,7 @@
 """The console's graph pages: templates drawn, instances moved by their buttons, the designer.
 
 Pages read through the process's `GraphRuntime` and the version functions
-the JSON API uses (`engine.graphs.versions`). Every form calls the JSON
+the JSON API uses (`engine.graphs.design.versions`). Every form calls the JSON
 API's own route function (`functions.graph_routes`) with the same request
 model, so a form is checked and refused exactly as the API would, then
 answers with a redirect (Post/Redirect/Get) or with the page again and the
@@ -33,15 +33,17 @@ from starlette.routing import NoMatchFound
 
 from engine.errors import DulyError, NotFoundError, WorkflowTransitionError
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import Design, describe, design_matches, drawn_design
-from engine.graphs.directory import effective_assignees
-from engine.graphs.history import AvailableTransition, BranchSnapshot, HistoryEntry
-from engine.graphs.model import Graph, load_graph
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import subject_types
+from engine.graphs.design.document import Design, describe, design_matches, drawn_design
+from engine.graphs.design.model import Graph, load_graph
+from engine.graphs.design.problems import Problem
+from engine.graphs.design.validation import validate_graph
+from engine.graphs.design.versions import list_templates, load_design, save_design
+from engine.graphs.moves.directory import effective_assignees
+from engine.graphs.moves.history import HistoryEntry
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
+from engine.graphs.moves.subjects import subject_types
 from engine.graphs.tables import ASSIGNMENT, CONDITION, STATUS_CHANGE, GraphTables
-from engine.graphs.validation import Problem, validate_graph
-from engine.graphs.versions import list_templates, load_design, save_design
 from functions import graph_routes
 from functions.console.rendering import ConsolePage, render
 

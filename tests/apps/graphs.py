@@ -7,7 +7,8 @@ from decimal import Decimal
 from sqlalchemy import Numeric, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine.graphs.subjects import GraphSubject
+from engine.graphs.moves.subjects import GraphSubject
+from engine.graphs.moves.timers import GraphTimer
 from engine.graphs.tables import (
     GraphBranch,
     GraphHistory,
@@ -18,7 +19,6 @@ from engine.graphs.tables import (
     GraphVisit,
     GraphVote,
 )
-from engine.graphs.timers import GraphTimer
 
 
 class Base(DeclarativeBase):

@@ -24,11 +24,18 @@ from sqlalchemy import Row, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.errors import NotFoundError, TemplateInvalidError
-from engine.graphs.design import Design, build_graph, drawn_design, parse_design, stored_design
-from engine.graphs.joins import resolve_matched_joins
-from engine.graphs.model import Graph, edge_values, node_values, read_graph
+from engine.graphs.design.document import (
+    Design,
+    build_graph,
+    drawn_design,
+    parse_design,
+    stored_design,
+)
+from engine.graphs.design.joins import resolve_matched_joins
+from engine.graphs.design.model import Graph, edge_values, node_values, read_graph
+from engine.graphs.design.problems import Problem
+from engine.graphs.design.validation import validate_graph
 from engine.graphs.tables import TEMPLATES, GraphTables
-from engine.graphs.validation import Problem, validate_graph
 
 SAVED_MESSAGE = "Workflow saved successfully"
 WORKFLOW_KIND = "state_based"  # the seed's workflow_kind; the only kind duly's graphs have

@@ -36,8 +36,8 @@ from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import WorkflowEvent
 from engine.events.routing import EventRegistry
-from engine.graphs.locks import InstanceState
-from engine.graphs.model import Graph, Node
+from engine.graphs.design.model import Graph, Node
+from engine.graphs.moves.states import InstanceState
 
 log = logging.getLogger("duly.graphs")
 

@@ -49,45 +49,35 @@ from engine.errors import (
     WorkflowSubmissionError,
 )
 from engine.events.routing import EventRegistry
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import Directory, StaticDirectory, effective_assignees
-from engine.graphs.dispatch import Unit, cancel_instance, dispatch, finish, save
-from engine.graphs.history import (
-    AvailableTransition,
-    HistoryEntry,
-    InstanceSnapshot,
-    TransitionOutcome,
-    read_history,
-)
-from engine.graphs.locks import (
-    BranchState,
-    InstanceState,
-    live_branches,
-    lock_branch,
-    lock_instance,
-    refuse_inactive,
-)
-from engine.graphs.model import Edge, Graph, Node, load_graph
-from engine.graphs.notifications import (
+from engine.graphs.design.model import Edge, Graph, Node, load_graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.directory import Directory, StaticDirectory, effective_assignees
+from engine.graphs.moves.dispatch import cancel_instance, dispatch, finish, save
+from engine.graphs.moves.history import HistoryEntry, read_history
+from engine.graphs.moves.locks import live_branches, lock_branch, lock_instance, refuse_inactive
+from engine.graphs.moves.notifications import (
     chosen_registry,
     kick_outbox,
     publish_after_caller_commits,
     publish_in_transaction,
     publish_now,
 )
-from engine.graphs.subjects import state_column, subject_ref
-from engine.graphs.sync import Writes
+from engine.graphs.moves.refusals import initial_node, refuse_move
+from engine.graphs.moves.snapshots import AvailableTransition, InstanceSnapshot, TransitionOutcome
+from engine.graphs.moves.states import BranchState, InstanceState
+from engine.graphs.moves.subjects import state_column, subject_ref
+from engine.graphs.moves.timers import escalate_visit, register_escalation
+from engine.graphs.moves.unit import Unit
+from engine.graphs.moves.votes import Tally, vote
+from engine.graphs.moves.writes import Writes
 from engine.graphs.tables import (
     ACTIVE,
-    CONDITION,
     CREATION,
     IN_REVIEW,
     INSTANCES,
     STATE,
     GraphTables,
 )
-from engine.graphs.timers import escalate_visit, register_escalation
-from engine.graphs.votes import Tally, vote
 
 __all__ = [
     "AvailableTransition",
@@ -206,7 +196,7 @@ class GraphRuntime:
             if template_id is None:
                 raise NotFoundError(f"No active graph template is named {template_name!r}.")
         graph = await load_graph(conn, self.tables, template_id)
-        target = self._initial_node(graph)
+        target = initial_node(graph, self.conditions)
         instance = InstanceState(
             id=uuid.uuid4(),
             template_id=graph.template_id,
@@ -236,35 +226,6 @@ class GraphRuntime:
         final = await dispatch(unit, branch, target)
         finish(unit, final, write_subject=True)
         return unit
-
-    def _initial_node(self, graph: Graph) -> Node:
-        """The START node's single target: a state with assignees, or a decidable condition."""
-        start = graph.start
-        if start is None:
-            raise StateWorkflowError(f"Template {graph.name!r} v{graph.version} has no START node.")
-        edges = graph.outgoing(start.id)
-        if len(edges) != 1:
-            raise StateWorkflowError(
-                f"START of {graph.name!r} v{graph.version} must have exactly one outgoing "
-                f"transition; it has {len(edges)}."
-            )
-        target = graph.nodes.get(edges[0].target_id)
-        if target is None:
-            raise StateWorkflowError(f"START of {graph.name!r} points nowhere.")
-        if target.node_type == STATE:
-            if not target.has_assignees:
-                raise StateWorkflowError(f"The initial state {target.title!r} has no assignees.")
-        elif target.node_type == CONDITION:
-            if not target.condition or target.condition not in self.conditions:
-                raise StateWorkflowError(
-                    f"The initial condition {target.title!r} names no registered predicate."
-                )
-        else:
-            raise StateWorkflowError(
-                f"START must lead to a state or a condition, not to {target.node_type} "
-                f"{target.title!r}."
-            )
-        return target
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -355,32 +316,9 @@ class GraphRuntime:
             locked.branch_node_id,
         )
         graph = await load_graph(conn, self.tables, instance.template_id)
-        if branch_status != ACTIVE:
-            raise StateWorkflowError(f"Branch {branch_id} is no longer active ({branch_status}).")
-        source = graph.nodes.get(node_id) if node_id is not None else None
-        if source is None:
-            raise StateWorkflowError(f"Branch {branch_id} sits on no node of its graph.")
-        if source_node_id is not None and source.id != source_node_id:
-            seen = graph.nodes.get(source_node_id)
-            raise StateWorkflowError(
-                f"Branch {branch_id} is no longer on {seen.title if seen else source_node_id!r}: "
-                f"it is on {source.title!r} now."
-            )
-        target = graph.nodes.get(target_id)
-        edge = graph.edge(source.id, target_id) if target is not None else None
-        if target is None or edge is None:
-            named = target.title if target is not None else str(target_id)
-            raise StateWorkflowError(
-                f"No transition leads from {source.title!r} to {named!r}: the branch is on "
-                f"{source.title!r}."
-            )
-        if edge.escalation:
-            raise StateWorkflowError(
-                f"The transition from {source.title!r} to {target.title!r} is an escalation: "
-                "only the engine takes it, when the deadline passes."
-            )
-        if source.node_type != STATE:
-            raise StateWorkflowError(f"{source.title!r} is not a state: nobody moves it.")
+        source, target, edge = refuse_move(
+            graph, branch_id, branch_status, node_id, target_id, source_node_id
+        )
         assignees = await self._assignees(source)
         if user not in assignees:
             raise StateWorkflowError(

@@ -17,7 +17,7 @@ jsonb_to_recordset), so a move is one round trip however much it changed,
 and its driver work is one text parameter, not dozens of arrays. The
 statement's text depends only on which kinds of rows it carries, so each
 shape is built once and psycopg prepares it (generic plans). The rows an
-UPDATE changes are also given as keys (`gk_<part>`), so they are found
+UPDATE changes are also given as keys (`keys_<part>`), so they are found
 through their indexes: joined to the document alone, the planner took the
 set-returning function for 100 rows and hashed the whole table, a scan
 growing with every visit and vote. A key that is the only one of its part
@@ -33,10 +33,6 @@ per branch, and the vote cast is left out of the votes it closes.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 from typing import cast as typing_cast
@@ -63,164 +59,25 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
 from engine.clock import db_now
-from engine.graphs.history import HistoryRow
-from engine.graphs.locks import BranchState, InstanceState
-from engine.graphs.model import Graph
-from engine.graphs.subjects import key_values, state_column
-from engine.graphs.tables import APPROVED, PENDING, STATE, GraphTables
+from engine.graphs.moves.subjects import state_column
+from engine.graphs.moves.writes import Shape
+from engine.graphs.tables import APPROVED, PENDING, GraphTables
 from engine.handles import cancel_statement
 from engine.literals import SECOND, int_constant, text_constant
 from engine.notify import announcement
 from engine.registry import WorkflowInfo, workflow_info
 
-KEEP = object()  # sync's answer when the subject's state stays as it is
-EXPIRE_STEP = "expire"  # the timers' one step (engine.graphs.timers.GraphTimer.expire)
+EXPIRE_STEP = "expire"  # the timers' one step (engine.graphs.moves.timers.GraphTimer.expire)
 NO_ARGUMENTS: dict[str, Any] = {"args": [], "kwargs": {}}  # `expire` takes none
 
 
-def synced_state(
-    graph: Graph, branches: Sequence[BranchState], final_code: str | None
-) -> tuple[uuid.UUID | None, object]:
-    """The instance's current node and the subject's state code (or KEEP), from live branches."""
-    active = sorted((b for b in branches if b.active), key=BranchState.order)
-    for branch in active:
-        node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
-        if node is not None and node.node_type == STATE and node.state_code:
-            return node.id, node.state_code
-    if active:
-        return active[0].node_id, KEEP
-    return None, final_code or None
-
-
-@dataclass(frozen=True)
-class NewVisit:
-    """A visit to insert; its iteration is counted by the statement (plus `offset`)."""
-
-    id: uuid.UUID
-    branch_id: uuid.UUID
-    node_id: uuid.UUID
-    offset: int  # 1, or more when this transaction enters the node more than once
-    deadline_seconds: float | None
-
-
-@dataclass(frozen=True)
-class VoteCast:
-    """A person's vote: inserted, or their pending one updated."""
-
-    visit_id: uuid.UUID
-    approver: str
-    target_id: uuid.UUID
-    comment: str
-
-
-@dataclass(frozen=True)
-class SubjectWrite:
-    """The subject's state column to set."""
-
-    cls: type[Any]
-    key: str
-    code: str | None
-
-
-@dataclass
-class Writes:
-    """What one transaction writes, gathered while it decides."""
-
-    instance: InstanceState
-    branches: dict[uuid.UUID, BranchState] = field(default_factory=dict)  # touched ones
-    visits_new: list[NewVisit] = field(default_factory=list)
-    visits_ended: dict[uuid.UUID, str] = field(default_factory=dict)  # id: status
-    vote_cast: VoteCast | None = None
-    votes_closed: list[uuid.UUID] = field(default_factory=list)  # visits whose pending close
-    votes_new: list[tuple[uuid.UUID, str]] = field(default_factory=list)  # visit, approver
-    history: list[HistoryRow] = field(default_factory=list)
-    subject: SubjectWrite | None = None
-    timers_new: list[tuple[uuid.UUID, uuid.UUID, float]] = field(default_factory=list)
-    timers_cancelled: list[uuid.UUID] = field(default_factory=list)
-    instance_changed: bool = False
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Which kinds of rows a statement writes: the key its text is built and kept under."""
-
-    instance_new: bool
-    instance_changed: bool
-    branches_new: bool
-    branches_changed: bool
-    visits_new: bool
-    visits_ended: bool
-    vote_cast: bool
-    votes_closed: bool
-    votes_new: bool
-    history: bool
-    subject: type[Any] | None
-    timers_new: bool
-    timers_cancelled: bool
-    single_keys: bool = False  # each part found by key has one row: its key is a scalar
-
-    @property
-    def empty(self) -> bool:
-        """Whether there is nothing to write."""
-        return not any(value for name, value in vars(self).items() if name != "single_keys")
-
-    @classmethod
-    def of(cls, writes: Writes) -> Shape:
-        """The shape of `writes`."""
-        branches = list(writes.branches.values())
-        changed = sum(1 for b in branches if b.changed and not b.new)
-        keyed = (changed, len(writes.visits_ended), len(writes.votes_closed))
-        return cls(
-            instance_new=writes.instance.new,
-            instance_changed=writes.instance_changed and not writes.instance.new,
-            branches_new=any(b.new for b in branches),
-            branches_changed=any(b.changed and not b.new for b in branches),
-            visits_new=bool(writes.visits_new),
-            visits_ended=bool(writes.visits_ended),
-            vote_cast=writes.vote_cast is not None,
-            votes_closed=bool(writes.votes_closed),
-            votes_new=bool(writes.votes_new),
-            history=bool(writes.history),
-            subject=writes.subject.cls if writes.subject is not None else None,
-            timers_new=bool(writes.timers_new),
-            timers_cancelled=bool(writes.timers_cancelled),
-            single_keys=all(count <= 1 for count in keyed),
-        )
-
-
-async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> datetime | None:
-    """Write everything `writes` gathered in one statement of `conn`'s transaction.
-
-    Returns the time it wrote (the database clock's, the same for every
-    row), None when there was nothing to write. New rows and completed ones
-    are given that time here, so a snapshot needs no second read.
-    """
-    shape = Shape.of(writes)
-    if shape.empty:
-        return None
-    result = await conn.execute(write_statement(tables, shape), parameters(writes, shape))
-    now: datetime = result.one().written_at
-    instance = writes.instance
-    if instance.new:
-        instance.submitted_at = now
-    if instance.completing:
-        instance.completed_at = now
-    for branch in writes.branches.values():
-        if branch.new:
-            branch.started_at = now
-        if branch.completing:
-            branch.completed_at = now
-    return now
-
-
-WRITES = "gw"  # the one document parameter: every row to write, as JSON
-INSTANCE = "gi"  # the instance's id (parameters are named unlike any column: an
+DOCUMENT = "move_document"  # the one document parameter: every row to write, as JSON
+INSTANCE_ID = "move_instance_id"  # the instance's id (parameters are named unlike any column: an
 # UPDATE would take a parameter named after one of its columns as a SET)
 
 # The rows of each part of the document, as (field, type): jsonb_to_recordset's columns.
@@ -278,7 +135,7 @@ VOTE_CAST: Columns = (
 VOTES_CLOSED: Columns = (("visit_id", Uuid()), ("keep", Text()))
 VOTE_NEW: Columns = (("id", Uuid()), ("visit_id", Uuid()), ("approver", Text()))
 HISTORY: Columns = (
-    ("n", Integer()),  # the order the runtime wrote them in
+    ("position", Integer()),  # the order the runtime wrote them in
     ("visit_id", Uuid()),
     ("action_type", Text()),
     ("actor", Text()),
@@ -296,11 +153,11 @@ def _rows(document: Any, part: str, columns: Columns) -> Any:
     rows = func.jsonb_to_recordset(given).table_valued(
         *(column(name, type_) for name, type_ in columns)
     )
-    return rows.render_derived(name=part, with_types=True)
+    return rows.render_derived(name=f"{part}_rows", with_types=True)
 
 
 def _among(key: Any, part: str, single: bool) -> Any:
-    """`key` is one of the keys of the document's `part` rows (parameter `gk_<part>`):
+    """`key` is one of the keys of the document's `part` rows (parameter `keys_<part>`):
     the key itself when `single` (the part has one row), else an array of them.
 
     The planner takes a set-returning function for 100 rows, so an UPDATE
@@ -311,8 +168,8 @@ def _among(key: Any, part: str, single: bool) -> Any:
     table's statistics it scanned the table rather than probe the index.
     """
     if single:
-        return key == bindparam(f"gk_{part}", type_=key.type)
-    return key == any_(bindparam(f"gk_{part}", type_=ARRAY(key.type)))
+        return key == bindparam(f"keys_{part}", type_=key.type)
+    return key == any_(bindparam(f"keys_{part}", type_=ARRAY(key.type)))
 
 
 def _bare(given: Any, rows: Any, *columns: Any) -> Select[Any]:
@@ -326,7 +183,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     """The one statement that writes a transaction's rows of `shape`.
 
     Its two parameters are the instance's id and one JSON document holding
-    every row, which PostgreSQL parses once (the `writes` CTE) and each part
+    every row, which PostgreSQL parses once (the `move` CTE) and each part
     of the statement reads with jsonb_to_recordset; the keys of the rows
     its UPDATEs change come as arrays too (`_among`).
     """
@@ -339,18 +196,18 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     # The document, parsed once, and the database clock, read once: every row of the
     # transaction has the same time.
     given = select(
-        cast(bindparam(WRITES, type_=Text()), JSONB).label("doc"), db_now().label("now")
-    ).cte("w")
+        cast(bindparam(DOCUMENT, type_=Text()), JSONB).label("document"), db_now().label("now")
+    ).cte("move")
     # In an INSERT ... SELECT the document's CTE is joined to the rows read from it; an
     # UPDATE (whose FROM cannot say JOIN) reads both through scalar subqueries.
-    document, now = given.c.doc, given.c.now
-    document_value = select(given.c.doc).scalar_subquery()
+    document, now = given.c.document, given.c.now
+    document_value = select(given.c.document).scalar_subquery()
     now_value = select(given.c.now).scalar_subquery()
-    instance_id = bindparam(INSTANCE, type_=Uuid())
+    instance_id = bindparam(INSTANCE_ID, type_=Uuid())
     ctes: list[Any] = []
 
     if shape.instance_new:
-        rows = _rows(document, "i", INSTANCE_NEW)
+        rows = _rows(document, "instance", INSTANCE_NEW)
         ctes.append(
             insert(instances)
             .from_select(
@@ -380,10 +237,10 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("instance_new")
         )
     if shape.instance_changed:
-        rows = _rows(document_value, "i", INSTANCE_CHANGED)
+        rows = _rows(document_value, "instance", INSTANCE_CHANGED)
         ctes.append(
             update(instances)
-            # The one row of "i" is the instance itself: found by the key it is given.
+            # The one row of "instance" is the instance itself: found by the key it is given.
             .where(instances.c.id == instance_id, instances.c.id == rows.c.id)
             .values(
                 {
@@ -394,7 +251,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("instance_changed")
         )
     if shape.branches_new:
-        rows = _rows(document, "bn", BRANCH_NEW)
+        rows = _rows(document, "branches_new", BRANCH_NEW)
         ctes.append(
             insert(branches)
             .from_select(
@@ -430,11 +287,11 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("branches_new")
         )
     if shape.branches_changed:
-        rows = _rows(document_value, "bc", BRANCH_CHANGED)
+        rows = _rows(document_value, "branches_changed", BRANCH_CHANGED)
         ctes.append(
             update(branches)
             .where(branches.c.id == rows.c.id)
-            .where(_among(branches.c.id, "bc", shape.single_keys))
+            .where(_among(branches.c.id, "branches_changed", shape.single_keys))
             .values(
                 current_node_id=rows.c.node,
                 status=rows.c.status,
@@ -443,7 +300,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("branches_changed")
         )
     if shape.visits_new:
-        rows = _rows(document, "vn", VISIT_NEW)
+        rows = _rows(document, "visits_new", VISIT_NEW)
         seen = visits.alias("seen")
         # Iterations count per (instance, node), 1, 2, ...: the visits before this
         # statement, plus this transaction's own position among its entries of the node.
@@ -483,16 +340,16 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("visits_new")
         )
     if shape.visits_ended:
-        rows = _rows(document_value, "ve", VISIT_ENDED)
+        rows = _rows(document_value, "visits_ended", VISIT_ENDED)
         ctes.append(
             update(visits)
             .where(visits.c.id == rows.c.id)
-            .where(_among(visits.c.id, "ve", shape.single_keys))
+            .where(_among(visits.c.id, "visits_ended", shape.single_keys))
             .values(status=rows.c.status, is_current=false(), completed_at=now_value)
             .cte("visits_ended")
         )
     if shape.vote_cast:
-        rows = _rows(document, "c", VOTE_CAST)
+        rows = _rows(document, "vote_cast", VOTE_CAST)
         cast_vote = insert(votes).from_select(
             [
                 "id",
@@ -531,12 +388,12 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             ).cte("vote_cast")
         )
     if shape.votes_closed:
-        rows = _rows(document_value, "x", VOTES_CLOSED)
+        rows = _rows(document_value, "votes_closed", VOTES_CLOSED)
         ctes.append(
             update(votes)
             .where(
                 votes.c.visit_id == rows.c.visit_id,
-                _among(votes.c.visit_id, "x", shape.single_keys),
+                _among(votes.c.visit_id, "votes_closed", shape.single_keys),
                 votes.c.status == text_constant(PENDING),
                 # The vote cast by this transaction is its own CTE's row.
                 votes.c.approver.is_distinct_from(rows.c.keep),
@@ -545,7 +402,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("votes_closed")
         )
     if shape.votes_new:
-        rows = _rows(document, "pn", VOTE_NEW)
+        rows = _rows(document, "votes_new", VOTE_NEW)
         ctes.append(
             insert(votes)
             .from_select(
@@ -565,7 +422,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             .cte("votes_new")
         )
     if shape.history:
-        rows = _rows(document, "h", HISTORY)
+        rows = _rows(document, "history", HISTORY)
         ctes.append(
             insert(history)
             .from_select(
@@ -591,7 +448,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
                     rows.c.details,
                     now,
                     # Ids (the identity) are drawn in this order: the order they were written.
-                ).order_by(rows.c.n),
+                ).order_by(rows.c.position),
             )
             .cte("history_new")
         )
@@ -599,11 +456,11 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
         ctes.append(_subject_update(shape.subject, document_value).cte("subject_state"))
     announced: list[ColumnElement[Any]] = []
     if shape.timers_cancelled and tables.timer is not None:
-        rows = _rows(document_value, "tc", TIMER_CANCELLED)
+        rows = _rows(document_value, "timers_cancelled", TIMER_CANCELLED)
         info = workflow_info(tables.timer)
         ctes.append(timer_cancel(info, select(rows.c.visit_id)).cte("timers_cancelled"))
     if shape.timers_new and tables.timer is not None:
-        rows = _rows(document_value, "tn", TIMER_NEW)
+        rows = _rows(document_value, "timers_new", TIMER_NEW)
         info = workflow_info(tables.timer)
         ctes.append(timer_insert(info, rows, instance_id, now_value).cte("timers_new"))
         # The workers recompute their next instant (the deadline) when this commits.
@@ -614,124 +471,15 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
 def _subject_update(cls: type[Any], document: Any) -> Any:
     table = cls.__table__
     keys = list(table.primary_key.columns)
-    columns: Columns = (("code", Text()), *((f"k{i}", key.type) for i, key in enumerate(keys)))
-    given = _rows(document, "s", columns)
+    columns: Columns = (("code", Text()), *((f"key_{i}", key.type) for i, key in enumerate(keys)))
+    given = _rows(document, "subject", columns)
     return (
         update(table)
         # One subject a statement: its key given as scalars, which its index answers.
-        .where(*(_among(key, f"s{i}", True) for i, key in enumerate(keys)))
-        .where(*(key == given.c[f"k{i}"] for i, key in enumerate(keys)))
+        .where(*(_among(key, f"subject_key_{i}", True) for i, key in enumerate(keys)))
+        .where(*(key == given.c[f"key_{i}"] for i, key in enumerate(keys)))
         .values({table.c[state_column(cls)]: given.c.code})
     )
-
-
-def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
-    """The values of `write_statement(tables, shape)` for `writes`: the id and the document."""
-    instance = writes.instance
-    document: dict[str, list[dict[str, Any]]] = {}
-    if shape.instance_new or shape.instance_changed:
-        row = {name: getattr(instance, name) for name, _ in INSTANCE_CHANGED[1:-1]}
-        row.update(id=instance.id, done=instance.completing)
-        if shape.instance_new:
-            row.update(
-                template_id=instance.template_id,
-                subject_type=instance.subject_type,
-                subject_key=instance.subject_key,
-                submitted_by=instance.submitted_by,
-            )
-        document["i"] = [row]
-    touched = list(writes.branches.values())
-    if shape.branches_new:
-        document["bn"] = [_branch_values(b) for b in touched if b.new]
-    if shape.branches_changed:
-        document["bc"] = [_branch_values(b) for b in touched if b.changed and not b.new]
-    if shape.visits_new:
-        document["vn"] = [
-            {
-                "id": v.id,
-                "branch_id": v.branch_id,
-                "node_id": v.node_id,
-                "step": v.offset,
-                "seconds": v.deadline_seconds,
-            }
-            for v in writes.visits_new
-        ]
-    if shape.visits_ended:
-        document["ve"] = [
-            {"id": key, "status": value} for key, value in writes.visits_ended.items()
-        ]
-    if writes.vote_cast is not None:
-        vote = writes.vote_cast
-        document["c"] = [
-            {
-                "id": uuid.uuid4(),
-                "visit_id": vote.visit_id,
-                "approver": vote.approver,
-                "target": vote.target_id,
-                "comment": vote.comment,
-            }
-        ]
-    if shape.votes_closed:
-        keep = writes.vote_cast.approver if writes.vote_cast is not None else None
-        document["x"] = [{"visit_id": visit, "keep": keep} for visit in writes.votes_closed]
-    if shape.votes_new:
-        document["pn"] = [
-            {"id": uuid.uuid4(), "visit_id": visit, "approver": approver}
-            for visit, approver in writes.votes_new
-        ]
-    if shape.history:
-        document["h"] = [
-            {
-                "n": number,
-                "visit_id": h.visit_id,
-                "action_type": h.action_type,
-                "actor": h.actor,
-                "step_name": h.step_name,
-                "message": h.message,
-                "details": h.details,
-            }
-            for number, h in enumerate(writes.history)
-        ]
-    subject_key: tuple[Any, ...] = ()
-    if writes.subject is not None:
-        subject = writes.subject
-        subject_key = key_values(subject.cls, subject.key)
-        row = {"code": subject.code}
-        for i, value in enumerate(subject_key):
-            row[f"k{i}"] = value
-        document["s"] = [row]
-    if shape.timers_new:
-        document["tn"] = [
-            {"visit_id": visit, "branch_id": branch, "seconds": seconds}
-            for visit, branch, seconds in writes.timers_new
-        ]
-    if shape.timers_cancelled:
-        document["tc"] = [{"visit_id": visit} for visit in writes.timers_cancelled]
-    keys: dict[str, Any] = {}
-    for part, key in KEYED_PARTS:
-        if part in document:
-            found = [row[key] for row in document[part]]
-            keys[f"gk_{part}"] = found[0] if shape.single_keys else found
-    keys.update({f"gk_s{i}": value for i, value in enumerate(subject_key)})
-    return {INSTANCE: instance.id, WRITES: json.dumps(document, default=str), **keys}
-
-
-# The parts whose rows an UPDATE finds by key, and the field that holds it (see `_among`).
-KEYED_PARTS = (("bc", "id"), ("ve", "id"), ("x", "visit_id"))
-
-
-def _branch_values(branch: BranchState) -> dict[str, Any]:
-    return {
-        "id": branch.id,
-        "number": branch.number,
-        "node": branch.node_id,
-        "parent": branch.parent_branch_id,
-        "scope": branch.fork_scope,
-        "fork_node": branch.fork_node_id,
-        "join_node": branch.join_node_id,
-        "status": branch.status,
-        "done": branch.completing,
-    }
 
 
 def timer_insert(

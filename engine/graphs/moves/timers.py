@@ -27,10 +27,11 @@ from sqlalchemy import ForeignKey, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.errors import ConfigurationError
-from engine.graphs.dispatch import Unit, dispatch, finish
-from engine.graphs.history import state_name
-from engine.graphs.locks import BranchState
-from engine.graphs.model import Node
+from engine.graphs.design.model import Node
+from engine.graphs.moves.dispatch import dispatch, finish
+from engine.graphs.moves.history import state_name
+from engine.graphs.moves.states import BranchState
+from engine.graphs.moves.unit import Unit
 from engine.graphs.tables import BRANCHES, COMPLETED, INSTANCES, STATUS_CHANGE, TIMERS, VISITS
 from engine.registry import workflow_info
 from engine.steps import step

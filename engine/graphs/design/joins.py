@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from engine.graphs.model import Edge, Graph, Node
+from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.tables import END, FORK, JOIN
 
 JoinOf = Callable[[Node], uuid.UUID | None]

@@ -23,11 +23,12 @@ from sqlalchemy import Select, Text, Uuid, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.companions import array_parameter
-from engine.graphs.dispatch import Unit, dispatch, finish
-from engine.graphs.history import state_name
-from engine.graphs.locks import BranchState
-from engine.graphs.model import Node
-from engine.graphs.sync import VoteCast
+from engine.graphs.design.model import Node
+from engine.graphs.moves.dispatch import dispatch, finish
+from engine.graphs.moves.history import state_name
+from engine.graphs.moves.states import BranchState
+from engine.graphs.moves.unit import Unit
+from engine.graphs.moves.writes import VoteCast
 from engine.graphs.tables import (
     APPROVAL,
     APPROVED,
