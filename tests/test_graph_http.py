@@ -1,8 +1,8 @@
-"""Graph workflows over HTTP (issue 11: "Done when" 3 and 4, and the routes' refusals).
+"""Graph workflows over HTTP: a save, the example end to end, and the routes' refusals.
 
-- the seed's example response of a save with errors, through HTTP: a 14-node
+- the example response of a save with errors, through HTTP: a 14-node
   graph saved a second time is version 2, saved, with its S16 error:
-  test_a_save_with_errors_answers_the_seeds_response
+  test_a_save_with_errors_answers_the_example_response
 - the expense-approval example `duly dev` ships runs through the API end to end:
   a claim created, submitted, approved by the manager, forked into finance
   (majority of three) and legal, joined, routed by the amount condition to the
@@ -321,9 +321,9 @@ async def test_cancel_over_http(example_client: httpx.AsyncClient) -> None:
     assert again.status_code == 409
 
 
-# -- the seed's example save response -------------------------------------------------------
+# -- the example save response -------------------------------------------------------------
 
-SEED_NODES = [
+EXAMPLE_NODES = [
     ("start", "start", "Start", {}),
     ("submitted", "state", "Submitted", {"stateCode": "submitted"}),
     ("triage", "state", "Triage", {"stateCode": "triage"}),
@@ -339,7 +339,7 @@ SEED_NODES = [
     ("archived", "end", "Archived", {}),
     ("rejected", "end", "Rejected", {}),
 ]
-SEED_EDGES = [
+EXAMPLE_EDGES = [
     ("start", "submitted", {}),
     ("submitted", "triage", {}),
     ("triage", "reviews", {}),
@@ -359,15 +359,15 @@ SEED_EDGES = [
 ]
 
 
-def seed_design() -> dict[str, Any]:
+def example_design() -> dict[str, Any]:
     nodes = []
-    for row, (key, kind, name, more) in enumerate(SEED_NODES):
+    for row, (key, kind, name, more) in enumerate(EXAMPLE_NODES):
         node = {"id": key, "type": kind, "name": name, "x": 360, "y": 60 + row * 170, **more}
         if kind == "state" and "assigneeUserIds" not in more:
             node["assigneeUserIds"] = [f"{key}-lead"]
         nodes.append(node)
-    connections = [{"source": s, "target": t, **more} for s, t, more in SEED_EDGES]
-    codes = [more["stateCode"] for _, _, _, more in SEED_NODES if "stateCode" in more]
+    connections = [{"source": s, "target": t, **more} for s, t, more in EXAMPLE_EDGES]
+    codes = [more["stateCode"] for _, _, _, more in EXAMPLE_NODES if "stateCode" in more]
     return {"name": "intake", "stateChoices": codes, "nodes": nodes, "connections": connections}
 
 
@@ -384,12 +384,12 @@ async def graph_client(db: Database) -> AsyncIterator[httpx.AsyncClient]:
         forget_graph_runtime()
 
 
-async def test_a_save_with_errors_answers_the_seeds_response(
+async def test_a_save_with_errors_answers_the_example_response(
     graph_client: httpx.AsyncClient,
 ) -> None:
-    first = await ok(await graph_client.post("/graphs/templates", json=seed_design()))
+    first = await ok(await graph_client.post("/graphs/templates", json=example_design()))
     assert first["version"] == 1
-    response = await graph_client.post("/graphs/templates", json=seed_design())
+    response = await graph_client.post("/graphs/templates", json=example_design())
     body = await ok(response)
     assert set(body) == {"success", "message", "step_count", "template_id", "version", "errors"}
     assert body["success"] is True

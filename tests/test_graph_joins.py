@@ -1,4 +1,4 @@
-"""Matching forks to joins from the drawing (the seed's `_resolve_matched_joins`).
+"""Matching forks to joins from the drawing (`resolve_matched_joins`).
 
 - a fork whose branches all reach one join is matched to it:
   test_a_simple_fork_is_matched_to_its_join

@@ -167,7 +167,7 @@ def _state_code_in_vocabulary(check: GraphCheck) -> Iterator[Problem]:
                 state.id,
             )
 
-    # An END may name the code its subject ends with (beyond the seed): from the vocabulary.
+    # An END may name the code its subject ends with: one of the vocabulary's.
     for end in check.graph.of_type(END):
         if end.state_code and end.state_code not in check.graph.state_choices:
             yield check.problem(

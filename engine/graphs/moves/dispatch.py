@@ -1,27 +1,9 @@
-"""Dispatch: what entering each kind of node does to a branch, decided in memory.
+"""What entering each kind of node does to a branch, decided in memory.
 
-`dispatch` sends a branch of a `Unit` (`engine.graphs.moves.unit`) to a node:
-
-- *state*: the branch moves there; a new visit (iteration + 1 on re-entry),
-  a pending vote per effective assignee, ASSIGNMENT history, a
-  `state_assignment` notification, an "unassigned" warning when the
-  assignees expand to nobody, and a deadline timer when the state has one;
-- *condition*: its registered predicate is asked (subject row, instance
-  mapping) and the branch follows the true or false edge at once;
-- *fork*: at least two outgoing edges; the branch completes at the fork and
-  one child per edge starts with a fresh `fork_scope` (its parent, the fork,
-  the fork's matched join), each dispatched in turn (a nested fork
-  recurses); ASSIGNMENT history lists the children;
-- *join*: the branch completes there; once no active branch remains in its
-  scope (or in a scope nested inside it), a merged branch inherits the
-  parent's scope chain and continues along the join's single edge;
-- *end*: the branch completes and reports the code its subject ends with: the
-  END's own state code when it has one (beyond the seed), else the last business
-  state the branch was on.
-
-`finish` then syncs the subject's state and finalizes an instance with no
-active branch left, as the seed's `sync_document_state` and
-`_finalize_if_done`.
+A state is entered (visit, pending votes, history, notification, timer); a
+condition routes at once; a fork starts one child per edge; a join waits for
+its scope, then a merged branch goes on; an end completes the branch.
+`finish` syncs the subject's state and finalizes an instance left with none.
 """
 
 from __future__ import annotations
@@ -34,7 +16,11 @@ from engine.errors import StateWorkflowError
 from engine.graphs.design.model import Node
 from engine.graphs.moves.directory import effective_assignees
 from engine.graphs.moves.history import state_name
-from engine.graphs.moves.notifications import assignment_event, completion_event
+from engine.graphs.moves.notifications import (
+    assignment_event,
+    assignment_template_of,
+    completion_event,
+)
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.subjects import subject_class
 from engine.graphs.moves.unit import Unit
@@ -120,8 +106,11 @@ async def enter_state(unit: Unit, branch: BranchState, node: Node) -> None:
             warning=NO_ASSIGNEES,
         )
     if assignees or node.notify_originator:
+        template = await assignment_template_of(unit.conn, unit.tables, unit.graph, node)
         unit.events.append(
-            assignment_event(unit.instance, unit.graph, node, branch.id, visit_id, assignees)
+            assignment_event(
+                unit.instance, unit.graph, node, branch.id, visit_id, assignees, template
+            )
         )
 
 
@@ -305,7 +294,7 @@ def _inside(unit: Unit, branch: BranchState, scope: uuid.UUID | None) -> bool:
 
 async def complete_at_end(unit: Unit, branch: BranchState, end: Node, hops: int) -> str | None:
     """The branch is done; the code its subject ends with: the END's own, else the last
-    business state the branch was on (the seed's rule).
+    business state the branch was on.
 
     A branch of a fork that ends here may be the last one its join was
     waiting for (its siblings arrived first): the join fires now.
@@ -371,8 +360,7 @@ def finish(unit: Unit, final_code: str | None, *, write_subject: bool = False) -
 def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> None:
     """Cancel every active branch, reject their visits, end the instance, clear the subject.
 
-    The seed's cancel_state_workflow, and `is_active` false besides, so the
-    subject may be submitted again.
+    `is_active` goes false too, so the subject may be submitted again.
     """
     instance = unit.instance
     for branch in branches:

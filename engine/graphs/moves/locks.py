@@ -1,17 +1,8 @@
 """The instance lock a move takes first, and the reads of its live branches.
 
-Every write to an instance (a move, a vote, an escalation, a cancel) first
-locks the instance row, so writes to one instance run one after the other
-and each sees what the one before it committed. A move locks the instance
-and its branch in one statement (`FOR NO KEY UPDATE`: the rows are changed,
-never their keys, so inserts of history and visits referencing them are not
-blocked), and reads the instance's live branches in the same statement.
-That read is trusted only when the statement did not wait for another
-writer: under READ COMMITTED a statement that waited for a lock returns the
-new version of the rows it locked, but every other row as its snapshot had
-it, from before the transaction it waited for committed. Every writer of an
-instance's branches updates its row, so the row's version (xmin) tells a
-stale read, and the branches are then read again by a second statement.
+A move locks the instance and its branch and reads the live branches in one
+statement; the instance row's version tells when that read is stale (the
+lock waited for another writer), and the branches are read again.
 """
 
 from __future__ import annotations

@@ -2,25 +2,10 @@
 
     runtime = GraphRuntime(graph_tables(Base), directory=directory, conditions=conditions)
     instance = await runtime.submit(expense, "ann", template_name="expense-approval")
-    for choice in await runtime.transitions_for(instance.id, "bob"):
-        ...
     await runtime.transition_branch(instance.id, branch_id, target_id, "bob", "fine")
 
-Each write is one transaction of its own on the runtime's engine (the
-process's workflow connection's, unless one is given); `submit` may join
-the caller's business transaction instead. A transaction locks the
-instance first (`engine.graphs.locks`), decides in memory
-(`engine.graphs.dispatch`), writes what it decided in one statement
-(`engine.graphs.sync`), and publishes its notifications: in the same
-transaction through a `DatabaseEventRegistry`, after the commit through any
-other. Graphs are read once per template version (`load_graph`): a
-version never changes, so an in-flight instance keeps the version it was
-submitted on whatever is activated later.
-
-Errors: `NotFoundError` (no such instance or template),
-`WorkflowSubmissionError` (the subject already has an active instance),
-`WorkflowAlreadyCompletedError` (the instance is not active, 409), and
-`StateWorkflowError` (a refused transition, 400).
+Each write owns one transaction on the runtime's engine (`submit` may join
+the caller's instead): lock, decide in memory, write, publish, commit.
 """
 
 from __future__ import annotations

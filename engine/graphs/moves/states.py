@@ -113,7 +113,7 @@ class BranchState:
         return self.status == ACTIVE
 
     def order(self) -> tuple[int, datetime | None, int]:
-        """The seed's "oldest" order: started_at, then number; this transaction's come last."""
+        """The "oldest" order: started_at, then number; this transaction's come last."""
         if self.started_at is None:
             return (1, None, self.number)
         return (0, self.started_at, self.number)

@@ -1,33 +1,8 @@
-"""Syncing a transaction's decisions to the database: the subject's state, then one statement.
+"""The one statement that writes what a move decided, built once per shape of its rows.
 
-*The subject's state* (the seed's sync_document_state). The subject's state
-column is a mirror; the branches are the truth. The code written is the
-oldest active branch's (by started_at, then number) that sits on a state
-node with a code; when active branches remain but none is on such a state
-(a merged branch stuck at a join), the last value stays; when none remains,
-the last business state before END (or nothing). The instance's current
-node follows the same branch (else the oldest active one's node, else none).
-
-*One statement.* Everything a move decided (branches, visits, votes,
-history, the instance, the subject's column, deadline timers: inserted as
-`engine.runs` inserts a run, cancelled with `engine.handles`' statement) is
-written by one statement of data-modifying CTEs. Its rows travel as one
-JSON document (PostgreSQL parses it once; each CTE reads its part with
-jsonb_to_recordset), so a move is one round trip however much it changed,
-and its driver work is one text parameter, not dozens of arrays. The
-statement's text depends only on which kinds of rows it carries, so each
-shape is built once and psycopg prepares it (generic plans). The rows an
-UPDATE changes are also given as keys (`keys_<part>`), so they are found
-through their indexes: joined to the document alone, the planner took the
-set-returning function for 100 rows and hashed the whole table, a scan
-growing with every visit and vote. A key that is the only one of its part
-(the subject's always, a move's branch, visit and closed votes mostly) is
-a scalar, not an array: a generic plan counts ten elements in an array it
-has not seen, and planned on a small table's statistics it scanned the
-votes table rather than probe its index, a scan then growing with every
-vote until the next ANALYZE. A row is never written by two CTEs
-of it (which PostgreSQL does not order): the runtime keeps one final value
-per branch, and the vote cast is left out of the votes it closes.
+Data-modifying CTEs read their rows from one JSON document (parsed once);
+the rows its UPDATEs change are also given as keys, so each is found through
+its index. docs/architecture.md ("Graph workflows") says why.
 """
 
 from __future__ import annotations
@@ -158,15 +133,8 @@ def _rows(document: Any, part: str, columns: Columns) -> Any:
 
 def _among(key: Any, part: str, single: bool) -> Any:
     """`key` is one of the keys of the document's `part` rows (parameter `keys_<part>`):
-    the key itself when `single` (the part has one row), else an array of them.
-
-    The planner takes a set-returning function for 100 rows, so an UPDATE
-    joined to the document alone is planned as a hash join over the whole
-    table (a scan that grows with it); with its keys also given, the rows are
-    found through the key's index, one probe each. One key is a scalar: a
-    generic plan takes an array it has not seen for ten keys, and on a small
-    table's statistics it scanned the table rather than probe the index.
-    """
+    the key itself when `single` (the part has one row), else an array of them, so the
+    rows are found through the key's index (docs/architecture.md says why)."""
     if single:
         return key == bindparam(f"keys_{part}", type_=key.type)
     return key == any_(bindparam(f"keys_{part}", type_=ARRAY(key.type)))
