@@ -106,7 +106,9 @@ async def enter_state(unit: Unit, branch: BranchState, node: Node) -> None:
             warning=NO_ASSIGNEES,
         )
     if assignees or node.notify_originator:
-        template = await assignment_template_of(unit.conn, unit.tables, unit.graph, node)
+        template = node.assignment_template
+        if not unit.version_active:
+            template = await assignment_template_of(unit.conn, unit.tables, unit.graph, node)
         unit.events.append(
             assignment_event(
                 unit.instance, unit.graph, node, branch.id, visit_id, assignees, template

@@ -51,6 +51,12 @@ def lock_branch_statement(tables: GraphTables) -> Select[Any]:
         .where(other.c.instance_id == instances.c.id, other.c.status == ACTIVE)
         .lateral("live")
     )
+    templates = tables.table("template")
+    # Whether the instance's pinned version is the active one (notifications fall back to
+    # the active version's assignment templates only when it is not).
+    version_active = (
+        select(templates.c.is_active).where(templates.c.id == instances.c.template_id)
+    ).scalar_subquery()
     seen = instances.alias("seen")
     seen_version = (
         select(literal_column("seen.xmin::text")).where(seen.c.id == instances.c.id)
@@ -62,6 +68,7 @@ def lock_branch_statement(tables: GraphTables) -> Select[Any]:
             branches.c.current_node_id.label("branch_node_id"),
             literal_column(f"{instances.name}.xmin::text").label("locked_version"),
             seen_version.label("seen_version"),
+            version_active.label("version_active"),
             live,
         )
         .select_from(locked.outerjoin(live, true()))
@@ -109,6 +116,7 @@ class Locked:
     branch_status: str
     branch_node_id: uuid.UUID | None
     live: list[BranchState]
+    version_active: bool  # the instance's pinned version is the active one
 
 
 async def lock_branch(
@@ -133,7 +141,9 @@ async def lock_branch(
         live = [BranchState.of(row, "live_") for row in rows if row["live_id"] is not None]
     else:  # a writer committed while this waited: read again, after the lock
         live = await live_branches(conn, tables, instance.id)
-    return Locked(instance, first["branch_status"], first["branch_node_id"], live)
+    return Locked(
+        instance, first["branch_status"], first["branch_node_id"], live, first["version_active"]
+    )
 
 
 async def lock_instance(

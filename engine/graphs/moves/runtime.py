@@ -172,6 +172,7 @@ class GraphRuntime:
         template_id: uuid.UUID | None,
     ) -> Unit:
         subject_type, subject_key = subject_ref(subject)
+        by_name = template_id is None
         if template_id is None:
             if template_name is None:
                 raise ConfigurationError("submit() needs a template_name or a template_id.")
@@ -198,6 +199,7 @@ class GraphRuntime:
             new=True,
         )
         unit = self._unit(conn, graph, instance, user)
+        unit.version_active = by_name  # the name's active version, found just now
         unit.subject_row = subject
         unit.starting = True
         unit.record(
@@ -319,6 +321,7 @@ class GraphRuntime:
                 f"The transition from {source.title!r} to {target.title!r} is not allowed now "
                 f"({edge.condition!r} answered no)."
             )
+        unit.version_active = locked.version_active
         for live in locked.live:
             unit.known[live.id] = live
         branch = unit.known[branch_id]
@@ -363,6 +366,7 @@ class GraphRuntime:
             return None
         graph = await load_graph(conn, self.tables, instance.template_id)
         unit = self._unit(conn, graph, instance, None)
+        unit.version_active = locked.version_active
         for live in locked.live:
             unit.known[live.id] = live
         branch = unit.known.get(branch_id)

@@ -44,6 +44,7 @@ class Unit:
     entries: Counter[uuid.UUID] = field(default_factory=Counter)  # node entries here
     all_read: bool = False  # every branch of the instance is in `known`
     before: InstanceState | None = None  # the instance as locked
+    version_active: bool = False  # the instance's version is the active one (False: unknown)
 
     def __post_init__(self) -> None:
         self.before = dataclasses.replace(self.writes.instance)
