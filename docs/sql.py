@@ -56,9 +56,9 @@ from engine.events import database, deliveries, views  # noqa: E402
 from engine.events.deliveries import delivery_shape  # noqa: E402
 from engine.events.records import tables_for  # noqa: E402
 from engine.events.views import OPEN_STORED  # noqa: E402
-from engine.graphs import history as graph_history  # noqa: E402
-from engine.graphs import locks, sync, votes  # noqa: E402
-from engine.graphs import runtime as graph_runtime  # noqa: E402
+from engine.graphs.moves import history as graph_history  # noqa: E402
+from engine.graphs.moves import locks, votes, write_statement, writes  # noqa: E402
+from engine.graphs.moves import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
 from engine.overview import overview_statement, recent_statement  # noqa: E402
 from engine.registry import workflow_info  # noqa: E402
@@ -281,7 +281,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         ],
     )
     graphs = graph_tables(examples.Base)
-    move = sync.Shape(
+    move = writes.Shape(
         instance_new=False,
         instance_changed=True,
         branches_new=False,
@@ -304,7 +304,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("the live branches", locks.live_branches_statement, graphs),
             built("one branch", locks.branch_statement, graphs),
             built("the instance's branches", locks.instance_branches_statement, graphs),
-            built("a state to state move, written", sync.write_statement, graphs, move),
+            built("a state to state move, written", write_statement.write_statement, graphs, move),
             built("votes toward a target", votes.others_for_target_statement, graphs),
             built("the active version of a name", graph_runtime.active_template_statement, graphs),
             built("an instance", graph_runtime.instance_statement, graphs),

@@ -204,24 +204,33 @@ __all__ = [
 
 # The graph layer's public names, by the module that defines them: imported on first use.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
-    "engine.graphs.conditions": ("ConditionRegistry",),
     "engine.graphs.configure": (
         "configure_graph_runtime",
         "get_graph_runtime",
     ),
-    "engine.graphs.design": ("Design",),
-    "engine.graphs.directory": (
+    "engine.graphs.design.document": ("Design",),
+    "engine.graphs.design.model": ("Graph",),
+    "engine.graphs.design.validation": ("validate_graph",),
+    "engine.graphs.design.versions": (
+        "SavedDesign",
+        "activate_template",
+        "list_templates",
+        "load_design",
+        "save_design",
+    ),
+    "engine.graphs.moves.conditions": ("ConditionRegistry",),
+    "engine.graphs.moves.directory": (
         "Directory",
         "StaticDirectory",
     ),
-    "engine.graphs.model": ("Graph",),
-    "engine.graphs.runtime": (
+    "engine.graphs.moves.runtime": ("GraphRuntime",),
+    "engine.graphs.moves.snapshots": (
         "AvailableTransition",
-        "GraphRuntime",
         "InstanceSnapshot",
         "TransitionOutcome",
     ),
-    "engine.graphs.subjects": ("GraphSubject",),
+    "engine.graphs.moves.subjects": ("GraphSubject",),
+    "engine.graphs.moves.timers": ("GraphTimer",),
     "engine.graphs.tables": (
         "GraphBranch",
         "GraphHistory",
@@ -234,31 +243,31 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "GraphVote",
         "graph_tables",
     ),
-    "engine.graphs.timers": ("GraphTimer",),
-    "engine.graphs.validation": ("validate_graph",),
-    "engine.graphs.versions": (
-        "SavedDesign",
-        "activate_template",
-        "list_templates",
-        "load_design",
-        "save_design",
-    ),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 if TYPE_CHECKING:
-    from engine.graphs.conditions import ConditionRegistry
     from engine.graphs.configure import configure_graph_runtime, get_graph_runtime
-    from engine.graphs.design import Design
-    from engine.graphs.directory import Directory, StaticDirectory
-    from engine.graphs.model import Graph
-    from engine.graphs.runtime import (
+    from engine.graphs.design.document import Design
+    from engine.graphs.design.model import Graph
+    from engine.graphs.design.validation import validate_graph
+    from engine.graphs.design.versions import (
+        SavedDesign,
+        activate_template,
+        list_templates,
+        load_design,
+        save_design,
+    )
+    from engine.graphs.moves.conditions import ConditionRegistry
+    from engine.graphs.moves.directory import Directory, StaticDirectory
+    from engine.graphs.moves.runtime import GraphRuntime
+    from engine.graphs.moves.snapshots import (
         AvailableTransition,
-        GraphRuntime,
         InstanceSnapshot,
         TransitionOutcome,
     )
-    from engine.graphs.subjects import GraphSubject
+    from engine.graphs.moves.subjects import GraphSubject
+    from engine.graphs.moves.timers import GraphTimer
     from engine.graphs.tables import (
         GraphBranch,
         GraphHistory,
@@ -270,15 +279,6 @@ if TYPE_CHECKING:
         GraphVisit,
         GraphVote,
         graph_tables,
-    )
-    from engine.graphs.timers import GraphTimer
-    from engine.graphs.validation import validate_graph
-    from engine.graphs.versions import (
-        SavedDesign,
-        activate_template,
-        list_templates,
-        load_design,
-        save_design,
     )
 
 

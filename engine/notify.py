@@ -8,8 +8,6 @@ announces only what was committed.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from sqlalchemy import ColumnElement, Select, Text, func, select
 
 from engine.literals import text_constant
@@ -26,11 +24,3 @@ def announcement(payload: str) -> ColumnElement[str]:
 def notify(payload: str) -> Select[tuple[str]]:
     """A statement that announces `payload` on the duly channel when its transaction commits."""
     return select(announcement(payload))
-
-
-@lru_cache(maxsize=256)
-def notify_command(payload: str) -> bytes:
-    """NOTIFY `payload` on the duly channel as a command of its own, for a caller that sends
-    it after its COMMIT (`engine.graphs.pipeline`)."""
-    channel = '"' + CHANNEL.replace('"', '""') + '"'
-    return f"NOTIFY {channel}, '{payload.replace(chr(39), chr(39) * 2)}'".encode()

@@ -18,7 +18,7 @@ from engine import (
 )
 from engine.events.routing import Routes
 from engine.graphs.configure import configure_graph_runtime
-from engine.graphs.runtime import GraphRuntime
+from engine.graphs.moves.runtime import GraphRuntime
 
 APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 APP_GRAPH_RUNTIME = "graph_runtime"  # the app module's graph runtime

@@ -32,11 +32,11 @@ from engine import (
     wait_for,
     wake_in,
 )
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import StaticDirectory
-from engine.graphs.notifications import STATE_ASSIGNMENT, STATE_COMPLETION
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import GraphSubject
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.directory import StaticDirectory
+from engine.graphs.moves.notifications import STATE_ASSIGNMENT, STATE_COMPLETION
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.subjects import GraphSubject
 from functions import expense_graph
 
 log = logging.getLogger("duly.examples")

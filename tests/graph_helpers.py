@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.graphs.model import Edge, Graph, Node, edge_values, node_values
+from engine.graphs.design.model import Edge, Graph, Node, edge_values, node_values
 from engine.graphs.tables import GraphTables
 
 NodeSpec = str | tuple[Any, ...] | Mapping[str, Any]

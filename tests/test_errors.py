@@ -2,8 +2,6 @@
 
 - no module of engine/ raises a bare ValueError, TypeError, KeyError or
   RuntimeError outside ALLOWED: test_the_engine_raises_no_bare_builtin_error
-- the graph package's raises are converted separately; until then they are the
-  only ones found: test_only_the_graph_package_still_raises_bare_builtins
 - where the documented contract is a builtin, the class is both:
   test_each_class_is_a_duly_error_and_keeps_its_builtin
 - a class docstring is the message when none is given:
@@ -27,10 +25,6 @@ BUILTINS = frozenset({"ValueError", "TypeError", "KeyError", "RuntimeError"})
 # unless a raise must be exactly the builtin (and say why on its line).
 ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
-# The graph package converts its raises with the classes of engine.errors in a change of
-# its own; until that lands, its sites are the only ones expected.
-GRAPHS_PENDING = "graphs/"
-
 
 def bare_raises() -> list[tuple[str, int, str]]:
     """Every `raise ValueError(...)` (and the other builtins) in engine/: path, line, name."""
@@ -48,20 +42,11 @@ def bare_raises() -> list[tuple[str, int, str]]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/graphs/ still raises bare builtins; drop this mark once it raises the tree's",
-)
 def test_the_engine_raises_no_bare_builtin_error() -> None:
     found = bare_raises()
     assert not found, "bare builtin raises:\n" + "\n".join(
         f"  engine/{path}:{line}: raise {name}" for path, line, name in found
     )
-
-
-def test_only_the_graph_package_still_raises_bare_builtins() -> None:
-    outside = [site for site in bare_raises() if not site[0].startswith(GRAPHS_PENDING)]
-    assert outside == [], f"bare builtin raises outside engine/graphs/: {outside}"
 
 
 @pytest.mark.parametrize(

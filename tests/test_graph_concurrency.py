@@ -1,4 +1,4 @@
-"""Concurrent writes to one instance (issue 11, "Done when" 2): the instance lock serializes them.
+"""Concurrent writes to one instance : the instance lock serializes them.
 
 Each test runs its writers as tasks on connections of their own, truly at
 the same time: a lock held by a third connection, or a hook inside the
@@ -16,6 +16,13 @@ until every one has started and is waiting.
   once: test_two_branches_reaching_a_join_at_once_fire_it_once
 - two submits of one subject at once start one instance; the other is
   refused: test_two_submits_of_one_subject_at_once_start_one_instance
+
+The lock is the move's to its COMMIT:
+- a move that reads its subject (a condition routes on it) keeps its transaction,
+  and the instance's lock, to its COMMIT: test_reading_the_subject_keeps_the_moves_lock
+- a move cancelled while it waits for the lock leaves no connection behind in a
+  transaction: the next move on the one pooled connection moves:
+  test_a_move_cancelled_while_it_waits_leaves_the_pool_usable
 """
 
 from __future__ import annotations
@@ -25,19 +32,33 @@ import uuid
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import select, text
 
+from engine import DatabaseEventRegistry, connect_workflows
 from engine.connection import session_engine
 from engine.errors import StateWorkflowError, WorkflowSubmissionError
-from engine.graphs.model import Graph
-from engine.graphs.runtime import GraphRuntime, InstanceSnapshot, TransitionOutcome
-from engine.graphs.tables import END, FORK, JOIN, START, STATE
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import InstanceSnapshot, TransitionOutcome
+from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
+from tests.apps import outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
 from tests.test_graph_forks import FORKED, FORKED_EDGES
-from tests.test_graph_runtime import TABLES, World, make_world, node_id, only_branch
+from tests.test_graph_runtime import (
+    TABLES,
+    World,
+    make_world,
+    node_id,
+    one_connection,
+    only_branch,
+    submitted,
+    until_a_lock_is_awaited,
+)
 
 ROUNDS = 4  # each race is run this many times
 WAIT = 5.0  # seconds a writer may take to start waiting
@@ -278,3 +299,74 @@ async def test_two_submits_of_one_subject_at_once_start_one_instance(world: Worl
         rows = await world.rows(app.Instance, app.Instance.subject_key == str(claim.id))
         assert [r.id for r in rows] == [started[0].id]
         assert len(await world.rows(app.History, app.History.instance_id == rows[0].id)) == 2
+
+
+# -- the lock is the move's to its COMMIT ------------------------------------------------------
+
+
+async def test_reading_the_subject_keeps_the_moves_lock(db: Database) -> None:
+    locked: list[bool] = []
+    conditions = ConditionRegistry()
+
+    def large(claim: Any, instance: Any) -> bool:
+        """Asked inside the move, after the subject was read: is the instance locked?"""
+        with psycopg.connect(db.conninfo, autocommit=True) as other:
+            try:
+                query = "SELECT 1 FROM duly_graph_instances WHERE id = %s FOR UPDATE NOWAIT"
+                other.execute(query, [instance["id"]])
+                locked.append(False)
+            except psycopg.errors.LockNotAvailable:
+                locked.append(True)
+        return bool(claim.amount > 1000)
+
+    conditions.register("large", large)
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)
+    runtime = GraphRuntime(TABLES, engine=engine, conditions=conditions)
+    nodes = {
+        "start": START,
+        "review": (STATE, "review", ["ann"]),
+        "check": {"type": CONDITION, "condition": "large"},
+        "board": (STATE, "board", ["bob"]),
+        "end": END,
+    }
+    edges = [
+        ("start", "review"),
+        ("review", "check"),
+        ("check", "board", {"condition_result": "true"}),
+        ("check", "end", {"condition_result": "false"}),
+        ("board", "end"),
+    ]
+    async with connect_workflows(Session):
+        world = World(Session, runtime, DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world, nodes, edges)
+        outcome = await runtime.transition_branch(
+            instance.id, only_branch(instance), node_id(graph, "check"), "ann"
+        )
+    assert outcome.instance.state_status == "completed"
+    assert locked == [True]
+
+
+async def test_a_move_cancelled_while_it_waits_leaves_the_pool_usable(db: Database) -> None:
+    async with one_connection(db) as one:
+        runtime, world = one.runtime, one.world
+        graph, instance, branch = one.graph, one.instance, one.branch
+        rework = node_id(graph, "rework")
+        holder = await psycopg.AsyncConnection.connect(db.conninfo)
+        try:
+            await holder.execute(
+                "SELECT 1 FROM duly_graph_instances WHERE id = %s FOR UPDATE", [instance.id]
+            )
+            move = asyncio.create_task(
+                runtime.transition_branch(instance.id, branch, rework, "ann", "again")
+            )
+            await until_a_lock_is_awaited(world)
+            move.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await move
+        finally:
+            await holder.rollback()
+            await holder.close()
+        outcome: Any = await runtime.transition_branch(instance.id, branch, rework, "ann", "x")
+        assert outcome.moved
+    assert (await world.actions(instance.id)).count("approval") == 1

@@ -1,6 +1,6 @@
-"""The designer's load, save and activation of graph templates (engine.graphs.design and
-engine.graphs.versions), one test per rule of the seed's "Designer Load/Save Pipeline"
-and "Versioning".
+"""The designer's load, save and activation of graph templates (engine.graphs.design.document
+and engine.graphs.design.versions), one test per rule of the designer's load, save and
+versioning.
 
 Save
 - a save is version 1 of a new name, inactive and latest, its nodes ordered from 1 and
@@ -12,7 +12,7 @@ Save
   test_a_given_base_template_is_the_one_cloned
 - validation errors come back without blocking the save:
   test_validation_errors_are_returned_without_blocking_the_save
-- the response is the seed's body, exactly: test_the_response_is_the_seeds_body
+- the response is the save's body, exactly: test_the_response_is_the_saves_body
 - bad input is a ConfigurationError and writes nothing (no node, a repeated node id, a
   connection to a missing node, a long label, an unknown type or threshold, text for a
   number): test_bad_input_is_refused_and_writes_nothing
@@ -56,9 +56,8 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.errors import ConfigurationError, NotFoundError, TemplateInvalidError
-from engine.graphs.model import Graph, read_graph
-from engine.graphs.tables import JOIN, graph_tables
-from engine.graphs.versions import (
+from engine.graphs.design.model import Graph, read_graph
+from engine.graphs.design.versions import (
     SavedDesign,
     activate_template,
     active_template_id,
@@ -66,6 +65,7 @@ from engine.graphs.versions import (
     load_design,
     save_design,
 )
+from engine.graphs.tables import JOIN, graph_tables
 from tests.apps.graphs import Base
 from tests.conftest import Database
 
@@ -124,7 +124,7 @@ def expense_design(name: str = "expenses", **top: Any) -> dict[str, Any]:
 
 
 def invalid_design(name: str = "expenses") -> dict[str, Any]:
-    """A graph whose 'Closed' state has no assignees (the seed's example error)."""
+    """A graph whose 'Closed' state has no assignees (the example error of a save)."""
     return {
         "name": name,
         "stateChoices": VOCABULARY,
@@ -288,7 +288,7 @@ async def test_validation_errors_are_returned_without_blocking_the_save(
     assert await count_rows(engine) == (1, 3, 2)
 
 
-async def test_the_response_is_the_seeds_body(engine: AsyncEngine) -> None:
+async def test_the_response_is_the_saves_body(engine: AsyncEngine) -> None:
     await save(engine, expense_design())
     saved = await save(engine, invalid_design())
 

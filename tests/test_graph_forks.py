@@ -1,4 +1,4 @@
-"""Branches, forks and joins, and the other dispatch paths (issue 11; the seed's rules).
+"""Branches, forks and joins, and the other dispatch paths.
 
 - a fork completes the arriving branch at the fork and starts one child per
   outgoing edge, sharing a fresh fork_scope, each with its parent, fork and
@@ -42,9 +42,9 @@ from typing import Any
 import pytest
 
 from engine.errors import StateWorkflowError
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.model import Graph
-from engine.graphs.runtime import InstanceSnapshot
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.conftest import Database

@@ -1,8 +1,8 @@
-"""Graph workflows over HTTP: saves, activation, moves, and the routes' refusals.
+"""Graph workflows over HTTP: a save, the example end to end, and the routes' refusals.
 
-- the reference response of a save with errors, through HTTP: a 14-node
+- the example response of a save with errors, through HTTP: a 14-node
   graph saved a second time is version 2, saved, with its S16 error:
-  test_a_save_with_errors_answers_the_reference_response
+  test_a_save_with_errors_answers_the_example_response
 - the expense-approval example `duly dev` ships runs through the API end to end:
   a claim created, submitted, approved by the manager, forked into finance
   (majority of three) and legal, joined, routed by the amount condition to the
@@ -31,8 +31,8 @@ import pytest
 from sqlalchemy import select
 
 from engine import GraphRuntime, graph_tables
-from engine.graphs.conditions import ConditionRegistry
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
+from engine.graphs.moves.conditions import ConditionRegistry
 from functions import examples
 from functions.http.app import create_app
 from functions.local.dev import create_dev_app, install_example_graph
@@ -321,7 +321,7 @@ async def test_cancel_over_http(example_client: httpx.AsyncClient) -> None:
     assert again.status_code == 409
 
 
-# -- the reference save response -------------------------------------------------------------
+# -- the example save response -------------------------------------------------------------
 
 EXAMPLE_NODES = [
     ("start", "start", "Start", {}),
@@ -384,7 +384,7 @@ async def graph_client(db: Database) -> AsyncIterator[httpx.AsyncClient]:
         forget_graph_runtime()
 
 
-async def test_a_save_with_errors_answers_the_reference_response(
+async def test_a_save_with_errors_answers_the_example_response(
     graph_client: httpx.AsyncClient,
 ) -> None:
     first = await ok(await graph_client.post("/graphs/templates", json=example_design()))

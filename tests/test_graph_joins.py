@@ -1,4 +1,4 @@
-"""Matching forks to joins from the drawing (the seed's `_resolve_matched_joins`).
+"""Matching forks to joins from the drawing (`resolve_matched_joins`).
 
 - a fork whose branches all reach one join is matched to it:
   test_a_simple_fork_is_matched_to_its_join
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import uuid
 
-from engine.graphs.joins import resolve_matched_joins
-from engine.graphs.model import Graph
+from engine.graphs.design.joins import resolve_matched_joins
+from engine.graphs.design.model import Graph
 from engine.graphs.tables import END, FORK, JOIN, START, STATE
 from tests.graph_helpers import graph_of
 

@@ -48,7 +48,7 @@ Cancel and history:
 - cancel ends every branch, rejects their visits, clears the subject's state:
   test_cancel_ends_the_branches_and_clears_the_subject
 - a finished instance cannot be cancelled: test_cancel_of_a_finished_instance_is_refused
-- history: the audit trail's action types and metadata keys, in order, and only ever
+- history: its action types and metadata keys, in order, and only ever
   inserted: test_history_keeps_its_types_and_keys_in_order
 
 Notifications:
@@ -66,13 +66,11 @@ Speed that must not regress quietly:
   finds the rows the write changes through their indexes, never a read of a
   whole table: test_a_moves_generic_plan_finds_its_rows_through_the_indexes
 
-The driver path (statements sent on psycopg's connection, not SQLAlchemy's):
+A move's transaction and its connection:
 - a refused move's transaction is rolled back before its connection goes back
   to the pool: test_a_refused_move_leaves_its_connection_out_of_any_transaction
 - a move on a lost connection fails as a lost connection, and the next one moves:
   test_a_move_whose_connection_was_lost_fails_and_the_next_one_moves
-- lists travel as array text and arrive unchanged:
-  test_lists_reach_the_database_as_array_text_unchanged
 """
 
 from __future__ import annotations
@@ -82,13 +80,12 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import ARRAY, BigInteger, DateTime, Text, bindparam, insert, select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -107,12 +104,13 @@ from engine.errors import (
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
 )
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import StaticDirectory
-from engine.graphs.model import Graph
-from engine.graphs.pipeline import fetch_all
-from engine.graphs.runtime import GraphRuntime, InstanceSnapshot
-from engine.graphs.sync import Shape, write_statement
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.directory import StaticDirectory
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import InstanceSnapshot
+from engine.graphs.moves.write_statement import write_statement
+from engine.graphs.moves.writes import Shape
 from engine.graphs.tables import (
     CONDITION,
     END,
@@ -884,7 +882,7 @@ async def test_reads_between_moves_keep_the_moves_prepared(db: Database) -> None
             )
             await conn.commit()
     await engine.dispose()
-    assert any(statement.startswith("WITH w AS") for statement in prepared), prepared
+    assert any(statement.startswith("WITH move AS") for statement in prepared), prepared
     assert any("FOR NO KEY UPDATE" in statement for statement in prepared), prepared
 
 
@@ -947,8 +945,8 @@ async def sequential_scans(engine: Any, table: str) -> int:
 async def test_a_refused_move_leaves_its_connection_out_of_any_transaction(
     db: Database,
 ) -> None:
-    """A move's transaction is begun and committed by its statements on the driver: a
-    refused one is rolled back there before its connection goes back to the pool."""
+    """A refused move's transaction is rolled back before its connection goes back to the
+    pool, and a move that commits leaves it idle too."""
     async with one_connection(db) as one:
         engine, runtime = one.engine, one.runtime
         graph, instance, branch = one.graph, one.instance, one.branch
@@ -985,31 +983,3 @@ async def test_a_move_whose_connection_was_lost_fails_and_the_next_one_moves(
             instance.id, branch, node_id(graph, "approved"), "ann"
         )
         assert outcome.moved
-
-
-async def test_lists_reach_the_database_as_array_text_unchanged(db: Database) -> None:
-    """The hot statements send lists as PostgreSQL's array text, which their casts read:
-    quotes, backslashes, braces, commas, spaces, the word NULL and None, unicode, ids,
-    integers and aware times arrive as they were."""
-    await db.create(app.Base.metadata)
-    values: dict[str, tuple[Any, list[Any]]] = {
-        "texts": (
-            Text(),
-            ["", 'q"uote', "back\\slash", "{brace}", "a,b", " pad ", "NULL", None, "ünï☃\n"],
-        ),
-        "ids": (postgresql.UUID(), [uuid.uuid4(), uuid.uuid4()]),
-        "numbers": (BigInteger(), [1, -2, 3_000_000_000]),
-        "times": (
-            DateTime(timezone=True),
-            [datetime.now(UTC), datetime(2020, 1, 1, tzinfo=timezone(timedelta(hours=5.5)))],
-        ),
-        "none": (postgresql.UUID(), []),
-    }
-    statement = select(
-        *(bindparam(name, type_=ARRAY(kind)).label(name) for name, (kind, _) in values.items())
-    )
-    engine = db.engine()
-    async with engine.begin() as conn:
-        [[row]] = await fetch_all(conn, [(statement, {k: v for k, (_, v) in values.items()})])
-    await engine.dispose()
-    assert row == {name: given for name, (_, given) in values.items()}

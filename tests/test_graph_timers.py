@@ -1,4 +1,4 @@
-"""Approval deadlines and escalation, run by the engine's own timers (issue 11, beyond the seed).
+"""Approval deadlines and escalation, run by the engine's own timers.
 
 - a state with a deadline gives its visit `deadline_at` (the database clock
   plus the deadline) and a timer row due at that instant, which `next_due`
@@ -31,8 +31,8 @@ import pytest
 
 from engine import run_workflows
 from engine.connection import session_engine
-from engine.graphs.model import Graph
-from engine.graphs.runtime import InstanceSnapshot
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import END, START, STATE
 from engine.next_due import next_due
 from engine.registry import workflow_info

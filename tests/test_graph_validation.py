@@ -1,4 +1,4 @@
-"""Template validation: one test per code of `engine.graphs.validation`, each built so it
+"""Template validation: one test per code of `engine.graphs.design.validation`, each built so it
 fails when its rule is removed, and valid graphs that must pass untouched.
 
 Valid graphs
@@ -56,15 +56,17 @@ The shape of the answer
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.graphs import validation
-from engine.graphs.joins import resolve_matched_joins
-from engine.graphs.model import Graph
+from engine.graphs.design import validation
+from engine.graphs.design.joins import resolve_matched_joins
+from engine.graphs.design.model import Graph
+from engine.graphs.design.problems import Problem
+from engine.graphs.design.validation import validate_graph
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
-from engine.graphs.validation import Problem, validate_graph
 from tests.graph_helpers import EdgeSpec, NodeSpec, graph_of
 
 PREDICATES = frozenset({"amount_over_1000"})
@@ -574,7 +576,8 @@ def test_problems_are_in_code_then_node_order() -> None:
 def test_rules_cover_every_code_in_order() -> None:
     expected = [f"S{number}" for number in range(1, 21)]
     assert [code for code, _ in validation.RULES] == expected
-    table = re.findall(r"^(S\d+) ", validation.__doc__ or "", flags=re.MULTILINE)
+    rules = inspect.getdoc(validation.validate_graph) or ""
+    table = re.findall(r"^(S\d+) ", rules, flags=re.MULTILINE)
     assert table == expected
 
 

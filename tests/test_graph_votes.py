@@ -1,4 +1,4 @@
-"""Votes and thresholds of a state (issue 11; the seed's approver actions).
+"""Votes and thresholds of a state.
 
 - required approvals: single 1, majority more than half, unanimous all:
   test_required_approvals
@@ -29,10 +29,11 @@ from typing import Any
 import pytest
 
 from engine.errors import StateWorkflowError
-from engine.graphs.model import Graph
-from engine.graphs.runtime import GraphRuntime, InstanceSnapshot
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import InstanceSnapshot
+from engine.graphs.moves.votes import required_approvals
 from engine.graphs.tables import END, START, STATE
-from engine.graphs.votes import required_approvals
 from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of

@@ -51,4 +51,4 @@ def test_the_graph_layer_is_imported_when_first_asked_for() -> None:
     ran = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    assert ran.stdout.split() == ["False", "engine.graphs.runtime", "True"]
+    assert ran.stdout.split() == ["False", "engine.graphs.moves.runtime", "True"]

@@ -148,22 +148,6 @@ class DatabaseEventRegistry(RoutedRegistry):
             current_connection().kick(tables.outbox_table.name)
         return stored
 
-    def publish_statement_for(
-        self, events: Sequence[WorkflowEvent], *, announced: bool = True
-    ) -> tuple[Executable, dict[str, Any]] | None:
-        """The statement (and its parameters) that stores `events`, for a caller to send in
-        its own transaction, with other statements; None for no events.
-
-        `announced=False` leaves out its NOTIFY: the caller sends it after its COMMIT
-        (payload: the outbox table's name), so its transaction does not hold PostgreSQL's
-        one notification lock through the commit's flush (notifying transactions commit
-        one after another).
-        """
-        statement, params = self._publish(
-            self.tables(), list(events), in_hand=False, announced=announced
-        )
-        return None if params is None else (statement, params)
-
     def publish_in(self, connection: Connection, events: Sequence[WorkflowEvent]) -> list[str]:
         """Store `events` through a synchronous connection's transaction (a flush's, say)."""
         statement, params = self._publish(self.tables(), list(events), in_hand=False)
@@ -217,9 +201,8 @@ class DatabaseEventRegistry(RoutedRegistry):
         events: list[WorkflowEvent],
         *,
         in_hand: bool,
-        announced: bool = True,
     ) -> tuple[Executable, dict[str, Any] | None]:
-        statement = publish_statement(tables, in_hand, announced)
+        statement = publish_statement(tables, in_hand)
         if not events:
             return statement, None
         params: dict[str, list[Any]] = {name: [] for name, _ in EVENT_FIELDS}
@@ -273,12 +256,11 @@ def route_arguments(record: Any) -> ColumnElement[Any]:
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def publish_statement(tables: EventTables, in_hand: bool, announced: bool = True) -> Executable:
+def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
     """Store events and queue their outbox rows from arrays: one statement for a batch.
 
     Records that already exist (a duplicate id) are skipped, and so are
-    their outbox rows; only the rows queued are announced (unless
-    `announced` is False: the caller notifies). `in_hand` queues them leased
+    their outbox rows; only the rows queued are announced. `in_hand` queues them leased
     for :lease seconds instead of due now (publish_sync), unannounced.
     """
     records, outbox = tables.record_table, tables.outbox_table
@@ -351,7 +333,7 @@ def publish_statement(tables: EventTables, in_hand: bool, announced: bool = True
         .returning(outbox.c.event_id)
         .cte("queued")
     )
-    if in_hand or not announced:
+    if in_hand:
         return select(queued.c.event_id)
     return select(queued.c.event_id, announcement(outbox.name).label("duly_notified"))
 

@@ -8,8 +8,8 @@ runtime and the app find it as the app module's `graph_runtime` attribute.
 from __future__ import annotations
 
 from engine.errors import NotFoundError
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.timers import register_escalation
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.timers import register_escalation
 
 _configured: list[GraphRuntime] = []
 

@@ -1,33 +1,13 @@
 """Graph workflows' tables, as mixins the application maps on its own base.
 
-    class Template(Base, GraphTemplate): pass        # duly_graph_templates
-    class Node(Base, GraphNode): pass                # duly_graph_nodes
-    class Transition(Base, GraphTransition): pass    # duly_graph_transitions
-    class Instance(Base, GraphInstance): pass        # duly_graph_instances
-    class Branch(Base, GraphBranch): pass            # duly_graph_branches
-    class Visit(Base, GraphVisit): pass              # duly_graph_visits
-    class Vote(Base, GraphVote): pass                # duly_graph_votes
-    class History(Base, GraphHistory): pass          # duly_graph_history
-    class Timer(Base, GraphTimer): pass              # duly_graph_timers (engine.graphs.timers)
-
-The names are fixed (each mixin declares its `__tablename__`), since the
-tables reference one another by name. A template version's nodes and
-transitions never change once saved (a save is always a new version), which
-is why the runtime may keep a version's graph in memory (`engine.graphs.model`).
-
-- *template*: one version of a named graph; `is_latest` marks the newest
-  version of its name, `is_active` the one new instances start on (at most
-  one per name, a partial unique index says so).
-- *node*: `start`, `state`, `condition`, `fork`, `join` or `end`; a state's
-  code (from the template's vocabulary), approval threshold and assignees
-  (opaque user and group ids); a condition's registered predicate; a fork's
-  `matched_join`; a state's approval deadline.
-- *transition*: an edge, unique per source and target.
-- *instance*: one subject's run through one template version (pinned).
-- *branch*: a token on a node; forks spawn them, joins consume them.
-- *visit*: one entry of a branch into a node, numbered per node (`iteration`).
-- *vote*: one assignee's pending or cast vote at a visit.
-- *history*: the audit trail, written once and never changed.
+class Template(Base, GraphTemplate): pass        # duly_graph_templates
+class Node(Base, GraphNode): pass                # duly_graph_nodes
+class Transition(Base, GraphTransition): pass    # duly_graph_transitions
+class Instance(Base, GraphInstance): pass        # duly_graph_instances
+class Branch(Base, GraphBranch): pass            # duly_graph_branches
+class Visit(Base, GraphVisit): pass              # duly_graph_visits
+class Vote(Base, GraphVote): pass                # duly_graph_votes
+class History(Base, GraphHistory): pass          # duly_graph_history
 """
 
 from __future__ import annotations
@@ -341,7 +321,7 @@ class GraphHistory:
     actor: Mapped[str | None] = mapped_column(Text, default=None)
     step_name: Mapped[str] = mapped_column(Text, default="")
     message: Mapped[str] = mapped_column(Text, default="")
-    # `metadata` is the declarative base's own attribute; the column keeps the seed's name.
+    # `metadata` is the declarative base's own attribute; the column keeps the name `metadata`.
     details: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

@@ -16,10 +16,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import Design, design_matches
-from engine.graphs.model import load_graph
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.versions import load_design, save_design
+from engine.graphs.design.document import Design, design_matches
+from engine.graphs.design.model import load_graph
+from engine.graphs.design.versions import load_design, save_design
+from engine.graphs.moves.runtime import GraphRuntime
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.requests.graphs import stored_layout

@@ -1,7 +1,7 @@
 """The console's graph pages: templates drawn, instances moved by their buttons.
 
 Pages read through the process's `GraphRuntime`, the version functions the
-JSON API uses (`engine.graphs.versions`) and the request layer's reads.
+JSON API uses (`engine.graphs.design.versions`) and the request layer's reads.
 Every form is read into the request layer's model and done by its function
 (`functions.requests.graphs`), as `POST /graphs/...` is, so a form is
 checked and refused exactly as the API would, then answers with a redirect
@@ -30,14 +30,14 @@ from starlette.routing import NoMatchFound
 
 from engine.errors import ConfigurationError, DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import describe, design_matches, drawn_design
-from engine.graphs.directory import effective_assignees
-from engine.graphs.history import AvailableTransition, BranchSnapshot
-from engine.graphs.model import Graph, load_graph
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import subject_types
-from engine.graphs.validation import validate_graph
-from engine.graphs.versions import list_templates, load_design
+from engine.graphs.design.document import describe, design_matches, drawn_design
+from engine.graphs.design.model import Graph, load_graph
+from engine.graphs.design.validation import validate_graph
+from engine.graphs.design.versions import list_templates, load_design
+from engine.graphs.moves.directory import effective_assignees
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
+from engine.graphs.moves.subjects import subject_types
 from functions.console.graph_diagrams import instance_marks, problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import NotFoundError, WorkflowEvent, connect_workflows
 from engine.events.routing import maybe_await
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.versions import activate_template, active_template_id, save_design
+from engine.graphs.design.versions import activate_template, active_template_id, save_design
 from engine.testing import move_clock, reset_clock
 from functions.console.auth import require_reader
 from functions.console.overview_pages import clock_of

@@ -17,10 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from engine.errors import DulyError, NotFoundError
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.subjects import key_values, subject_class
+from engine.graphs.design.versions import activate_template
+from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.subjects import key_values, subject_class
 from engine.graphs.tables import GraphTables
-from engine.graphs.versions import activate_template
 
 MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=200)]

@@ -8,7 +8,7 @@ from sqlalchemy import Numeric, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import declare_engine_tables
-from engine.graphs.subjects import GraphSubject
+from engine.graphs.moves.subjects import GraphSubject
 
 
 class Base(DeclarativeBase):

@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design import Design
-from engine.graphs.runtime import GraphRuntime
-from engine.graphs.versions import list_templates, load_design, save_design
+from engine.graphs.design.document import Design
+from engine.graphs.design.versions import list_templates, load_design, save_design
+from engine.graphs.moves.runtime import GraphRuntime
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 

@@ -1,9 +1,7 @@
 """Subjects: rows of the application's own tables that graph workflows run on.
 
-A subject opts in by mapping the `GraphSubject` mixin, which gives it the
-state column the runtime keeps in sync (the oldest active business state's
-code, or the last one when the instance ends). An instance names its subject
-by table and primary key (as text), so any mapped row can be one.
+A subject maps the `GraphSubject` mixin (its state column follows the graph);
+an instance names it by table and primary key (as text).
 """
 
 from __future__ import annotations

@@ -1,55 +1,20 @@
-"""What makes a template graph runnable: the rules a save reports and an activation enforces.
-
-Each rule has a stable code; a problem reads `"S16: 'Closed' has no assignees. ..."`.
-
-=====  ==================================================================
-Code   Rule
-=====  ==================================================================
-S1     the graph has exactly one START node (none, or several)
-S2     START has exactly one outgoing transition
-S3     START's transition leads to a state or a condition
-S4     a node cannot be reached from START
-S5     the graph has no END node
-S6     a node's type is not one of start/state/condition/fork/join/end
-S7     a state has no state code, or one not in the template's vocabulary;
-       an END names a final state code that is not in it
-S8     a state, condition or join has no outgoing transition, or a
-       non-END node cannot reach any END (a dead end)
-S9     a fork has fewer than two outgoing transitions, or no matched join,
-       or a matched join that is not a join node of this graph
-S10    a condition does not have exactly one "true" and one "false" edge,
-       or an edge leaving a non-condition node carries a condition result
-S11    a join is not matched by exactly one fork (none, or several)
-S12    fork scopes do not nest and are not disjoint
-S13    a branch of a fork can reach neither its matched join nor an END
-S14    a branch of a fork reaches a join other than its fork's matched
-       join (leaving its scope) before its own
-S15    a condition has no predicate, or names one that is not registered;
-       an edge's manual guard names an unregistered predicate
-S16    a state has no assignees (users or groups)
-S17    an approval threshold is not single/majority/unanimous
-S18    a start, condition, fork, join or end node has assignees
-S19    a join does not have exactly one outgoing transition
-S20    a state with a deadline has not exactly one escalation edge, or the
-       deadline is not positive; an escalation edge leaves a node that is
-       not a state with a deadline
-=====  ==================================================================
-
-Problems come in code order, then node order. Rules do not pile on: a rule
-that needs what another rule checks (a START, an END, a fork's matched join)
-says nothing when it is missing, and a node with no outgoing transition is
-reported by the rule of its type, not again as a dead end.
-"""
+"""What makes a template graph runnable: the rules S1-S20 a save reports, activation enforces."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
 from itertools import combinations
 
-from engine.graphs.joins import branch_reach, fork_scope, matched_join
-from engine.graphs.model import NODE_TYPES_WITHOUT_ASSIGNEES, Edge, Graph, Node
+from engine.graphs.design.joins import branch_reach, fork_scope, matched_join
+from engine.graphs.design.model import NODE_TYPES_WITHOUT_ASSIGNEES, Graph
+from engine.graphs.design.problems import (
+    GraphCheck,
+    Problem,
+    Rule,
+    fork_branches,
+    reachable_from,
+    reaching,
+)
 from engine.graphs.tables import (
     CONDITION,
     END,
@@ -64,61 +29,57 @@ from engine.graphs.tables import (
 CONDITION_RESULTS = ("false", "true")  # sorted: what a condition's edges must carry
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One broken rule: its stable code, a sentence saying what to fix, and the node."""
-
-    code: str
-    message: str
-    node_key: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-
-@dataclass(frozen=True)
-class _Check:
-    """What a rule reads: the graph, and the names of the registered predicates."""
-
-    graph: Graph
-    conditions: Collection[str]
-
-    def nodes(self) -> list[Node]:
-        """Every node, in the designer's order."""
-        return sorted(self.graph.nodes.values(), key=lambda n: (n.order, n.key))
-
-    def edges(self) -> list[Edge]:
-        """Every edge, by its source's order then the picker's order."""
-        return [edge for node in self.nodes() for edge in self.graph.outgoing(node.id)]
-
-    def title(self, node_id: uuid.UUID) -> str:
-        """A node's title, quoted; an id when the graph lacks the node."""
-        node = self.graph.nodes.get(node_id)
-        return repr(node.title) if node is not None else repr(str(node_id))
-
-    def transition(self, edge: Edge) -> str:
-        """How a message names an edge."""
-        return f"The transition from {self.title(edge.source_id)} to {self.title(edge.target_id)}"
-
-    def problem(self, code: str, message: str, node_id: uuid.UUID | None = None) -> Problem:
-        """A problem about a node of this graph (or about the whole graph)."""
-        node = self.graph.nodes.get(node_id) if node_id is not None else None
-        return Problem(code, message, node.key if node is not None else None)
-
-
-Rule = Callable[[_Check], Iterable[Problem]]
-
-
 def validate_graph(graph: Graph, conditions: Collection[str]) -> list[Problem]:
-    """Every problem of `graph`, in code order then node order; empty when it can run."""
-    check = _Check(graph, conditions)
+    """Every problem of `graph`, in code order then node order; empty when it can run.
+
+    Each rule has a stable code; a problem reads `"S16: 'Closed' has no assignees. ..."`.
+
+    =====  ==================================================================
+    Code   Rule
+    =====  ==================================================================
+    S1     the graph has exactly one START node (none, or several)
+    S2     START has exactly one outgoing transition
+    S3     START's transition leads to a state or a condition
+    S4     a node cannot be reached from START
+    S5     the graph has no END node
+    S6     a node's type is not one of start/state/condition/fork/join/end
+    S7     a state has no state code, or one not in the template's vocabulary;
+           an END names a final state code that is not in it
+    S8     a state, condition or join has no outgoing transition, or a
+           non-END node cannot reach any END (a dead end)
+    S9     a fork has fewer than two outgoing transitions, or no matched join,
+           or a matched join that is not a join node of this graph
+    S10    a condition does not have exactly one "true" and one "false" edge,
+           or an edge leaving a non-condition node carries a condition result
+    S11    a join is not matched by exactly one fork (none, or several)
+    S12    fork scopes do not nest and are not disjoint
+    S13    a branch of a fork can reach neither its matched join nor an END
+    S14    a branch of a fork reaches a join other than its fork's matched
+           join (leaving its scope) before its own
+    S15    a condition has no predicate, or names one that is not registered;
+           an edge's manual guard names an unregistered predicate
+    S16    a state has no assignees (users or groups)
+    S17    an approval threshold is not single/majority/unanimous
+    S18    a start, condition, fork, join or end node has assignees
+    S19    a join does not have exactly one outgoing transition
+    S20    a state with a deadline has not exactly one escalation edge, or the
+           deadline is not positive; an escalation edge leaves a node that is
+           not a state with a deadline
+    =====  ==================================================================
+
+    Problems come in code order, then node order. Rules do not pile on: a rule
+    that needs what another rule checks (a START, an END, a fork's matched join)
+    says nothing when it is missing, and a node with no outgoing transition is
+    reported by the rule of its type, not again as a dead end.
+    """
+    check = GraphCheck(graph, conditions)
     return [problem for _, rule in RULES for problem in rule(check)]
 
 
 # S1-S5: the graph's frame.
 
 
-def _one_start(check: _Check) -> Iterator[Problem]:
+def _one_start(check: GraphCheck) -> Iterator[Problem]:
     starts = check.graph.of_type(START)
     if not starts:
         yield check.problem("S1", "The graph has no START node. Add one where instances begin.")
@@ -131,7 +92,7 @@ def _one_start(check: _Check) -> Iterator[Problem]:
         )
 
 
-def _start_has_one_transition(check: _Check) -> Iterator[Problem]:
+def _start_has_one_transition(check: GraphCheck) -> Iterator[Problem]:
     for start in check.graph.of_type(START):
         count = len(check.graph.outgoing(start.id))
         if count != 1:
@@ -143,7 +104,7 @@ def _start_has_one_transition(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _start_leads_to_state_or_condition(check: _Check) -> Iterator[Problem]:
+def _start_leads_to_state_or_condition(check: GraphCheck) -> Iterator[Problem]:
     for start in check.graph.of_type(START):
         for edge in check.graph.outgoing(start.id):
             target = check.graph.nodes.get(edge.target_id)
@@ -156,11 +117,11 @@ def _start_leads_to_state_or_condition(check: _Check) -> Iterator[Problem]:
                 )
 
 
-def _reachable_from_start(check: _Check) -> Iterator[Problem]:
+def _reachable_from_start(check: GraphCheck) -> Iterator[Problem]:
     starts = check.graph.of_type(START)
     if not starts:
         return  # S1 says so
-    reached = _forward(check.graph, [s.id for s in starts])
+    reached = reachable_from(check.graph, [s.id for s in starts])
     for node in check.nodes():
         if node.id not in reached:
             yield check.problem(
@@ -170,7 +131,7 @@ def _reachable_from_start(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _has_end(check: _Check) -> Iterator[Problem]:
+def _has_end(check: GraphCheck) -> Iterator[Problem]:
     if not check.graph.of_type(END):
         yield check.problem("S5", "The graph has no END node. Add one where instances finish.")
 
@@ -178,7 +139,7 @@ def _has_end(check: _Check) -> Iterator[Problem]:
 # S6-S8: each node on its own.
 
 
-def _known_type(check: _Check) -> Iterator[Problem]:
+def _known_type(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         if node.node_type not in NODE_TYPES:
             yield check.problem(
@@ -189,7 +150,7 @@ def _known_type(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _state_code_in_vocabulary(check: _Check) -> Iterator[Problem]:
+def _state_code_in_vocabulary(check: GraphCheck) -> Iterator[Problem]:
     for state in check.graph.of_type(STATE):
         if not state.state_code:
             yield check.problem(
@@ -206,7 +167,7 @@ def _state_code_in_vocabulary(check: _Check) -> Iterator[Problem]:
                 state.id,
             )
 
-    # An END may name the code its subject ends with (beyond the seed): from the vocabulary.
+    # An END may name the code its subject ends with: one of the vocabulary's.
     for end in check.graph.of_type(END):
         if end.state_code and end.state_code not in check.graph.state_choices:
             yield check.problem(
@@ -217,9 +178,9 @@ def _state_code_in_vocabulary(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _no_dead_end(check: _Check) -> Iterator[Problem]:
+def _no_dead_end(check: GraphCheck) -> Iterator[Problem]:
     ends = check.graph.of_type(END)
-    to_end = _backward(check.graph, [e.id for e in ends])
+    to_end = reaching(check.graph, [e.id for e in ends])
     for node in check.nodes():
         if node.node_type == END:
             continue
@@ -243,7 +204,7 @@ def _no_dead_end(check: _Check) -> Iterator[Problem]:
 # S9-S14: forks, conditions and joins.
 
 
-def _fork_is_well_formed(check: _Check) -> Iterator[Problem]:
+def _fork_is_well_formed(check: GraphCheck) -> Iterator[Problem]:
     for fork in check.graph.of_type(FORK):
         count = len(check.graph.outgoing(fork.id))
         if count < 2:
@@ -269,7 +230,7 @@ def _fork_is_well_formed(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _condition_has_true_and_false(check: _Check) -> Iterator[Problem]:
+def _condition_has_true_and_false(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         edges = check.graph.outgoing(node.id)
         if node.node_type == CONDITION:
@@ -293,7 +254,7 @@ def _condition_has_true_and_false(check: _Check) -> Iterator[Problem]:
                 )
 
 
-def _join_matched_once(check: _Check) -> Iterator[Problem]:
+def _join_matched_once(check: GraphCheck) -> Iterator[Problem]:
     forks = check.graph.of_type(FORK)
     for join in check.graph.of_type(JOIN):
         matching = [f for f in forks if f.matched_join_id == join.id]
@@ -314,7 +275,7 @@ def _join_matched_once(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _scopes_nest(check: _Check) -> Iterator[Problem]:
+def _scopes_nest(check: GraphCheck) -> Iterator[Problem]:
     scoped = [
         (fork, scope)
         for fork in check.graph.of_type(FORK)
@@ -332,8 +293,8 @@ def _scopes_nest(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _branch_reaches_join_or_end(check: _Check) -> Iterator[Problem]:
-    for fork, join, edge in _branches(check.graph):
+def _branch_reaches_join_or_end(check: GraphCheck) -> Iterator[Problem]:
+    for fork, join, edge in fork_branches(check.graph):
         reach = branch_reach(check.graph, fork, edge)
         # Reaching another join is S14's problem; here the branch goes nowhere.
         if not reach.joins and not reach.reaches_end:
@@ -346,8 +307,8 @@ def _branch_reaches_join_or_end(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _branch_stays_in_scope(check: _Check) -> Iterator[Problem]:
-    for fork, join, edge in _branches(check.graph):
+def _branch_stays_in_scope(check: GraphCheck) -> Iterator[Problem]:
+    for fork, join, edge in fork_branches(check.graph):
         reach = branch_reach(check.graph, fork, edge)
         others = [check.graph.nodes[j] for j in reach.joins if j != join.id]
         if others:
@@ -364,7 +325,7 @@ def _branch_stays_in_scope(check: _Check) -> Iterator[Problem]:
 # S15-S20: what people and predicates a node names.
 
 
-def _predicates_registered(check: _Check) -> Iterator[Problem]:
+def _predicates_registered(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         if node.node_type == CONDITION:
             if not node.condition:
@@ -390,7 +351,7 @@ def _predicates_registered(check: _Check) -> Iterator[Problem]:
                 )
 
 
-def _state_has_assignees(check: _Check) -> Iterator[Problem]:
+def _state_has_assignees(check: GraphCheck) -> Iterator[Problem]:
     for state in check.graph.of_type(STATE):
         if not state.has_assignees:
             yield check.problem(
@@ -401,7 +362,7 @@ def _state_has_assignees(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _threshold_known(check: _Check) -> Iterator[Problem]:
+def _threshold_known(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         if node.approval_threshold not in THRESHOLDS:
             yield check.problem(
@@ -412,7 +373,7 @@ def _threshold_known(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _only_states_have_assignees(check: _Check) -> Iterator[Problem]:
+def _only_states_have_assignees(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         if node.node_type in NODE_TYPES_WITHOUT_ASSIGNEES and node.has_assignees:
             yield check.problem(
@@ -423,7 +384,7 @@ def _only_states_have_assignees(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _join_has_one_transition(check: _Check) -> Iterator[Problem]:
+def _join_has_one_transition(check: GraphCheck) -> Iterator[Problem]:
     for join in check.graph.of_type(JOIN):
         count = len(check.graph.outgoing(join.id))
         if count != 1:
@@ -435,7 +396,7 @@ def _join_has_one_transition(check: _Check) -> Iterator[Problem]:
             )
 
 
-def _deadline_escalates(check: _Check) -> Iterator[Problem]:
+def _deadline_escalates(check: GraphCheck) -> Iterator[Problem]:
     for node in check.nodes():
         escalations = [e for e in check.graph.outgoing(node.id) if e.escalation]
         has_deadline = node.node_type == STATE and node.deadline_seconds is not None
@@ -487,39 +448,3 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("S19", _join_has_one_transition),
     ("S20", _deadline_escalates),
 )
-
-
-def _branches(graph: Graph) -> Iterator[tuple[Node, Node, Edge]]:
-    """Each branch of each fork with a valid matched join (S9 speaks for the others)."""
-    for fork in graph.of_type(FORK):
-        join = matched_join(graph, fork)
-        if join is not None:
-            for edge in graph.outgoing(fork.id):
-                yield fork, join, edge
-
-
-def _forward(graph: Graph, starts: Iterable[uuid.UUID]) -> set[uuid.UUID]:
-    """Every node reachable from `starts` (a set of seen nodes ends loops)."""
-    seen: set[uuid.UUID] = set()
-    pending = list(starts)
-    while pending:
-        node_id = pending.pop()
-        if node_id not in seen:
-            seen.add(node_id)
-            pending.extend(edge.target_id for edge in graph.outgoing(node_id))
-    return seen
-
-
-def _backward(graph: Graph, targets: Iterable[uuid.UUID]) -> set[uuid.UUID]:
-    """Every node that can reach one of `targets`."""
-    incoming: dict[uuid.UUID, list[uuid.UUID]] = {}
-    for edge in graph.edges:
-        incoming.setdefault(edge.target_id, []).append(edge.source_id)
-    seen: set[uuid.UUID] = set()
-    pending = list(targets)
-    while pending:
-        node_id = pending.pop()
-        if node_id not in seen:
-            seen.add(node_id)
-            pending.extend(incoming.get(node_id, ()))
-    return seen

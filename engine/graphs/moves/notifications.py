@@ -1,21 +1,8 @@
-"""Notifications as events: a state's assignees told of their work, the originator of the end.
+"""A move's notifications as events: `state_assignment` and `state_completion`.
 
-Two event types, routed by the event registry to whatever handlers the
-application registered (an e-mail, a chat message, an action):
-
-- `duly.graph.state_assignment` (`state_assignment`): a branch entered a
-  state. The payload names the instance, the subject, the state (code,
-  node, name), the assignees with every group expanded, the state's
-  assignment template code (None: the workflow's own `state_assignment`
-  template), whether the originator is told too, the originator, and the
-  visit. The event id is derived from the visit, so re-entering a state is
-  a fresh notification and a retried transaction cannot publish one twice.
-- `duly.graph.state_completion` (`state_completion`): the instance
-  finished; told to the originator. Its id is derived from the instance.
-
-With a `DatabaseEventRegistry` the events are written in the transition's
-own transaction (a rolled-back transition notifies nobody); any other
-registry is told after the commit.
+Event ids derive from the visit or the instance, so a retried transaction
+cannot publish twice. A `DatabaseEventRegistry` stores them in the move's own
+transaction; any other registry is told after the commit.
 """
 
 from __future__ import annotations
@@ -25,12 +12,12 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from sqlalchemy import Select, Text, bindparam, select
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.sql import ClauseElement
 
 from engine.connection import current_connection
 from engine.errors import NotConnectedError
@@ -38,9 +25,9 @@ from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import WorkflowEvent
 from engine.events.routing import EventRegistry
-from engine.graphs.locks import InstanceState
-from engine.graphs.model import Graph, Node
-from engine.graphs.pipeline import Statement
+from engine.graphs.design.model import Graph, Node
+from engine.graphs.moves.states import InstanceState
+from engine.graphs.tables import STATE, GraphTables
 
 log = logging.getLogger("duly.graphs")
 
@@ -60,8 +47,10 @@ def assignment_event(
     branch_id: uuid.UUID,
     visit_id: uuid.UUID,
     assignees: Sequence[str],
+    assignment_template: str | None,
 ) -> WorkflowEvent:
-    """`node`'s assignees have work: the branch entered it (visit `visit_id`)."""
+    """`node`'s assignees have work: the branch entered it (visit `visit_id`); the template
+    their notification is written from (`assignment_template_of`)."""
     payload = {
         **_instance_payload(instance, graph),
         "state_code": node.state_code,
@@ -70,10 +59,43 @@ def assignment_event(
         "branch_id": str(branch_id),
         "visit_id": str(visit_id),
         "assignees": list(assignees),
-        "assignment_template": node.assignment_template,
+        "assignment_template": assignment_template,
         "notify_originator": node.notify_originator,
     }
     return _event(STATE_ASSIGNMENT, uuid.uuid5(visit_id, STATE_ASSIGNMENT), payload)
+
+
+@lru_cache(maxsize=64)
+def active_assignment_template_statement(tables: GraphTables) -> Select[Any]:
+    """The assignment template a state of :state_code names in the active version of :name."""
+    templates, nodes = tables.table("template"), tables.table("node")
+    return (
+        select(nodes.c.assignment_template)
+        .select_from(nodes.join(templates, nodes.c.template_id == templates.c.id))
+        .where(
+            templates.c.name == bindparam("name", type_=Text()),
+            templates.c.is_active,
+            nodes.c.node_type == STATE,
+            nodes.c.state_code == bindparam("state_code", type_=Text()),
+            nodes.c.assignment_template.is_not(None),
+        )
+        .order_by(nodes.c.order, nodes.c.key)
+        .limit(1)
+    )
+
+
+async def assignment_template_of(
+    conn: AsyncConnection, tables: GraphTables, graph: Graph, node: Node
+) -> str | None:
+    """The template an assignment to `node` names: the state's own, else the one the active
+    version names for the same state code (an instance pinned to an older version is told
+    as a new one would be), else None (the workflow's own)."""
+    if node.assignment_template is not None or node.state_code is None:
+        return node.assignment_template
+    params = {"name": graph.name, "state_code": node.state_code}
+    found = await conn.execute(active_assignment_template_statement(tables), params)
+    template: str | None = found.scalar()
+    return template
 
 
 def completion_event(
@@ -123,33 +145,6 @@ async def publish_in_transaction(
         return False
     await registry.publish_many(events, session=conn)
     return True
-
-
-@dataclass(frozen=True)
-class Publication:
-    """The statement storing a transaction's events in the outbox, and the payload of the
-    NOTIFY to send just after the COMMIT (`fetch_all`'s `announce`)."""
-
-    statement: Statement
-    announce: str
-
-
-def outbox_publication(
-    registry: EventRegistry, events: Sequence[WorkflowEvent]
-) -> Publication | None:
-    """How `events` are stored in the outbox, if `registry` stores them there.
-
-    The statement leaves out its NOTIFY: it goes after the COMMIT, so moves
-    commit together (see `engine.graphs.pipeline.fetch_all`).
-    """
-    if not events or not isinstance(registry, DatabaseEventRegistry):
-        return None
-    found = registry.publish_statement_for(events, announced=False)
-    if found is None:
-        return None
-    statement, params = found
-    assert isinstance(statement, ClauseElement)
-    return Publication((statement, params), registry.tables().outbox_table.name)
 
 
 async def publish_now(registry: EventRegistry, events: Sequence[WorkflowEvent]) -> None:

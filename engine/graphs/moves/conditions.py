@@ -1,15 +1,11 @@
 """Named condition predicates, registered in Python: what a condition node asks.
 
-A stored graph names its predicates (`condition` on a node or an edge); the
-code behind a name is registered here, never text evaluated from the
-database. A predicate gets the subject row (or None when the instance has
-none loaded) and the instance's row as a mapping, and answers True or False.
-
-    conditions = ConditionRegistry()
+A stored graph names its predicates; the code behind a name is registered
+here, never text read from the database. A predicate gets the subject row
+(or None) and the instance as a mapping, and answers True or False:
 
     @conditions.predicate("amount_over_1000")
-    def large(subject: Expense, instance: Mapping[str, Any]) -> bool:
-        return subject.amount > 1000
+    def large(subject: Expense, instance: Mapping[str, Any]) -> bool: ...
 """
 
 from __future__ import annotations

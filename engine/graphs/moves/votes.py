@@ -1,15 +1,8 @@
 """Votes and thresholds: how many of a state's assignees must pick the same target.
 
-Entering a state writes one pending vote per effective assignee; a person's
-transition casts theirs (its target and comment), inserting it if they
-joined the state's groups since, with one APPROVAL history row (the seed's
-"one row per state vote": its target, count and required approvals). A
-target moves the branch once its votes reach the state's threshold: one
-(`single`), more than half of the effective assignees (`majority`), or all
-of them (`unanimous`). Only votes
-of people who are effective assignees now count. When the branch moves,
-the other pending votes are closed (`is_available` false); cast ones stay
-as they were, the record of who wanted what.
+A person's move casts their vote; the branch moves once the target's votes
+reach the state's threshold (`single`, `majority` or `unanimous`), counting
+only people who are effective assignees now.
 """
 
 from __future__ import annotations
@@ -23,11 +16,12 @@ from sqlalchemy import Select, Text, Uuid, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.companions import array_parameter
-from engine.graphs.dispatch import Unit, dispatch, finish
-from engine.graphs.history import state_name
-from engine.graphs.locks import BranchState
-from engine.graphs.model import Node
-from engine.graphs.sync import VoteCast
+from engine.graphs.design.model import Node
+from engine.graphs.moves.dispatch import dispatch, finish
+from engine.graphs.moves.history import state_name
+from engine.graphs.moves.states import BranchState
+from engine.graphs.moves.unit import Unit
+from engine.graphs.moves.writes import VoteCast
 from engine.graphs.tables import (
     APPROVAL,
     APPROVED,

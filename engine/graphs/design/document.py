@@ -1,16 +1,8 @@
 """The designer's JSON graph: read into a `Graph`, and drawn back from one.
 
-The designer sends nodes and connections (camelCase, as the seed's
-designer); `parse_design` checks them with pydantic, so bad input is a
-`ConfigurationError` before anything is written. `build_graph` turns a
-checked design into the `Graph` a save writes and validates, and
-`stored_design` is the JSON kept beside it for the layout.
-
-A stored layout is shown only while it still matches the graph
-(`design_matches`, the seed's `_design_data_matches_steps`, and the node ids
-must still be the node keys). Then its positions and designer-only keys are
-kept and every graph field is the database's; after any drift the layout is
-rebuilt as one column (`rebuilt_design`).
+`parse_design` checks the designer's body (camelCase) with pydantic, so bad
+input is a `ConfigurationError` before anything is written; a stored layout
+is drawn while it still matches the graph, else rebuilt as one column.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from engine.errors import ConfigurationError
-from engine.graphs.model import Edge, Graph, Node
+from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.tables import CONDITION, END, JOIN, SINGLE, STATE
 
 # The rebuilt layout: one column, in node order.
@@ -124,7 +116,7 @@ class Design(BaseModel):
 
     Keys a load adds (`version`, `is_active`, ...) are ignored, so a designer
     may post back what it loaded. Connections repeating a (source, target)
-    pair are dropped, the first kept, as the seed keeps one transition per pair.
+    pair are dropped, the first kept: a graph has one transition per pair.
     """
 
     model_config = ConfigDict(
@@ -141,16 +133,17 @@ class Design(BaseModel):
 
     @model_validator(mode="after")
     def _check_references(self) -> Self:
+        # ConfigurationError is a ValueError: pydantic reports it as a validation error.
         seen: set[str] = set()
         for node in self.nodes:
             if node.id in seen:
-                raise ValueError(f"Node id {node.id!r} is used by more than one node.")
+                raise ConfigurationError(f"Node id {node.id!r} is used by more than one node.")
             seen.add(node.id)
         kept: dict[tuple[str, str], DesignConnection] = {}
         for connection in self.connections:
             for end in connection.pair:
                 if end not in seen:
-                    raise ValueError(
+                    raise ConfigurationError(
                         f"The connection {connection.source!r} -> {connection.target!r} "
                         f"names node {end!r}, which is not in the design."
                     )
@@ -199,7 +192,7 @@ def build_graph(
 ) -> Graph:
     """The graph a save writes: fresh ids, nodes ordered from 1, edges from 0.
 
-    As the seed's save, only a state keeps a state code, threshold, deadline
+    Only a state keeps a state code, threshold, deadline
     and notification settings, and only a condition its predicate: leftovers
     of a node whose type changed. What validation reports where it does not
     belong (assignees on any node, a condition result on any edge) is kept as
@@ -215,7 +208,7 @@ def build_graph(
             node_type=spec.type,
             name=spec.name,
             order=index + 1,
-            # An END may name the code its subject ends with (beyond the seed).
+            # An END may name the code its subject ends with.
             state_code=spec.state_code if spec.type in (STATE, END) else None,
             approval_threshold=(spec.threshold or SINGLE) if is_state else SINGLE,
             assignee_users=tuple(spec.assignee_user_ids),
@@ -264,7 +257,7 @@ def _as_given(model: BaseModel) -> dict[str, Any]:
 def design_matches(stored: Mapping[str, Any], graph: Graph) -> bool:
     """Whether a stored layout still draws this graph (else the layout is rebuilt).
 
-    The seed's test: as many nodes as node rows, as many connections as
+    As many nodes as node rows, as many connections as
     transitions, the same multiset of node types, the same set of state
     codes. Also the node ids must be the node keys and the connections the
     transitions' pairs, since the stored layout is drawn by those names.
@@ -311,7 +304,7 @@ def drawn_design(stored: Mapping[str, Any], graph: Graph) -> dict[str, Any]:
 
 
 def rebuilt_design(graph: Graph) -> dict[str, Any]:
-    """The seed's fallback layout: one column, in node order, ids the node keys."""
+    """The fallback layout: one column, in node order, ids the node keys."""
     ordered = sorted(graph.nodes.values(), key=lambda node: (node.order, node.key))
     nodes = [
         {
@@ -341,7 +334,7 @@ def node_json(node: Node) -> dict[str, Any]:
         drawn["stateCode"] = node.state_code
     if node.condition is not None:
         drawn["condition"] = node.condition
-    # States and joins always show their assignees (as the seed); others only when wrong.
+    # States and joins always show their assignees; others only when wrong.
     if node.node_type in (STATE, JOIN) or node.has_assignees:
         drawn["assigneeUserIds"] = list(node.assignee_users)
         drawn["assigneeGroupIds"] = list(node.assignee_groups)

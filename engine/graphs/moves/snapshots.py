@@ -1,128 +1,19 @@
-"""What readers get: an instance's snapshot, the transitions open to a person, and history.
+"""What readers get: an instance's snapshot, a move's outcome, the transitions open to a person.
 
-The snapshots are frozen values with `to_dict()` (also `json()`): what the
-HTTP layer returns for an instance, a transition's outcome and the choices a
-person has.
-
-The audit trail is one row per action, written with the change it records
-and never updated.
-
-The action types and metadata keys are the seed's: CREATION (submitted),
-ASSIGNMENT (a state entered, a fork's spawn list, a join activated),
-APPROVAL (a vote, and a threshold's progress), STATUS_CHANGE (a move, a
-condition's route, an unassigned warning, a join's arrivals and its
-automatic continuation, an escalation, a cancel) and COMPLETION. Metadata
-keys readers may rely on: state_code, from_state, to_state (a node's state
-code, else its name), to_state_type,
-branch_id, fork_scope, fork_node, join_node, targets, comment,
-target_state_id, approved_count, required_approvals, threshold, warning
-(and `escalated` on an escalation). Ids in metadata are text.
-
-Rows are ordered by created_at, then id: every row of one transaction has
-the transaction's time, and ids follow the order the runtime wrote them.
+Frozen values with `to_dict()` (also `json()`): what the HTTP layer returns.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Select, Uuid, bindparam, select
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from engine.graphs.locks import BranchState, InstanceState
-from engine.graphs.model import Graph, Node
-from engine.graphs.tables import ACTIVE, GraphTables
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One recorded action of an instance."""
-
-    id: int
-    instance_id: uuid.UUID
-    visit_id: uuid.UUID | None
-    action_type: str
-    actor: str | None
-    step_name: str
-    message: str
-    metadata: dict[str, Any]
-    created_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        """The entry as JSON values."""
-        return {
-            "id": self.id,
-            "instance_id": str(self.instance_id),
-            "visit_id": None if self.visit_id is None else str(self.visit_id),
-            "action_type": self.action_type,
-            "actor": self.actor,
-            "step_name": self.step_name,
-            "message": self.message,
-            "metadata": dict(self.metadata),
-            "created_at": self.created_at.isoformat(),
-        }
-
-    json = to_dict
-
-
-@dataclass(frozen=True)
-class HistoryRow:
-    """A history row to write (the transaction gives it its time and id)."""
-
-    action_type: str
-    message: str
-    step_name: str = ""
-    actor: str | None = None
-    visit_id: uuid.UUID | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def state_name(node: Node) -> str:
-    """How from_state and to_state name a node: its state code, else its name."""
-    return node.state_code or node.title
-
-
-def details(**values: Any) -> dict[str, Any]:
-    """Metadata, None left out. Ids in it (however deep) become text as the write's JSON
-    document is made (`engine.graphs.sync.parameters`), not one by one here."""
-    return {key: value for key, value in values.items() if value is not None}
-
-
-@lru_cache(maxsize=64)
-def history_statement(tables: GraphTables) -> Select[Any]:
-    """Every history row of :instance_id, in the order the actions happened."""
-    history = tables.table("history")
-    return (
-        select(history)
-        .where(history.c.instance_id == bindparam("instance_id", type_=Uuid()))
-        .order_by(history.c.created_at, history.c.id)
-    )
-
-
-async def read_history(
-    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
-) -> list[HistoryEntry]:
-    """The instance's history, oldest first."""
-    result = await conn.execute(history_statement(tables), {"instance_id": instance_id})
-    return [
-        HistoryEntry(
-            id=row["id"],
-            instance_id=row["instance_id"],
-            visit_id=row["visit_id"],
-            action_type=row["action_type"],
-            actor=row["actor"],
-            step_name=row["step_name"],
-            message=row["message"],
-            metadata=dict(row["metadata"] or {}),
-            created_at=row["created_at"],
-        )
-        for row in result.mappings()
-    ]
+from engine.graphs.design.model import Graph
+from engine.graphs.moves.states import BranchState, InstanceState
+from engine.graphs.tables import ACTIVE
 
 
 @dataclass(frozen=True)

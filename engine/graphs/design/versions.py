@@ -1,15 +1,8 @@
 """Template versions in the database: the designer's load and save, activation, listing.
 
-A save is always a new, inactive version of its name (the seed's
-"Versioning"): version max + 1, `is_latest` moved to it, `cloned_from` the
-version it started from. Its validation errors come back in the response
-without blocking it; only activation refuses an invalid graph. Saves and
-activations of one name are serialized by a transaction-level advisory lock
-on the name, so two concurrent saves get distinct versions (a new name has
-no row to lock FOR UPDATE yet).
-
-Every function runs in the caller's transaction (`engine.begin()`) and never
-commits.
+A save is always a new, inactive version of its name; only activation
+refuses an invalid graph. Every function runs in the caller's transaction
+and never commits.
 """
 
 from __future__ import annotations
@@ -24,14 +17,21 @@ from sqlalchemy import Row, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.errors import NotFoundError, TemplateInvalidError
-from engine.graphs.design import Design, build_graph, drawn_design, parse_design, stored_design
-from engine.graphs.joins import resolve_matched_joins
-from engine.graphs.model import Graph, edge_values, node_values, read_graph
+from engine.graphs.design.document import (
+    Design,
+    build_graph,
+    drawn_design,
+    parse_design,
+    stored_design,
+)
+from engine.graphs.design.joins import resolve_matched_joins
+from engine.graphs.design.model import Graph, edge_values, node_values, read_graph
+from engine.graphs.design.problems import Problem
+from engine.graphs.design.validation import validate_graph
 from engine.graphs.tables import TEMPLATES, GraphTables
-from engine.graphs.validation import Problem, validate_graph
 
 SAVED_MESSAGE = "Workflow saved successfully"
-WORKFLOW_KIND = "state_based"  # the seed's workflow_kind; the only kind duly's graphs have
+WORKFLOW_KIND = "state_based"  # the only kind of workflow duly's graphs have
 MAX_NAMED_ERRORS = 3  # validation errors named in a refused activation's message
 
 
@@ -46,11 +46,11 @@ class SavedDesign:
 
     @property
     def errors(self) -> list[str]:
-        """The problems as the seed's response lists them ("S16: 'Closed' has no ...")."""
+        """The problems as a save's response lists them ("S16: 'Closed' has no ...")."""
         return [str(problem) for problem in self.problems]
 
     def response(self) -> dict[str, Any]:
-        """The seed's response body of a save, exactly."""
+        """The response body of a save, as the designer reads it."""
         return {
             "success": True,
             "message": SAVED_MESSAGE,

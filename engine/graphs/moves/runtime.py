@@ -2,25 +2,10 @@
 
     runtime = GraphRuntime(graph_tables(Base), directory=directory, conditions=conditions)
     instance = await runtime.submit(expense, "ann", template_name="expense-approval")
-    for choice in await runtime.transitions_for(instance.id, "bob"):
-        ...
     await runtime.transition_branch(instance.id, branch_id, target_id, "bob", "fine")
 
-Each write is one transaction of its own on the runtime's engine (the
-process's workflow connection's, unless one is given); `submit` may join
-the caller's business transaction instead. A transaction locks the
-instance first (`engine.graphs.locks`), decides in memory
-(`engine.graphs.dispatch`), writes what it decided in one statement
-(`engine.graphs.sync`), and publishes its notifications: in the same
-transaction through a `DatabaseEventRegistry`, after the commit through any
-other. Graphs are read once per template version (`load_graph`): a
-version never changes, so an in-flight instance keeps the version it was
-submitted on whatever is activated later.
-
-Errors: `NotFoundError` (no such instance or template),
-`WorkflowSubmissionError` (the subject already has an active instance),
-`WorkflowAlreadyCompletedError` (the instance is not active, 409), and
-`StateWorkflowError` (a refused transition, 400).
+Each write owns one transaction on the runtime's engine (`submit` may join
+the caller's instead): lock, decide in memory, write, publish, commit.
 """
 
 from __future__ import annotations
@@ -49,47 +34,35 @@ from engine.errors import (
     WorkflowSubmissionError,
 )
 from engine.events.routing import EventRegistry
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import Directory, StaticDirectory, effective_assignees
-from engine.graphs.dispatch import Unit, cancel_instance, dispatch, finish, save
-from engine.graphs.history import (
-    AvailableTransition,
-    HistoryEntry,
-    InstanceSnapshot,
-    TransitionOutcome,
-    read_history,
-)
-from engine.graphs.locks import (
-    BranchState,
-    InstanceState,
-    live_branches,
-    lock_branch,
-    lock_instance,
-    refuse_inactive,
-)
-from engine.graphs.model import Edge, Graph, Node, load_graph
-from engine.graphs.notifications import (
+from engine.graphs.design.model import Edge, Graph, Node, load_graph
+from engine.graphs.moves.conditions import ConditionRegistry
+from engine.graphs.moves.directory import Directory, StaticDirectory, effective_assignees
+from engine.graphs.moves.dispatch import cancel_instance, dispatch, finish, save
+from engine.graphs.moves.history import HistoryEntry, read_history
+from engine.graphs.moves.locks import live_branches, lock_branch, lock_instance, refuse_inactive
+from engine.graphs.moves.notifications import (
     chosen_registry,
     kick_outbox,
-    outbox_publication,
     publish_after_caller_commits,
     publish_in_transaction,
     publish_now,
 )
-from engine.graphs.pipeline import driven
-from engine.graphs.subjects import state_column, subject_ref
-from engine.graphs.sync import Writes
+from engine.graphs.moves.refusals import initial_node, refuse_move
+from engine.graphs.moves.snapshots import AvailableTransition, InstanceSnapshot, TransitionOutcome
+from engine.graphs.moves.states import BranchState, InstanceState
+from engine.graphs.moves.subjects import state_column, subject_ref
+from engine.graphs.moves.timers import escalate_visit, register_escalation
+from engine.graphs.moves.unit import Unit
+from engine.graphs.moves.votes import Tally, vote
+from engine.graphs.moves.writes import Writes
 from engine.graphs.tables import (
     ACTIVE,
-    CONDITION,
     CREATION,
     IN_REVIEW,
     INSTANCES,
     STATE,
     GraphTables,
 )
-from engine.graphs.timers import escalate_visit, register_escalation
-from engine.graphs.votes import Tally, vote
 
 __all__ = [
     "AvailableTransition",
@@ -185,7 +158,7 @@ class GraphRuntime:
             async with self.engine.begin() as conn:
                 unit = await self._submit(conn, subject, user, template_name, template_id)
                 with refused_if_in_a_workflow(unit):
-                    stored = await save_and_commit(unit, registry)
+                    stored = await save_with_events(unit, registry)
             await self._after_commit(registry, unit, stored)
         show_state(subject, unit.instance.state_code)
         return InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
@@ -199,6 +172,7 @@ class GraphRuntime:
         template_id: uuid.UUID | None,
     ) -> Unit:
         subject_type, subject_key = subject_ref(subject)
+        by_name = template_id is None
         if template_id is None:
             if template_name is None:
                 raise ConfigurationError("submit() needs a template_name or a template_id.")
@@ -208,7 +182,7 @@ class GraphRuntime:
             if template_id is None:
                 raise NotFoundError(f"No active graph template is named {template_name!r}.")
         graph = await load_graph(conn, self.tables, template_id)
-        target = self._initial_node(graph)
+        target = initial_node(graph, self.conditions)
         instance = InstanceState(
             id=uuid.uuid4(),
             template_id=graph.template_id,
@@ -225,6 +199,7 @@ class GraphRuntime:
             new=True,
         )
         unit = self._unit(conn, graph, instance, user)
+        unit.version_active = by_name  # the name's active version, found just now
         unit.subject_row = subject
         unit.starting = True
         unit.record(
@@ -238,35 +213,6 @@ class GraphRuntime:
         final = await dispatch(unit, branch, target)
         finish(unit, final, write_subject=True)
         return unit
-
-    def _initial_node(self, graph: Graph) -> Node:
-        """The START node's single target: a state with assignees, or a decidable condition."""
-        start = graph.start
-        if start is None:
-            raise StateWorkflowError(f"Template {graph.name!r} v{graph.version} has no START node.")
-        edges = graph.outgoing(start.id)
-        if len(edges) != 1:
-            raise StateWorkflowError(
-                f"START of {graph.name!r} v{graph.version} must have exactly one outgoing "
-                f"transition; it has {len(edges)}."
-            )
-        target = graph.nodes.get(edges[0].target_id)
-        if target is None:
-            raise StateWorkflowError(f"START of {graph.name!r} points nowhere.")
-        if target.node_type == STATE:
-            if not target.has_assignees:
-                raise StateWorkflowError(f"The initial state {target.title!r} has no assignees.")
-        elif target.node_type == CONDITION:
-            if not target.condition or target.condition not in self.conditions:
-                raise StateWorkflowError(
-                    f"The initial condition {target.title!r} names no registered predicate."
-                )
-        else:
-            raise StateWorkflowError(
-                f"START must lead to a state or a condition, not to {target.node_type} "
-                f"{target.title!r}."
-            )
-        return target
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -323,11 +269,11 @@ class GraphRuntime:
         if it has moved on since, the transition is refused saying so.
         """
         registry = chosen_registry(self.events)
-        async with driven(self.engine) as conn:
+        async with self.engine.begin() as conn:
             unit, tally = await self._transition(
                 conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
             )
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         snapshot = InstanceSnapshot.of(unit.instance, unit.graph, unit.branches())
         return TransitionOutcome(
@@ -357,32 +303,9 @@ class GraphRuntime:
             locked.branch_node_id,
         )
         graph = await load_graph(conn, self.tables, instance.template_id)
-        if branch_status != ACTIVE:
-            raise StateWorkflowError(f"Branch {branch_id} is no longer active ({branch_status}).")
-        source = graph.nodes.get(node_id) if node_id is not None else None
-        if source is None:
-            raise StateWorkflowError(f"Branch {branch_id} sits on no node of its graph.")
-        if source_node_id is not None and source.id != source_node_id:
-            seen = graph.nodes.get(source_node_id)
-            raise StateWorkflowError(
-                f"Branch {branch_id} is no longer on {seen.title if seen else source_node_id!r}: "
-                f"it is on {source.title!r} now."
-            )
-        target = graph.nodes.get(target_id)
-        edge = graph.edge(source.id, target_id) if target is not None else None
-        if target is None or edge is None:
-            named = target.title if target is not None else str(target_id)
-            raise StateWorkflowError(
-                f"No transition leads from {source.title!r} to {named!r}: the branch is on "
-                f"{source.title!r}."
-            )
-        if edge.escalation:
-            raise StateWorkflowError(
-                f"The transition from {source.title!r} to {target.title!r} is an escalation: "
-                "only the engine takes it, when the deadline passes."
-            )
-        if source.node_type != STATE:
-            raise StateWorkflowError(f"{source.title!r} is not a state: nobody moves it.")
+        source, target, edge = refuse_move(
+            graph, branch_id, branch_status, node_id, target_id, source_node_id
+        )
         assignees = await self._assignees(source)
         if user not in assignees:
             raise StateWorkflowError(
@@ -398,6 +321,7 @@ class GraphRuntime:
                 f"The transition from {source.title!r} to {target.title!r} is not allowed now "
                 f"({edge.condition!r} answered no)."
             )
+        unit.version_active = locked.version_active
         for live in locked.live:
             unit.known[live.id] = live
         branch = unit.known[branch_id]
@@ -422,7 +346,7 @@ class GraphRuntime:
             unit = await self._escalation(conn, instance_id, branch_id, visit_id)
             if unit is None:
                 return False
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         return True
 
@@ -442,6 +366,7 @@ class GraphRuntime:
             return None
         graph = await load_graph(conn, self.tables, instance.template_id)
         unit = self._unit(conn, graph, instance, None)
+        unit.version_active = locked.version_active
         for live in locked.live:
             unit.known[live.id] = live
         branch = unit.known.get(branch_id)
@@ -463,7 +388,7 @@ class GraphRuntime:
             graph = await load_graph(conn, self.tables, instance.template_id)
             unit = self._unit(conn, graph, instance, user)
             cancel_instance(unit, await live_branches(conn, self.tables, instance.id), reason)
-            stored = await save_and_commit(unit, registry)
+            stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
         return InstanceSnapshot.of(unit.instance, graph, unit.branches())
 
@@ -554,18 +479,12 @@ def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
         ) from exc
 
 
-async def save_and_commit(unit: Unit, registry: EventRegistry) -> bool:
-    """Write what `unit` decided and its notifications, then COMMIT, in one round trip
-    (the outbox's NOTIFY right after the COMMIT, in the same round trip).
-
-    Whether the notifications went to the outbox (else they are told after the commit).
-    """
-    publish = outbox_publication(registry, unit.events)
-    if publish is None:
-        await save(unit, commit=True)
-        return False
-    await save(unit, also=[publish.statement], commit=True, announce=[publish.announce])
-    return True
+async def save_with_events(unit: Unit, registry: EventRegistry) -> bool:
+    """Write what `unit` decided, and its notifications when `registry` stores them, in the
+    unit's transaction (never committing it); whether the notifications were stored (else
+    they are told after the commit)."""
+    await save(unit)
+    return await publish_in_transaction(unit.conn, registry, unit.events)
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -1,10 +1,7 @@
-"""A template version's graph in memory: what validation checks and the runtime walks.
+"""A template version's graph in memory: what validation checks and the moves walk.
 
-A saved version never changes (a save is a new version), so its `Graph` is
-read once per process (`load_graph`, cached by template id) and transitions
-consult it without reading nodes or edges again. The designer's save builds
-a `Graph` from the JSON before writing it, so validation runs on the same
-shape whether the graph came from the designer or from the database.
+A saved version never changes, so its `Graph` is read once per process
+(`load_graph`, cached by template id).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Which join closes which fork: the designer's matching, and the scopes validation checks.
+"""Which join closes which fork: matched from the drawing, and the scopes validation checks.
 
-A fork's branches run until they meet again at its join. The designer draws
-edges, not pairs, so a save matches them from the drawing
-(`resolve_matched_joins`, the seed's `_resolve_matched_joins`): walk each
-branch to the first joins it can reach and take the one join every branch
-that reaches a join has in common. A branch that ends at an END without a
-join is the seed's "terminal escape hatch" and takes no part in the match.
-
-A walk passes through an inner fork/join pair as one step: from the inner
-fork it goes on after the inner fork's join, since that join belongs to the
-inner scope. So the outer fork's join is the first join reached that no
-inner fork consumes. Every walk keeps a set of nodes seen, so loops ("send
-back for changes") end.
+A save matches each fork to the one join every branch that reaches a join
+has in common (`resolve_matched_joins`); a branch that ends at an END takes
+no part in the match. Walks step over inner fork/join pairs and end loops.
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from engine.graphs.model import Edge, Graph, Node
+from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.tables import END, FORK, JOIN
 
 JoinOf = Callable[[Node], uuid.UUID | None]

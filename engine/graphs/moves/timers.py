@@ -1,18 +1,8 @@
 """Approval deadlines as the engine's own timers: one workflow row per visit that has one.
 
-A state with `deadline_seconds` gives each visit a deadline; its timer is a
-row of the application's `GraphTimer` table whose one step, `expire`, is due
-at that deadline. The row is ordinary due work, so the workers' one claim
-takes it and `next_due` (hence `on_idle`) counts it: a serverless deployment
-is woken for a deadline and not before.
-
-The row is written by the transition that entered the state, and cancelled
-(`engine.handles.cancel_statement`, which moves its version on so a running
-`expire` commits nothing) by whatever transaction ends the visit first. The
-step escalates through the runtime registered for its table
-(`register_escalation`, which `GraphRuntime` calls), in a transaction of its
-own that checks the visit is still current: a retry after a crash, or a
-deadline that raced a person's move, finds it is not and does nothing.
+The `GraphTimer` row's one step, `expire`, is due at the visit's deadline and
+escalates through the runtime registered for its table, only while the visit
+is still current.
 
     class Timer(Base, GraphTimer): pass              # duly_graph_timers
 """
@@ -27,10 +17,11 @@ from sqlalchemy import ForeignKey, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.errors import ConfigurationError
-from engine.graphs.dispatch import Unit, dispatch, finish
-from engine.graphs.history import state_name
-from engine.graphs.locks import BranchState
-from engine.graphs.model import Node
+from engine.graphs.design.model import Node
+from engine.graphs.moves.dispatch import dispatch, finish
+from engine.graphs.moves.history import state_name
+from engine.graphs.moves.states import BranchState
+from engine.graphs.moves.unit import Unit
 from engine.graphs.tables import BRANCHES, COMPLETED, INSTANCES, STATUS_CHANGE, TIMERS, VISITS
 from engine.registry import workflow_info
 from engine.steps import step

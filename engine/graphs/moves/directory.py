@@ -1,10 +1,7 @@
 """Who is in a group: the pluggable directory graph workflows ask.
 
-Users and groups are opaque ids. A state names assignee users and groups;
-the runtime asks the directory for a group's members when it expands
-assignees (pending votes, notifications) and when it checks whether a user
-may move a state. `StaticDirectory` holds a mapping; an application plugs
-in its own (LDAP, its users table) with the same one method.
+Users and groups are opaque ids. `StaticDirectory` holds a mapping; an
+application plugs in its own (LDAP, its users table) with the same method.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
-"""What one transaction of the runtime holds: the locked instance and its live branches.
+"""The instance lock a move takes first, and the reads of its live branches.
 
-Every write to an instance (a move, a vote, an escalation, a cancel) first
-locks the instance row, so writes to one instance run one after the other
-and each sees what the one before it committed. A move locks the instance
-and its branch in one statement (`FOR NO KEY UPDATE`: the rows are changed,
-never their keys, so inserts of history and visits referencing them are not
-blocked), and reads the instance's live branches in the same statement.
-That read is trusted only when the statement did not wait for another
-writer: under READ COMMITTED a statement that waited for a lock returns the
-new version of the rows it locked, but every other row as its snapshot had
-it, from before the transaction it waited for committed. Every writer of an
-instance's branches updates its row, so the row's version (xmin) tells a
-stale read, and the branches are then read again by a second statement.
-
-The lock is a hot statement: it runs on the driver's own connection
-(`engine.graphs.pipeline`), and a move's transaction is begun with it there.
+A move locks the instance and its branch and reads the live branches in one
+statement; the instance row's version tells when that read is stale (the
+lock waited for another writer), and the branches are read again.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -30,131 +16,8 @@ from sqlalchemy import BindParameter, Select, Uuid, and_, bindparam, literal_col
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
-from engine.graphs.pipeline import fetch
+from engine.graphs.moves.states import BRANCH_COLUMNS, BranchState, InstanceState
 from engine.graphs.tables import ACTIVE, GraphTables
-
-
-@dataclass
-class InstanceState:
-    """An instance's row as this transaction will leave it."""
-
-    id: uuid.UUID
-    template_id: uuid.UUID
-    subject_type: str
-    subject_key: str
-    state_status: str
-    status: str
-    current_node_id: uuid.UUID | None
-    state_code: str | None
-    is_active: bool
-    is_completed: bool
-    branch_count: int
-    submitted_by: str | None
-    submitted_at: datetime | None = None  # None: submitted by this transaction
-    completed_at: datetime | None = None
-    new: bool = False  # inserted by this transaction
-    completing: bool = False  # completed_at is this transaction's time
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> InstanceState:
-        """From a row of the instances table."""
-        return cls(
-            id=row["id"],
-            template_id=row["template_id"],
-            subject_type=row["subject_type"],
-            subject_key=row["subject_key"],
-            state_status=row["state_status"],
-            status=row["status"],
-            current_node_id=row["current_node_id"],
-            state_code=row["state_code"],
-            is_active=row["is_active"],
-            is_completed=row["is_completed"],
-            branch_count=row["branch_count"],
-            submitted_by=row["submitted_by"],
-            submitted_at=row["submitted_at"],
-            completed_at=row["completed_at"],
-        )
-
-    def mapping(self) -> dict[str, Any]:
-        """The instance as a condition predicate sees it."""
-        return {
-            "id": self.id,
-            "template_id": self.template_id,
-            "subject_type": self.subject_type,
-            "subject_key": self.subject_key,
-            "state_status": self.state_status,
-            "status": self.status,
-            "current_node_id": self.current_node_id,
-            "state_code": self.state_code,
-            "submitted_by": self.submitted_by,
-            "submitted_at": self.submitted_at,
-        }
-
-
-@dataclass
-class BranchState:
-    """A branch as this transaction will leave it, with its current visit."""
-
-    id: uuid.UUID
-    number: int
-    node_id: uuid.UUID | None
-    status: str
-    parent_branch_id: uuid.UUID | None = None
-    fork_scope: uuid.UUID | None = None
-    fork_node_id: uuid.UUID | None = None
-    join_node_id: uuid.UUID | None = None
-    started_at: datetime | None = None  # None: started by this transaction
-    completed_at: datetime | None = None
-    visit_id: uuid.UUID | None = None  # the current visit, if it sits on a node that has one
-    last_code: str | None = None  # the last business state it was on (END reports it)
-    new: bool = False  # inserted by this transaction
-    changed: bool = False  # updated by this transaction
-    completing: bool = False  # completed_at is this transaction's time
-    assignees: list[str] = field(default_factory=list)  # of the state it entered here
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any], prefix: str = "") -> BranchState:
-        """From a row of the branches table (and `visit_id`, when read with its visit), its
-        columns named with `prefix` (the lock statement's `live_`)."""
-        return cls(
-            id=row[prefix + "id"],
-            number=row[prefix + "number"],
-            node_id=row[prefix + "current_node_id"],
-            status=row[prefix + "status"],
-            parent_branch_id=row[prefix + "parent_branch_id"],
-            fork_scope=row[prefix + "fork_scope"],
-            fork_node_id=row[prefix + "fork_node_id"],
-            join_node_id=row[prefix + "join_node_id"],
-            started_at=row[prefix + "started_at"],
-            completed_at=row[prefix + "completed_at"],
-            visit_id=row.get(prefix + "visit_id"),
-        )
-
-    @property
-    def active(self) -> bool:
-        """Whether the branch is still a live token."""
-        return self.status == ACTIVE
-
-    def order(self) -> tuple[int, datetime | None, int]:
-        """The seed's "oldest" order: started_at, then number; this transaction's come last."""
-        if self.started_at is None:
-            return (1, None, self.number)
-        return (0, self.started_at, self.number)
-
-
-# The columns a BranchState is read from.
-BRANCH_COLUMNS = (
-    "id",
-    "number",
-    "current_node_id",
-    "status",
-    "parent_branch_id",
-    "fork_scope",
-    "fork_node_id",
-    "join_node_id",
-    "started_at",
-    "completed_at",
-)
 
 
 @lru_cache(maxsize=64)
@@ -188,6 +51,12 @@ def lock_branch_statement(tables: GraphTables) -> Select[Any]:
         .where(other.c.instance_id == instances.c.id, other.c.status == ACTIVE)
         .lateral("live")
     )
+    templates = tables.table("template")
+    # Whether the instance's pinned version is the active one (notifications fall back to
+    # the active version's assignment templates only when it is not).
+    version_active = (
+        select(templates.c.is_active).where(templates.c.id == instances.c.template_id)
+    ).scalar_subquery()
     seen = instances.alias("seen")
     seen_version = (
         select(literal_column("seen.xmin::text")).where(seen.c.id == instances.c.id)
@@ -199,6 +68,7 @@ def lock_branch_statement(tables: GraphTables) -> Select[Any]:
             branches.c.current_node_id.label("branch_node_id"),
             literal_column(f"{instances.name}.xmin::text").label("locked_version"),
             seen_version.label("seen_version"),
+            version_active.label("version_active"),
             live,
         )
         .select_from(locked.outerjoin(live, true()))
@@ -246,6 +116,7 @@ class Locked:
     branch_status: str
     branch_node_id: uuid.UUID | None
     live: list[BranchState]
+    version_active: bool  # the instance's pinned version is the active one
 
 
 async def lock_branch(
@@ -259,7 +130,7 @@ async def lock_branch(
     StateWorkflowError: the branch is not one of its branches.
     """
     params = {"instance_id": instance_id, "branch_id": branch_id}
-    rows = await fetch(conn, lock_branch_statement(tables), params)
+    rows = (await conn.execute(lock_branch_statement(tables), params)).mappings().all()
     if not rows:
         instance = await lock_instance(conn, tables, instance_id)
         raise StateWorkflowError(f"Branch {branch_id} is not a branch of instance {instance.id}.")
@@ -270,7 +141,9 @@ async def lock_branch(
         live = [BranchState.of(row, "live_") for row in rows if row["live_id"] is not None]
     else:  # a writer committed while this waited: read again, after the lock
         live = await live_branches(conn, tables, instance.id)
-    return Locked(instance, first["branch_status"], first["branch_node_id"], live)
+    return Locked(
+        instance, first["branch_status"], first["branch_node_id"], live, first["version_active"]
+    )
 
 
 async def lock_instance(

@@ -1,62 +1,32 @@
-"""Dispatch: what entering each kind of node does to a branch, decided in memory.
+"""What entering each kind of node does to a branch, decided in memory.
 
-A `Unit` is one transaction of the runtime: the locked instance, its live
-branches, and the rows the transaction will write (`engine.graphs.sync`).
-`dispatch` sends a branch to a node, as the seed's `_dispatch_target`:
-
-- *state*: the branch moves there; a new visit (iteration + 1 on re-entry),
-  a pending vote per effective assignee, ASSIGNMENT history, a
-  `state_assignment` notification, an "unassigned" warning when the
-  assignees expand to nobody, and a deadline timer when the state has one;
-- *condition*: its registered predicate is asked (subject row, instance
-  mapping) and the branch follows the true or false edge at once;
-- *fork*: at least two outgoing edges; the branch completes at the fork and
-  one child per edge starts with a fresh `fork_scope` (its parent, the fork,
-  the fork's matched join), each dispatched in turn (a nested fork
-  recurses); ASSIGNMENT history lists the children;
-- *join*: the branch completes there; once no active branch remains in its
-  scope (or in a scope nested inside it), a merged branch inherits the
-  parent's scope chain and continues along the join's single edge;
-- *end*: the branch completes and reports the code its subject ends with: the
-  END's own state code when it has one (beyond the seed), else the last business
-  state the branch was on.
-
-`finish` then syncs the subject's state and finalizes an instance with no
-active branch left, as the seed's `sync_document_state` and
-`_finalize_if_done`.
+A state is entered (visit, pending votes, history, notification, timer); a
+condition routes at once; a fork starts one child per edge; a join waits for
+its scope, then a merged branch goes on; an end completes the branch.
+`finish` syncs the subject's state and finalizes an instance left with none.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from engine.errors import ConfigurationError, NotFoundError, StateWorkflowError
-from engine.events.event import WorkflowEvent
-from engine.graphs.conditions import ConditionRegistry
-from engine.graphs.directory import Directory, effective_assignees
-from engine.graphs.history import HistoryRow, details, state_name
-from engine.graphs.locks import (
-    BranchState,
-    InstanceState,
-    instance_branches,
-    read_branch,
+from engine.errors import StateWorkflowError
+from engine.graphs.design.model import Node
+from engine.graphs.moves.directory import effective_assignees
+from engine.graphs.moves.history import state_name
+from engine.graphs.moves.notifications import (
+    assignment_event,
+    assignment_template_of,
+    completion_event,
 )
-from engine.graphs.model import Graph, Node
-from engine.graphs.notifications import assignment_event, completion_event
-from engine.graphs.pipeline import Statement
-from engine.graphs.subjects import key_values, subject_class
-from engine.graphs.sync import KEEP, NewVisit, SubjectWrite, Writes, synced_state, write
+from engine.graphs.moves.states import BranchState
+from engine.graphs.moves.subjects import subject_class
+from engine.graphs.moves.unit import Unit
+from engine.graphs.moves.write_document import write
+from engine.graphs.moves.writes import KEEP, SubjectWrite, synced_state
 from engine.graphs.tables import (
-    ACTIVE,
     APPROVED,
     ASSIGNMENT,
     CANCELLED,
@@ -69,180 +39,12 @@ from engine.graphs.tables import (
     REJECTED,
     STATE,
     STATUS_CHANGE,
-    GraphTables,
 )
 
 log = logging.getLogger("duly.graphs")
 
 MAX_AUTOMATIC_HOPS = 64  # conditions, forks and joins one transaction may pass through
 NO_ASSIGNEES = "no_effective_assignees"
-_UNREAD = object()  # the subject row, before a condition first asks for it
-
-
-@dataclass
-class Unit:
-    """One transaction's decisions: the instance, its branches, what it will write."""
-
-    conn: AsyncConnection
-    tables: GraphTables
-    graph: Graph
-    writes: Writes
-    directory: Directory
-    conditions: ConditionRegistry
-    actor: str | None
-    known: dict[uuid.UUID, BranchState] = field(default_factory=dict)
-    events: list[WorkflowEvent] = field(default_factory=list)
-    starting: bool = False  # the submit's first state says "Workflow started in state"
-    spared_timer: uuid.UUID | None = None  # an escalating visit's own timer: its step ends it
-    subject_row: Any = _UNREAD
-    entries: Counter[uuid.UUID] = field(default_factory=Counter)  # node entries here
-    all_read: bool = False  # every branch of the instance is in `known`
-    before: InstanceState | None = None  # the instance as locked
-
-    def __post_init__(self) -> None:
-        self.before = dataclasses.replace(self.writes.instance)
-
-    @property
-    def instance(self) -> InstanceState:
-        """The instance as this transaction will leave it."""
-        return self.writes.instance
-
-    def branches(self) -> list[BranchState]:
-        """Every branch this transaction knows (its instance's active ones at least)."""
-        return list(self.known.values())
-
-    def active(self) -> list[BranchState]:
-        """The active branches, oldest first."""
-        return sorted((b for b in self.known.values() if b.active), key=BranchState.order)
-
-    def touch(self, branch: BranchState) -> None:
-        """Mark `branch` to be written."""
-        if not branch.new:
-            branch.changed = True
-        self.writes.branches[branch.id] = branch
-
-    def new_branch(self, node_id: uuid.UUID, **scope: Any) -> BranchState:
-        """A branch started by this transaction, numbered after the instance's others."""
-        self.instance.branch_count += 1
-        branch = BranchState(
-            id=uuid.uuid4(),
-            number=self.instance.branch_count,
-            node_id=node_id,
-            status=ACTIVE,
-            new=True,
-            **scope,
-        )
-        self.known[branch.id] = branch
-        self.touch(branch)
-        return branch
-
-    def complete(self, branch: BranchState, node: Node) -> None:
-        """The branch ends on `node` (a fork, a join or an end)."""
-        branch.node_id = node.id
-        branch.status = COMPLETED
-        branch.completing = True
-        self.touch(branch)
-
-    def enter(self, branch: BranchState, node: Node) -> uuid.UUID:
-        """A new visit of `branch` to `node`, with its deadline timer; the visit's id."""
-        visit_id = uuid.uuid4()
-        self.entries[node.id] += 1
-        seconds = float(node.deadline_seconds) if node.deadline_seconds else None
-        self.writes.visits_new.append(
-            NewVisit(visit_id, branch.id, node.id, self.entries[node.id], seconds)
-        )
-        if seconds is not None:
-            if self.tables.timer is None:
-                raise ConfigurationError(
-                    f"State {node.title!r} has a deadline but no GraphTimer is mapped: map "
-                    "class Timer(Base, GraphTimer) beside the other graph tables."
-                )
-            self.writes.timers_new.append((visit_id, branch.id, seconds))
-        branch.visit_id = visit_id
-        return visit_id
-
-    def end_visit(self, branch: BranchState, status: str) -> None:
-        """The branch's current visit ends: its pending votes close, its timer is cancelled."""
-        visit_id = branch.visit_id
-        if visit_id is None:
-            return
-        self.writes.visits_ended[visit_id] = status
-        node = self.graph.nodes.get(branch.node_id) if branch.node_id is not None else None
-        if node is None or self.may_have_pending(node):
-            self.writes.votes_closed.append(visit_id)
-        if node is not None and node.deadline_seconds and visit_id != self.spared_timer:
-            self.writes.timers_cancelled.append(visit_id)
-        branch.visit_id = None
-
-    def may_have_pending(self, node: Node) -> bool:
-        """Whether a visit of `node` may have pending votes other than the one cast now.
-
-        Entering a state writes a pending vote for each assignee its users and
-        groups named then, and nothing else writes one: a state whose only
-        user is the voter, and no group, has none left to close.
-        """
-        cast = self.writes.vote_cast
-        voter = cast.approver if cast is not None else None
-        return bool(node.assignee_groups) or any(user != voter for user in node.assignee_users)
-
-    def record(
-        self,
-        action_type: str,
-        message: str,
-        node: Node | None = None,
-        visit_id: uuid.UUID | None = None,
-        **metadata: Any,
-    ) -> None:
-        """A history row, written with the transaction."""
-        self.writes.history.append(
-            HistoryRow(
-                action_type=action_type,
-                message=message,
-                step_name=node.title if node is not None else "",
-                actor=self.actor,
-                visit_id=visit_id,
-                details=details(**metadata),
-            )
-        )
-
-    async def branch(self, branch_id: uuid.UUID) -> BranchState | None:
-        """A branch of the instance, read if this transaction has not seen it."""
-        found = self.known.get(branch_id)
-        if found is None and not self.all_read:
-            found = await read_branch(self.conn, self.tables, branch_id)
-            if found is not None:
-                self.known[found.id] = found
-        return found
-
-    async def read_all_branches(self) -> None:
-        """Know every branch of the instance (a join walks completed parents)."""
-        if self.all_read:
-            return
-        for branch in await instance_branches(self.conn, self.tables, self.instance.id):
-            self.known.setdefault(branch.id, branch)
-        self.all_read = True
-
-    async def subject(self) -> Any:
-        """The subject row, read once (None when its class is not mapped in this process)."""
-        if self.subject_row is _UNREAD:
-            self.subject_row = await read_subject(self.conn, self.instance)
-        return self.subject_row
-
-
-async def read_subject(conn: AsyncConnection, instance: InstanceState) -> Any:
-    """The instance's subject as a mapped row, through the transaction's connection."""
-    try:
-        cls = subject_class(instance.subject_type)
-    except NotFoundError:
-        return None
-    key = key_values(cls, instance.subject_key)
-    if not conn.in_transaction():
-        # A move's transaction is the driver's (`driven`): SQLAlchemy is told of it (it
-        # sends nothing), so the session joins it; owning one, the session would roll it
-        # back as it closes, and the move's lock with it.
-        await conn.begin()
-    async with AsyncSession(bind=conn) as session:
-        return await session.get(cls, key if len(key) > 1 else key[0])
 
 
 async def dispatch(unit: Unit, branch: BranchState, target: Node, hops: int = 0) -> str | None:
@@ -304,8 +106,13 @@ async def enter_state(unit: Unit, branch: BranchState, node: Node) -> None:
             warning=NO_ASSIGNEES,
         )
     if assignees or node.notify_originator:
+        template = node.assignment_template
+        if not unit.version_active:
+            template = await assignment_template_of(unit.conn, unit.tables, unit.graph, node)
         unit.events.append(
-            assignment_event(unit.instance, unit.graph, node, branch.id, visit_id, assignees)
+            assignment_event(
+                unit.instance, unit.graph, node, branch.id, visit_id, assignees, template
+            )
         )
 
 
@@ -489,7 +296,7 @@ def _inside(unit: Unit, branch: BranchState, scope: uuid.UUID | None) -> bool:
 
 async def complete_at_end(unit: Unit, branch: BranchState, end: Node, hops: int) -> str | None:
     """The branch is done; the code its subject ends with: the END's own, else the last
-    business state the branch was on (the seed's rule).
+    business state the branch was on.
 
     A branch of a fork that ends here may be the last one its join was
     waiting for (its siblings arrived first): the join fires now.
@@ -555,8 +362,7 @@ def finish(unit: Unit, final_code: str | None, *, write_subject: bool = False) -
 def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> None:
     """Cancel every active branch, reject their visits, end the instance, clear the subject.
 
-    The seed's cancel_state_workflow, and `is_active` false besides, so the
-    subject may be submitted again.
+    `is_active` goes false too, so the subject may be submitted again.
     """
     instance = unit.instance
     for branch in branches:
@@ -585,22 +391,15 @@ def cancel_instance(unit: Unit, branches: list[BranchState], reason: str) -> Non
     unit.writes.subject = SubjectWrite(cls, instance.subject_key, None)
 
 
-async def save(
-    unit: Unit,
-    *,
-    also: Sequence[Statement] = (),
-    commit: bool = False,
-    announce: Sequence[str] = (),
-) -> datetime | None:
-    """Write what the unit decided (one statement, with `also` and the COMMIT if asked, and
-    the NOTIFY of `announce` after it).
+async def save(unit: Unit) -> datetime | None:
+    """Write what the unit decided, in one statement of its transaction (never committing it).
 
-    Returns the time it wrote, or None.
+    Returns the time it wrote, or None when there was nothing to write.
     """
     writes = unit.writes
     # Every write of an instance's branches or visits updates its row too: a lock that
-    # waited tells a stale read by the row's version (engine.graphs.locks).
+    # waited tells a stale read by the row's version (engine.graphs.moves.locks).
     writes.instance_changed = unit.before != unit.instance or bool(
         writes.branches or writes.visits_new or writes.visits_ended
     )
-    return await write(unit.conn, unit.tables, writes, also=also, commit=commit, announce=announce)
+    return await write(unit.conn, unit.tables, writes)

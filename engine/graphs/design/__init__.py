@@ -1,0 +1,1 @@
+"""The design side of graph workflows: templates drawn, checked, versioned, read as graphs."""

@@ -1,0 +1,1 @@
+"""The moves side of graph workflows: instances submitted, their branches moved, written."""
