@@ -5,10 +5,14 @@ gets a database of its own, created empty and dropped WITH (FORCE), so a test
 may commit, claim from several connections and processes, and kill sessions
 without touching another test. The machinery is duly's pytest plugin
 (`infra/pytest_plugin.py`), the one users get: `server` and `db` are the suite's
-names for its `duly_server` and `duly_database`.
+names for its `duly_server` and `duly_database`. moto's server, standing in for AWS,
+is one per session too, its state emptied for each test that asks for `moto_endpoint`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.request import Request, urlopen
 
 import pytest
 
@@ -33,3 +37,25 @@ def server(duly_server: Server) -> Server:
 @pytest.fixture
 def db(duly_database: Database) -> Database:
     return duly_database
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto's server on a free loopback port, for the session; its endpoint URL."""
+    from moto.server import ThreadedMotoServer  # only for the tests that ask
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        moto.stop()
+
+
+@pytest.fixture
+def moto_endpoint(moto_server: str) -> str:
+    """moto's endpoint URL, every resource of earlier tests forgotten."""
+    # moto keeps its state per process, not per server: reset it, start from none.
+    urlopen(Request(f"{moto_server}/moto-api/reset", method="POST")).close()
+    return moto_server
