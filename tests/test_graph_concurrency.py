@@ -35,9 +35,8 @@ from engine.graphs.runtime import GraphRuntime, InstanceSnapshot, TransitionOutc
 from engine.graphs.tables import END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of
-from tests.test_graph_forks import FORKED, FORKED_EDGES
-from tests.test_graph_runtime import TABLES, World, make_world, node_id, only_branch
+from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
+from tests.graph_world import TABLES, World, make_world, node_id, only_branch
 
 ROUNDS = 4  # each race is run this many times
 WAIT = 5.0  # seconds a writer may take to start waiting

@@ -36,7 +36,7 @@ from engine.graphs.votes import required_approvals
 from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
-from tests.test_graph_runtime import TABLES, World, make_world, node_id, only_branch
+from tests.graph_world import TABLES, World, make_world, node_id, only_branch
 
 GROUP = ["amy", "ben", "cy"]
 
