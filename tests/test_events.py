@@ -254,7 +254,7 @@ async def test_before_the_deadline_the_event_wins_and_the_timeout_does_not_run(
 ) -> None:
     Session = await db.create(events.Base.metadata)
     events.then.extend(["timeout", "stop"])
-    async with run_workflows(Session, workflows=[Chat]):
+    async with run_workflows(Session, workflows=[Chat]) as worker:
         row = Chat()
         assert await row.start(Chat.open)
         await settled(Session, row)
@@ -266,7 +266,7 @@ async def test_before_the_deadline_the_event_wins_and_the_timeout_does_not_run(
 
         await wait_until(answered)
         await move_clock(Session, timedelta(hours=2))
-        await asyncio.sleep(0.2)
+        assert await worker.wake(5), "a look past the deadline found nothing to run"
         stored = await fetch(Session, Chat, row.id)
     assert stored.timeouts == 0 and stored.next_step is None
 

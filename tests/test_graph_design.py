@@ -68,6 +68,7 @@ from engine.graphs.versions import (
 )
 from tests.apps.graphs import Base
 from tests.conftest import Database
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 TABLES = graph_tables(Base)
 TEMPLATES = TABLES.table("template")
@@ -431,7 +432,7 @@ async def test_concurrent_saves_of_a_name_get_distinct_versions(engine: AsyncEng
         await second.begin()
         one = await save_design(first, TABLES, expense_design(), CONDITIONS)
         racing = asyncio.create_task(save_design(second, TABLES, expense_design(), CONDITIONS))
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: sessions_waiting_for_a_lock(engine))
         assert not racing.done()  # waiting for the first save's lock on the name
         await first.commit()
         two = await racing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -277,19 +278,22 @@ async def test_a_listener_that_cannot_connect_backs_off_to_the_idle_interval() -
         "postgresql+psycopg://nobody@/nowhere?host=/nonexistent-socket-dir"
     )
     listener = Listener(nowhere, lambda payload: None, max_retry_delay=0.4)
+    began = time.monotonic()
     task = asyncio.create_task(listener.run())
-    await asyncio.sleep(2.0)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    # 0.1, 0.2, 0.4, then every 0.4 s (the bound): about six tries in two seconds.
-    assert 3 <= listener.reconnects <= 8, listener.reconnects
+    try:
+        await wait_until(lambda: listener.reconnects >= 6, timeout=10)
+        took = time.monotonic() - began
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Retries 0.1, 0.2, 0.4 s apart, then every 0.4 s (the bound): the sixth try comes after
+    # 1.5 s of waits, never sooner; a delay that kept doubling would put it past 3 s.
+    assert 1.5 * 0.95 <= took < 3.0, f"six tries took {took:.2f} s"
 
 
 async def test_a_worker_rederives_its_wait_from_the_wall_clock_after_a_suspend(
     db: Database,
 ) -> None:
-    import time
-
     Session = await db.create(behaviour.Base.metadata)
     away = [0.0]  # seconds the machine "was suspended": the wall clock moved, the loop's not
     async with run_workflows(
@@ -301,7 +305,8 @@ async def test_a_worker_rederives_its_wait_from_the_wall_clock_after_a_suspend(
         assert await row.start(behaviour.Alarm.arm(60_000))  # rings in a minute
         assert await wake(5)  # asleep now, for a minute by its own reckoning
         # Let any look already on its way (a late NOTIFY, a finished step's kick) end
-        # first: one that began before the clocks moved would sleep a minute more.
+        # first: one that began before the clocks moved would sleep a minute more. A
+        # quiet spell with no look begun is what shows none is on its way.
         passes = -1
         while worker.passes != passes:
             passes = worker.passes

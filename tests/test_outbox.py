@@ -610,7 +610,7 @@ async def test_a_handler_past_the_running_timeout_fails(Session: Sessions) -> No
     registry = use(delivery_running_timeout_seconds=1, max_retries=5)
 
     async def slow(event: WorkflowEvent) -> None:
-        await asyncio.sleep(10)
+        await asyncio.Event().wait()  # never set: only the running timeout ends it
 
     registry.register("order.placed", slow)
     event = placed()
