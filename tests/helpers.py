@@ -47,12 +47,14 @@ async def wait_until(
     condition: Callable[[], Awaitable[object] | object],
     timeout: float = 5.0,
     interval: float = 0.005,
+    what: str = "condition",
 ) -> None:
-    """Wait until `condition()` (awaited if it is a coroutine) is truthy; fail after `timeout` s."""
+    """Wait until `condition()` (awaited if it is a coroutine) is truthy; fail after `timeout` s,
+    saying `what` was not reached."""
     deadline = time.monotonic() + timeout
     while not await _value(condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout} s")
+            raise AssertionError(f"{what} not reached within {timeout} s")
         await asyncio.sleep(interval)
 
 

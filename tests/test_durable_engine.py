@@ -115,6 +115,7 @@ async def test_a_background_worker_runs_executions_and_resume_wakes_a_waiting_on
             return check
 
         await wait_until(reached(doubled.execution_id, WorkflowState.COMPLETED))
+        assert (await engine.status(doubled.execution_id)).output_data == {"double": 8}
         await wait_until(reached(waiting.execution_id, WorkflowState.WAITING))
         row = await fetch(Session, Execution, waiting.execution_id)
         assert row.waiting_for == "resume"

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from engine.connection import session_engine
 from engine.errors import StateWorkflowError, WorkflowSubmissionError
@@ -37,6 +37,7 @@ from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
 from tests.graph_world import TABLES, World, make_world, node_id, only_branch
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 ROUNDS = 4  # each race is run this many times
 WAIT = 5.0  # seconds a writer may take to start waiting
@@ -68,22 +69,14 @@ async def world(db: Database) -> AsyncIterator[World]:
         yield made
 
 
-async def lock_waiters(world: World) -> int:
-    """How many sessions of this test's database are waiting for a lock."""
-    async with session_engine(world.Session).connect() as conn:
-        query = text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int((await conn.execute(query)).scalar_one())
-
-
 async def until_waiting(world: World, count: int) -> None:
-    for _ in range(int(WAIT / 0.01)):
-        if await lock_waiters(world) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{count} writers never waited for the lock together")
+    """Until `count` sessions of this test's database wait for a lock together."""
+    engine = session_engine(world.Session)
+
+    async def waiting() -> bool:
+        return await sessions_waiting_for_a_lock(engine) >= count
+
+    await wait_until(waiting, WAIT, interval=0.01, what=f"{count} writers waiting for the lock")
 
 
 async def race(world: World, instance_id: uuid.UUID, *writers: Any) -> list[Any]:

@@ -122,6 +122,7 @@ from tests.apps import outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
 from tests.graph_world import TABLES, World, make_world, node_id, only_branch
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 # A plain approval: draft -> review (ann) -> approved (end), with a way back.
 LINEAR_NODES: dict[str, Any] = {
@@ -142,16 +143,8 @@ LINEAR_EDGES: list[Any] = [
 
 async def until_a_lock_is_awaited(world: World, timeout: float = 5.0) -> None:
     """Until some session of this test's database waits for a lock (another's write)."""
-    query = text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
-    for _ in range(int(timeout / 0.01)):
-        async with session_engine(world.Session).connect() as conn:
-            if (await conn.execute(query)).scalar_one():
-                return
-        await asyncio.sleep(0.01)
-    raise AssertionError("nobody waited for a lock")
+    engine = session_engine(world.Session)
+    await wait_until(lambda: sessions_waiting_for_a_lock(engine), timeout, what="a lock awaited")
 
 
 @pytest.fixture

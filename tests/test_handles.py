@@ -53,6 +53,8 @@ async def test_run_rearms_a_finished_run(db: Database) -> None:
         await wait_until(lambda: fired(1))
         assert await Timer.by(Timer.id == row.id).run(Timer.fire) == 1
         await wait_until(lambda: fired(2))
+    done = await fetch(Session, Timer, row.id)
+    assert (done.fired, done.next_step, done.claimed_until) == (2, None, None), "ran again, once"
 
 
 async def test_run_on_a_running_step_waits_for_it_and_discards_its_changes(

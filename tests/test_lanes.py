@@ -50,6 +50,8 @@ async def test_a_media_worker_runs_media_steps_and_hands_the_rest_on(db: Databas
                 return (await fetch(Session, Upload, row.id)).done == "tn"
 
             await wait_until(notified)
+    assert behaviour.ran_in_lane == ["transcode", "notify"], "each step in its own lane"
+    assert (await fetch(Session, Upload, row.id)).next_step is None
 
 
 async def test_work_in_a_lane_nobody_serves_waits_and_finishes_once_a_worker_does(
@@ -67,6 +69,8 @@ async def test_work_in_a_lane_nobody_serves_waits_and_finishes_once_a_worker_doe
                 return (await fetch(Session, Upload, row.id)).done == "tn"
 
             await wait_until(finished)
+    done = await fetch(Session, Upload, row.id)
+    assert (done.done, done.next_step, done.claimed_until) == ("tn", None, None)
 
 
 async def test_a_worker_skips_a_table_it_can_run_nothing_of(db: Database) -> None:

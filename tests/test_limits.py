@@ -139,6 +139,10 @@ async def test_a_group_at_its_limit_is_skipped_and_the_pass_goes_to_the_others(
         await wait_until(lambda: _leased_is(Session, expected), timeout=5)
 
         await wait_until(lambda: _all_finished(Session, Lookup), timeout=15)
+    async with Session() as session:
+        ended = (await session.scalars(select(Lookup.ended))).all()
+    assert len(ended) == 22 and None not in ended, "every lookup ran to its end"
+    assert await _leased_per_customer(Session) == {}, "nothing is left leased"
 
 
 async def _leased_is(Session: Any, expected: dict[str, int]) -> bool:

@@ -125,6 +125,8 @@ async def test_timers_survive_a_worker_restart(db: Database) -> None:
             return (await fetch(Session, Timer, row.id)).fired == 1
 
         await wait_until(fired)
+    done = await fetch(Session, Timer, row.id)
+    assert (done.fired, done.next_step, done.wake_at) == (1, None, None), "fired once, then done"
 
 
 async def test_a_moved_clock_wakes_a_sleeping_worker(db: Database) -> None:
