@@ -1,5 +1,5 @@
-"""`DurableWorkflowEngine`: executions as rows of a workflow table, rule by rule (seed 000,
-"Execution state", "Backends" and the execution record), against a real PostgreSQL.
+"""`DurableWorkflowEngine`: executions as rows of a workflow table, rule by rule (its
+execution states, its backends and the execution record), against a real PostgreSQL.
 
 - durable workflows: start() writes a pending row whose step a worker runs, storing
   output and completed: test_start_queues_a_row_that_a_worker_completes

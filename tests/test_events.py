@@ -1,4 +1,4 @@
-"""Waiting for an event: every rule of the seed's "Waiting for an event", one test each."""
+"""Waiting for an event: every rule of waiting for an event, one test each."""
 
 from __future__ import annotations
 

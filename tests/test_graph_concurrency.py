@@ -1,4 +1,4 @@
-"""Concurrent writes to one instance (issue 11, "Done when" 2): the instance lock serializes them.
+"""Concurrent writes to one instance: the instance lock serializes them.
 
 Each test runs its writers as tasks on connections of their own, truly at
 the same time: a lock held by a third connection, or a hook inside the

@@ -1,6 +1,6 @@
 """The designer's load, save and activation of graph templates (engine.graphs.design and
-engine.graphs.versions), one test per rule of the seed's "Designer Load/Save Pipeline"
-and "Versioning".
+engine.graphs.versions), one test per rule of the designer's load and save pipeline
+and of versioning.
 
 Save
 - a save is version 1 of a new name, inactive and latest, its nodes ordered from 1 and
@@ -12,7 +12,7 @@ Save
   test_a_given_base_template_is_the_one_cloned
 - validation errors come back without blocking the save:
   test_validation_errors_are_returned_without_blocking_the_save
-- the response is the seed's body, exactly: test_the_response_is_the_seeds_body
+- the response is the designer's body, exactly: test_the_response_is_the_designers_body
 - bad input is a ConfigurationError and writes nothing (no node, a repeated node id, a
   connection to a missing node, a long label, an unknown type or threshold, text for a
   number): test_bad_input_is_refused_and_writes_nothing
@@ -125,7 +125,7 @@ def expense_design(name: str = "expenses", **top: Any) -> dict[str, Any]:
 
 
 def invalid_design(name: str = "expenses") -> dict[str, Any]:
-    """A graph whose 'Closed' state has no assignees (the seed's example error)."""
+    """A graph whose 'Closed' state has no assignees (the designer's example error)."""
     return {
         "name": name,
         "stateChoices": VOCABULARY,
@@ -289,7 +289,7 @@ async def test_validation_errors_are_returned_without_blocking_the_save(
     assert await count_rows(engine) == (1, 3, 2)
 
 
-async def test_the_response_is_the_seeds_body(engine: AsyncEngine) -> None:
+async def test_the_response_is_the_designers_body(engine: AsyncEngine) -> None:
     await save(engine, expense_design())
     saved = await save(engine, invalid_design())
 

@@ -1,4 +1,4 @@
-"""Branches, forks and joins, and the other dispatch paths (issue 11; the seed's rules).
+"""Branches, forks and joins, and the other dispatch paths, rule by rule.
 
 - a fork completes the arriving branch at the fork and starts one child per
   outgoing edge, sharing a fresh fork_scope, each with its parent, fork and

@@ -1,4 +1,4 @@
-"""The graph runtime's lifecycle (issue 11): submit, start, transition, end, cancel, history.
+"""The graph runtime's lifecycle: submit, start, transition, end, cancel, history.
 
 Submit and start:
 - a submit starts the START node's target: the instance pinned to the active
@@ -48,8 +48,8 @@ Cancel and history:
 - cancel ends every branch, rejects their visits, clears the subject's state:
   test_cancel_ends_the_branches_and_clears_the_subject
 - a finished instance cannot be cancelled: test_cancel_of_a_finished_instance_is_refused
-- history: the seed's action types and metadata keys, in order, and only ever
-  inserted: test_history_keeps_the_seeds_types_and_keys_in_order
+- history: its action types and metadata keys, in order, and only ever
+  inserted: test_history_keeps_its_action_types_and_keys_in_order
 
 Notifications:
 - through a DatabaseEventRegistry, in the transaction; ids derived from the
@@ -655,7 +655,7 @@ async def test_cancel_of_a_finished_instance_is_refused(world: World) -> None:
         await world.runtime.cancel(uuid.uuid4())
 
 
-async def test_history_keeps_the_seeds_types_and_keys_in_order(world: World) -> None:
+async def test_history_keeps_its_action_types_and_keys_in_order(world: World) -> None:
     graph, _, instance = await submitted(world)
     branch = only_branch(instance)
     await world.runtime.transition_branch(

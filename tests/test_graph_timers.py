@@ -1,4 +1,4 @@
-"""Approval deadlines and escalation, run by the engine's own timers (issue 11, beyond the seed).
+"""Approval deadlines and escalation, run by the engine's own timers.
 
 - a state with a deadline gives its visit `deadline_at` (the database clock
   plus the deadline) and a timer row due at that instant, which `next_due`

@@ -1,4 +1,4 @@
-"""Votes and thresholds of a state (issue 11; the seed's approver actions).
+"""Votes and thresholds of a state: what approvers may do.
 
 - required approvals: single 1, majority more than half, unanimous all:
   test_required_approvals

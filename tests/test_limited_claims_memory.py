@@ -47,7 +47,7 @@ def never_expires() -> float:
     return 0.0
 
 
-async def seeded_session(db: Database, customers: int, rows_each: int) -> Any:
+async def filled_session(db: Database, customers: int, rows_each: int) -> Any:
     """`HOT_ROWS` due rows of 'hot', the oldest; then `customers` customers' rows, in turns.
 
     Customer i's n-th row is due at base + (n * customers + i) ms, so each
@@ -72,7 +72,7 @@ async def seeded_session(db: Database, customers: int, rows_each: int) -> Any:
 
 async def filled(db: Database, customers: int, rows_each: int) -> AsyncEngine:
     """The same, and the engine its session factory binds."""
-    engine: AsyncEngine = (await seeded_session(db, customers, rows_each)).kw["bind"]
+    engine: AsyncEngine = (await filled_session(db, customers, rows_each)).kw["bind"]
     return engine
 
 
@@ -302,7 +302,7 @@ async def test_a_worker_serves_every_customer_behind_one_backlog_within_the_limi
     db: Database,
 ) -> None:
     customers = 60
-    Session = await seeded_session(db, customers=customers, rows_each=1)
+    Session = await filled_session(db, customers=customers, rows_each=1)
     assert await drain(Session, [Lookup]) == HOT_ROWS + customers
     order = [str(row[0]) for row in db.sql("SELECT customer FROM lookup ORDER BY started, id")]
     # While 'hot' runs three at a time, the others take the rest of each pass.
