@@ -1,7 +1,7 @@
 """The suite's own rules, read from its source with `ast`.
 
-- a test module imports nothing from another test module: what two modules share
-  lives in tests/helpers.py, the other helper modules or a conftest fixture;
+- no module imports from a test module: what two modules share lives in
+  tests/helpers.py, the other helper modules or a conftest fixture;
 - no sleep of a literal 0.2 s or more, outside `LONG_SLEEPS` (each entry says why
   that sleep is the thing under test): a test waits on a condition instead;
 - every test function checks something: an `assert`, `pytest.raises` (or warns,
@@ -150,7 +150,7 @@ def checks_something(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 def test_no_test_module_imports_from_another() -> None:
     found = [
         f"{where(path, node)} imports {name}"
-        for path in each_test_module()
+        for path in modules()  # helper modules too: they import no test module either
         for node in ast.walk(parsed(path))
         if (name := imported_test_module(node)) is not None
     ]
