@@ -59,3 +59,35 @@ def moto_endpoint(moto_server: str) -> str:
     # moto keeps its state per process, not per server: reset it, start from none.
     urlopen(Request(f"{moto_server}/moto-api/reset", method="POST")).close()
     return moto_server
+
+
+@pytest.fixture
+def dev_app_configured() -> Iterator[None]:
+    """What `duly dev` configures for the examples: their registry and graph runtime."""
+    from tests.helpers import examples_configured  # the examples load when a test asks
+
+    with examples_configured():
+        yield
+
+
+@pytest.fixture
+def fresh_behaviour() -> None:
+    """tests.apps.behaviour's controls as new: `release` unset, nobody holding, no errors."""
+    import asyncio
+
+    from tests.apps import behaviour
+
+    behaviour.release = asyncio.Event()
+    behaviour.holding.clear()
+    behaviour.raise_in_step.clear()
+
+
+@pytest.fixture
+def fresh_lambda_runtime() -> Iterator[None]:
+    """No container runtime or event registry left behind for the next test."""
+    yield
+    from engine import configure_event_registry
+    from functions.lambda_runtime import install
+
+    install(None)
+    configure_event_registry(None)

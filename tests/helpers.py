@@ -22,7 +22,7 @@ import httpx
 import psutil
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import configure_event_registry, get_event_registry
@@ -123,6 +123,16 @@ async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: 
         row = await session.get(model, key, populate_existing=True)
         assert row is not None, f"no {model.__name__} row {key!r}"
         return row
+
+
+async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Any:
+    """The example Onboarding run of `user_id`."""
+    from functions.examples import Onboarding  # see examples_configured: loaded when asked
+
+    async with Session() as session:
+        return (
+            await session.scalars(select(Onboarding).where(Onboarding.user_id == user_id))
+        ).one()
 
 
 @asynccontextmanager

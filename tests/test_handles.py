@@ -15,11 +15,7 @@ from tests.apps.behaviour import Flaky, Held, Timer
 from tests.conftest import Database
 from tests.helpers import fetch, look_again, wait_until
 
-
-@pytest.fixture(autouse=True)
-def fresh_controls() -> None:
-    behaviour.release = asyncio.Event()
-    behaviour.holding.clear()
+pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 
 
 async def test_run_replaces_what_was_scheduled_and_runs_now(db: Database) -> None:

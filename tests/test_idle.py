@@ -22,11 +22,7 @@ from tests.apps.behaviour import Held, Timer
 from tests.conftest import Database
 from tests.helpers import wait_until
 
-
-@pytest.fixture(autouse=True)
-def fresh_controls() -> None:
-    behaviour.release = asyncio.Event()
-    behaviour.holding.clear()
+pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 
 
 async def earliest_due(Session) -> datetime | None:  # type: ignore[no-untyped-def]

@@ -14,16 +14,15 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from engine import configure_event_registry, connect_workflows
+from engine import connect_workflows
 from engine.testing import drain as drain_steps
 from engine.testing import move_clock
 from functions import lambda_handlers
-from functions.lambda_runtime import WAKE_INPUT, install
+from functions.lambda_runtime import WAKE_INPUT
 from infra.scheduler import round_up, schedule_expression
 from infra.wake_slots import WakeSlots
 from tests.apps import serverless_app
@@ -41,12 +40,7 @@ from tests.aws_fakes import (
 )
 from tests.conftest import Database
 
-
-@pytest.fixture(autouse=True)
-def fresh_runtime() -> Any:
-    yield
-    install(None)
-    configure_event_registry(None)
+pytestmark = pytest.mark.usefixtures("fresh_lambda_runtime")
 
 
 # -- done when 1: publish, a schedule two hours off, the wake it fires -----------------------

@@ -24,10 +24,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from engine import configure_event_registry, connect_workflows
+from engine import connect_workflows
 from engine.testing import move_clock
 from functions import lambda_handlers
-from functions.lambda_runtime import WAKE_INPUT, install
+from functions.lambda_runtime import WAKE_INPUT
 from infra.pytest_plugin import Database, Server
 from infra.scheduler import round_up, schedule_expression
 from infra.wake_slots import WakeSlots
@@ -54,12 +54,7 @@ def bouncer(db: Database, server: Server) -> Iterator[Bouncer]:
         yield running
 
 
-@pytest.fixture(autouse=True)
-def fresh_runtime() -> Iterator[None]:
-    """No container runtime or event registry left behind for the next test."""
-    yield
-    install(None)
-    configure_event_registry(None)
+pytestmark = pytest.mark.usefixtures("fresh_lambda_runtime")
 
 
 def lambda_clients(bouncer: Bouncer) -> list[dict[str, Any]]:

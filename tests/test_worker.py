@@ -24,11 +24,7 @@ WAKE_UPS = 4  # idle wake-ups timed
 FAST = timedelta(milliseconds=50)
 
 
-@pytest.fixture(autouse=True)
-def fresh_controls() -> None:
-    behaviour.release = asyncio.Event()
-    behaviour.holding.clear()
-    behaviour.raise_in_step.clear()
+pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 
 
 async def outcomes(row: object) -> list[tuple[str, str]]:
