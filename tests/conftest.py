@@ -1,12 +1,11 @@
-"""The test session's PostgreSQL, and a fresh database for every test.
+"""The test session's PostgreSQL and moto, a fresh database for every test.
 
-One embedded server (or DULY_TEST_DATABASE_URL) serves the session; each test
-gets a database of its own, created empty and dropped WITH (FORCE), so a test
-may commit, claim from several connections and processes, and kill sessions
-without touching another test. The machinery is duly's pytest plugin
-(`infra/pytest_plugin.py`), the one users get: `server` and `db` are the suite's
-names for its `duly_server` and `duly_database`. moto's server, standing in for AWS,
-is one per session too, its state emptied for each test that asks for `moto_endpoint`.
+One embedded server (or DULY_TEST_DATABASE_URL) serves the session; each test gets a
+database of its own, created empty and dropped WITH (FORCE), so a test may commit, claim
+from several connections and processes, and kill sessions. The machinery is duly's pytest
+plugin (`infra/pytest_plugin.py`): `server` and `db` are its `duly_server` and
+`duly_database`. moto's server is one a session, emptied for each `moto_endpoint`; the
+other fixtures put back what several modules' tests change.
 """
 
 from __future__ import annotations
