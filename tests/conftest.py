@@ -1,14 +1,17 @@
-"""The test session's PostgreSQL, and a fresh database for every test.
+"""The test session's PostgreSQL and moto, a fresh database for every test.
 
-One embedded server (or DULY_TEST_DATABASE_URL) serves the session; each test
-gets a database of its own, created empty and dropped WITH (FORCE), so a test
-may commit, claim from several connections and processes, and kill sessions
-without touching another test. The machinery is duly's pytest plugin
-(`infra/pytest_plugin.py`), the one users get: `server` and `db` are the suite's
-names for its `duly_server` and `duly_database`.
+One embedded server (or DULY_TEST_DATABASE_URL) serves the session; each test gets a
+database of its own, created empty and dropped WITH (FORCE), so a test may commit, claim
+from several connections and processes, and kill sessions. The machinery is duly's pytest
+plugin (`infra/pytest_plugin.py`): `server` and `db` are its `duly_server` and
+`duly_database`. moto's server is one a session, emptied for each `moto_endpoint`; the
+other fixtures put back what several modules' tests change.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.request import Request, urlopen
 
 import pytest
 
@@ -33,3 +36,57 @@ def server(duly_server: Server) -> Server:
 @pytest.fixture
 def db(duly_database: Database) -> Database:
     return duly_database
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto's server on a free loopback port, for the session; its endpoint URL."""
+    from moto.server import ThreadedMotoServer  # only for the tests that ask
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        moto.stop()
+
+
+@pytest.fixture
+def moto_endpoint(moto_server: str) -> str:
+    """moto's endpoint URL, every resource of earlier tests forgotten."""
+    # moto keeps its state per process, not per server: reset it, start from none.
+    urlopen(Request(f"{moto_server}/moto-api/reset", method="POST")).close()
+    return moto_server
+
+
+@pytest.fixture
+def dev_app_configured() -> Iterator[None]:
+    """What `duly dev` configures for the examples: their registry and graph runtime."""
+    from tests.helpers import examples_configured  # the examples load when a test asks
+
+    with examples_configured():
+        yield
+
+
+@pytest.fixture
+def fresh_behaviour() -> None:
+    """tests.apps.behaviour's controls as new: `release` unset, nobody holding, no errors."""
+    import asyncio
+
+    from tests.apps import behaviour
+
+    behaviour.release = asyncio.Event()
+    behaviour.holding.clear()
+    behaviour.raise_in_step.clear()
+
+
+@pytest.fixture
+def fresh_lambda_runtime() -> Iterator[None]:
+    """No container runtime or event registry left behind for the next test."""
+    yield
+    from engine import configure_event_registry
+    from functions.lambdas.runtime import install
+
+    install(None)
+    configure_event_registry(None)

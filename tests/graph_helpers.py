@@ -7,7 +7,8 @@
 
 A node is its type, or (type, state code, users), or a dict of `Node` fields
 (`node_type` given as `type`). `stored(connection, tables, graph)` writes it
-as an active template version, as a save and an activation would.
+as an active template version, as a save and an activation would. `FORKED` and
+`FORKED_EDGES` are the forked graph several modules move through.
 """
 
 from __future__ import annotations
@@ -20,10 +21,33 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.graphs.design.model import Edge, Graph, Node, edge_values, node_values
-from engine.graphs.tables import GraphTables
+from engine.graphs.tables import END, FORK, JOIN, START, STATE, GraphTables
 
 NodeSpec = str | tuple[Any, ...] | Mapping[str, Any]
 EdgeSpec = tuple[str, str] | tuple[str, str, Mapping[str, Any]]
+
+# draft -> fork -> (legal, finance) -> join -> final -> end
+FORKED: dict[str, Any] = {
+    "start": START,
+    "draft": (STATE, "draft", ["ann"]),
+    "fork": {"type": FORK, "matched_join": "join"},
+    "legal": (STATE, "legal", ["lea"]),
+    "finance": (STATE, "finance", ["fin"]),
+    "join": JOIN,
+    "final": (STATE, "final", ["boss"]),
+    "end": END,
+}
+FORKED_EDGES: list[Any] = [
+    ("start", "draft"),
+    ("draft", "fork"),
+    ("fork", "legal"),
+    ("fork", "finance"),
+    ("legal", "join"),
+    ("finance", "join"),
+    ("finance", "end"),
+    ("join", "final"),
+    ("final", "end"),
+]
 
 
 def graph_of(

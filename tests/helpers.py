@@ -22,10 +22,13 @@ import httpx
 import psutil
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import configure_event_registry, get_event_registry
 from engine.graphs.configure import forget_graph_runtime
+from engine.notify import EVERYONE
+from engine.worker import Worker
 from functions.app_config import configure_app_graphs
 from functions.local.command import configure_events
 from infra.settings import Settings
@@ -44,17 +47,74 @@ async def wait_until(
     condition: Callable[[], Awaitable[object] | object],
     timeout: float = 5.0,
     interval: float = 0.005,
+    what: str = "condition",
 ) -> None:
-    """Wait until `condition()` (awaited if it is a coroutine) is truthy; fail after `timeout` s."""
+    """Wait until `condition()` (awaited if it is a coroutine) is truthy; fail after `timeout` s,
+    saying `what` was not reached."""
     deadline = time.monotonic() + timeout
     while not await _value(condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout} s")
+            raise AssertionError(f"{what} not reached within {timeout} s")
         await asyncio.sleep(interval)
 
 
 async def _value(result: Awaitable[object] | object) -> object:
     return await result if inspect.isawaitable(result) else result
+
+
+async def look_again(worker: Worker, timeout: float = 5.0) -> None:
+    """Kick `worker` into a pass and wait until that whole pass is over.
+
+    Passes are counted as they begin and run one after another: once a second
+    kicked pass has begun, the first one, which began after this call, has ended.
+    """
+    for _ in range(2):
+        begun = worker.passes
+        worker.kick(EVERYONE)
+        await wait_until(lambda begun=begun: worker.passes > begun, timeout)
+
+
+def connections_checked_out(engine: AsyncEngine) -> int:
+    """How many of the engine's pooled connections are in use: none while a worker sleeps."""
+    return int(engine.pool.checkedout())  # type: ignore[attr-defined]
+
+
+async def sessions_waiting_for_a_lock(engine: AsyncEngine) -> int:
+    """How many sessions of the engine's database wait for a lock another one holds."""
+    async with engine.connect() as conn:
+        waiting = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+    return int(waiting or 0)
+
+
+async def other_sessions_idle(engine: AsyncEngine) -> bool:
+    """Whether every other client session of the engine's database is idle (none mid-statement
+    or mid-transaction): a worker process on it has ended its pass and sleeps."""
+    async with engine.connect() as conn:
+        busy = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND state <> 'idle'"
+            )
+        )
+    return busy == 0
+
+
+def is_burst(started: int, buckets: int = 1) -> bool:
+    """Whether `started` is a full bucket's burst (each bucket's `RATE` of tests.apps.limited).
+
+    Real time refills buckets too, a token a second at 60 a minute, so a drain
+    that took a second or two on a loaded machine may start one or two more.
+    """
+    # Imported when asked: a test app's workflows register when their module is imported.
+    from tests.apps.limited import RATE
+
+    return RATE * buckets <= started <= (RATE + 2) * buckets
 
 
 async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: Any) -> T:
@@ -63,6 +123,16 @@ async def fetch(Session: async_sessionmaker[AsyncSession], model: type[T], key: 
         row = await session.get(model, key, populate_existing=True)
         assert row is not None, f"no {model.__name__} row {key!r}"
         return row
+
+
+async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Any:
+    """The example Onboarding run of `user_id`."""
+    from functions.examples import Onboarding  # see examples_configured: loaded when asked
+
+    async with Session() as session:
+        return (
+            await session.scalars(select(Onboarding).where(Onboarding.user_id == user_id))
+        ).one()
 
 
 @asynccontextmanager

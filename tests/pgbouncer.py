@@ -27,7 +27,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -42,6 +41,7 @@ from psycopg.rows import dict_row
 from sqlalchemy.engine import make_url
 
 from infra.pytest_plugin import Database, Server
+from tests.helpers import free_port  # free on HOST now; it may be taken before PgBouncer binds it
 
 INSTALL = "apt-get install -y --no-install-recommends pgbouncer"
 CANDIDATES = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")  # Debian's, then anywhere on PATH
@@ -210,13 +210,6 @@ def command(binary: str, ini: Path) -> list[str]:
     setpriv = shutil.which("setpriv")
     prefix = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
     return [*prefix, binary, str(ini)]
-
-
-def free_port() -> int:
-    """A TCP port free on HOST right now (it may be taken before PgBouncer binds it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

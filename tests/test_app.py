@@ -9,9 +9,8 @@ from datetime import datetime, timedelta
 import httpx
 import psycopg
 import pytest
-from sqlalchemy import select
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from engine import ConfigurationError, NotFoundError
 from functions import examples
@@ -19,17 +18,10 @@ from functions.examples import Onboarding
 from functions.http.app import create_app
 from functions.http.errors import SERVER_ERROR
 from tests.conftest import Database
-from tests.helpers import serving, wait_until
+from tests.helpers import onboarding, serving, wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
 FAST_WORKER = {"workflows": [Onboarding], "max_idle_interval": timedelta(seconds=0.5)}
-
-
-async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Onboarding:
-    async with Session() as session:
-        return (
-            await session.scalars(select(Onboarding).where(Onboarding.user_id == user_id))
-        ).one()
 
 
 async def test_healthz_answers_ok_then_503_when_the_database_refuses(db: Database) -> None:

@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
-from urllib.request import Request, urlopen
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -57,23 +54,15 @@ ENV = {
 
 
 @pytest.fixture
-def secrets() -> Iterator[Any]:
-    """A Secrets Manager client on a moto server of the test's own."""
-    server = ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    # moto keeps its state per process, not per server: start from none.
-    urlopen(Request(f"http://{host}:{port}/moto-api/reset", method="POST")).close()
-    try:
-        yield boto3.client(
-            "secretsmanager",
-            endpoint_url=f"http://{host}:{port}",
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-    finally:
-        server.stop()
+def secrets(moto_endpoint: str) -> Any:
+    """A Secrets Manager client on moto, no secret stored yet."""
+    return boto3.client(
+        "secretsmanager",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def test_every_variable_is_read() -> None:

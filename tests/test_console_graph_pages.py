@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -46,17 +46,10 @@ from functions import examples
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.conftest import Database
-from tests.helpers import examples_configured, serving
+from tests.helpers import serving
 
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 PAGES = "/console/graphs"
-
-
-@pytest.fixture
-def dev_app_configured() -> Iterator[None]:
-    """What `duly dev` configures for the examples: their registry and graph runtime."""
-    with examples_configured():
-        yield
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 The overview is asked every 2 s while someone looks, and a runs page is
 asked for any page of 100,000 runs: each must cost what it shows, not what
-the table holds. Each test seeds a real table as a busy deployment's looks
+the table holds. Each test fills a real table as a busy deployment's looks
 (nearly every run ended long ago, some live), ANALYZEs it, runs the real
 function while catching the SQL it sends, and reads `EXPLAIN (FORMAT JSON)`
 of each statement with its parameters (tests/test_plans.py's helpers).
@@ -35,7 +35,7 @@ from engine.run_views import RunFilter, list_runs
 from functions import examples
 from functions.examples import Onboarding, Outbox
 from tests.conftest import Database
-from tests.test_plans import Plan, Sent, drawn, plan_of, reached_by, sent
+from tests.query_plans import Plan, Sent, drawn, plan_of, reached_by, sent
 
 ROWS = 20_000
 LOG_ROWS = 30_000
@@ -43,7 +43,7 @@ SCHEDULED_EVERY = 40  # one run in 40 has a step scheduled; the rest ended
 EVENTS = 20_000
 
 
-async def seeded(db: Database) -> tuple[async_sessionmaker[AsyncSession], AsyncEngine]:
+async def filled(db: Database) -> tuple[async_sessionmaker[AsyncSession], AsyncEngine]:
     """Onboardings nearly all ended (some failed), one in 40 scheduled (a few leased or
     waiting with a timeout); an attempt log over the last three hours; an outbox nearly all
     processed."""
@@ -108,7 +108,7 @@ def no_seq_scan(plan: Plan, table: str) -> set[str]:
 
 
 async def test_the_overview_reads_through_indexes(db: Database) -> None:
-    Session, engine = await seeded(db)
+    Session, engine = await filled(db)
     async with connect_workflows(Session) as connection:
         with sent(engine) as seen:
             found = await overview(connection, tables_for(Outbox))
@@ -118,7 +118,7 @@ async def test_the_overview_reads_through_indexes(db: Database) -> None:
     assert found.outbox is not None and found.outbox.counts["dead_letter"] == EVENTS // 500
 
     statements = [s for s in plans_of(seen, "FROM onboarding") if "count(" in s[0]]
-    # The seeded runs were due long ago: the overview also lists the stranded ones by step.
+    # The filled runs were due long ago: the overview also lists the stranded ones by step.
     assert len(statements) == 3 and found.stranded, statements
     live, recent, stranded = statements
     stranded_plan = await plan_of(engine, stranded)
@@ -133,7 +133,7 @@ async def test_the_overview_reads_through_indexes(db: Database) -> None:
 
 
 async def test_newest_runs_are_read_through_the_primary_key(db: Database) -> None:
-    Session, engine = await seeded(db)
+    Session, engine = await filled(db)
     info = workflow_info(Onboarding)
     async with connect_workflows(Session) as connection:
         cases = [
@@ -166,7 +166,7 @@ async def test_newest_runs_are_read_through_the_primary_key(db: Database) -> Non
 
 
 async def test_soonest_runs_are_read_through_the_due_index(db: Database) -> None:
-    Session, engine = await seeded(db)
+    Session, engine = await filled(db)
     info = workflow_info(Onboarding)
     async with connect_workflows(Session) as connection:
         with sent(engine) as seen:
@@ -194,7 +194,7 @@ async def test_soonest_runs_are_read_through_the_due_index(db: Database) -> None
 
 
 async def test_the_activity_and_a_runs_attempts_read_through_indexes(db: Database) -> None:
-    Session, engine = await seeded(db)
+    Session, engine = await filled(db)
     info = workflow_info(Onboarding)
     async with connect_workflows(Session) as connection:
         with sent(engine) as seen:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -57,7 +58,7 @@ from tests.apps.limited import Render
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until
 from tests.processes.conftest import WorkerProcesses
-from tests.test_plans import analyzed, drawn, plan_of, reached_by, seed, sent, the_one
+from tests.query_plans import analyzed, drawn, fill_runs, plan_of, reached_by, sent, the_one
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT = 20.0  # seconds for a worker process to start
@@ -252,9 +253,10 @@ async def test_a_handed_back_row_keeps_its_age_and_is_not_claimed_again(db: Data
     ) as worker:
         await wait_until(lambda: worker.served["deploy_order"] is not None)
         assert worker.served["deploy_order"] == ("review", "tally")
-        await asyncio.sleep(0.2)  # the NOTIFY of its own hand-back comes and goes
+        # The NOTIFY of its own hand-back comes and goes: a later look is caught up.
+        assert await worker.wake(5), "nothing it can run is due"
         passes = worker.passes
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the claim is how often it looks in this time
         looks = worker.passes - passes
     # A worker that still saw the row as due would look every 50 ms: twenty times.
     assert looks <= 2, f"no busy loop on a row it cannot run: {looks} passes"
@@ -287,7 +289,10 @@ async def test_a_handed_back_row_of_a_limited_table_does_not_count_as_running(
             return (await fetch(Session, Render, 2)).ended is not None
 
         # A row left leased would hold the group for the minute of its lease.
-        await wait_until(rendered, timeout=10)
+        began = time.monotonic()
+        await wait_until(rendered, timeout=30)
+        took = time.monotonic() - began
+    assert took < 10, f"the group was free at once, not after the lease: {took:.1f} s"
     left = await fetch(Session, Render, 1)
     assert (left.next_step, left.attempts, left.claimed_until) == ("retired", 0, None)
 
@@ -430,7 +435,8 @@ async def test_the_stranded_report_reads_only_the_due_index(db: Database) -> Non
         async def ship(self) -> None: ...
 
     Session = await db.create(Base.metadata)
-    seed(db, "parcel", {"label": "'p' || i"}, "CASE WHEN i % 3 = 0 THEN 'ship' ELSE 'gone' END")
+    steps = "CASE WHEN i % 3 = 0 THEN 'ship' ELSE 'gone' END"
+    fill_runs(db, "parcel", {"label": "'p' || i"}, steps)
     engine = analyzed(db, Session, "parcel")
     info = workflow_info(Parcel)
     for steps in (None, ("gone",)):

@@ -6,7 +6,6 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.testing import move_clock, read_clock_shift
 from functions import examples
@@ -14,18 +13,11 @@ from functions.examples import Onboarding
 from functions.http.app import create_app
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
-from tests.helpers import serving, wait_until
+from tests.helpers import onboarding, serving, wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
 FAST_WORKER = {"workflows": [Onboarding], "max_idle_interval": timedelta(seconds=0.5)}
 BIG = 5_000_000  # characters in a request body that must not come back
-
-
-async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) -> Onboarding:
-    async with Session() as session:
-        return (
-            await session.scalars(select(Onboarding).where(Onboarding.user_id == user_id))
-        ).one()
 
 
 async def test_dev_clock_moves_the_clock_and_the_check_step_runs(db: Database) -> None:

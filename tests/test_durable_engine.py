@@ -1,5 +1,5 @@
-"""`DurableWorkflowEngine`: executions as rows of a workflow table, rule by rule (seed 000,
-"Execution state", "Backends" and the execution record), against a real PostgreSQL.
+"""`DurableWorkflowEngine`: executions as rows of a workflow table, rule by rule (its
+execution states, its backends and the execution record), against a real PostgreSQL.
 
 - durable workflows: start() writes a pending row whose step a worker runs, storing
   output and completed: test_start_queues_a_row_that_a_worker_completes
@@ -115,6 +115,7 @@ async def test_a_background_worker_runs_executions_and_resume_wakes_a_waiting_on
             return check
 
         await wait_until(reached(doubled.execution_id, WorkflowState.COMPLETED))
+        assert (await engine.status(doubled.execution_id)).output_data == {"double": 8}
         await wait_until(reached(waiting.execution_id, WorkflowState.WAITING))
         row = await fetch(Session, Execution, waiting.execution_id)
         assert row.waiting_for == "resume"

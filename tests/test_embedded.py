@@ -10,26 +10,17 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import psycopg
 
 from infra.embedded import running_postmaster, start_embedded
+from tests.helpers import REPO_ROOT, process_gone
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 KILL_DEADLINE = 10.0  # seconds for the watchdog to stop the server after a SIGKILL
 
 
 def libpq_url(url: str) -> str:
     """The SQLAlchemy URL without its driver, as psycopg.connect wants it."""
     return url.replace("+psycopg", "", 1)
-
-
-def process_gone(pid: int) -> bool:
-    """Whether pid has exited; a zombie counts (PID 1 in some containers never reaps)."""
-    try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_start_connect_stop_deletes_temporary_dir() -> None:

@@ -1,4 +1,4 @@
-"""Waiting for an event: every rule of the seed's "Waiting for an event", one test each."""
+"""Waiting for an event: every rule of waiting for an event, one test each."""
 
 from __future__ import annotations
 
@@ -73,6 +73,8 @@ async def test_expense_example_escalates_when_nobody_decides_in_two_days(db: Dat
         await move_clock(Session, timedelta(days=2, seconds=1))
 
         await wait_until(lambda: status_is(Session, expense.id, "escalated"))
+        done = await fetch(Session, Expense, expense.id)
+    assert (done.status, done.next_step, done.waiting_for) == ("escalated", None, None)
 
 
 async def test_deliver_returns_how_many_runs_accepted(db: Database) -> None:
@@ -129,6 +131,9 @@ async def test_a_run_holds_one_event_at_a_time(db: Database) -> None:
             return (await fetch(Session, Chat, row.id)).transcript == "[first]"
 
         await wait_until(answered)
+        stored = await settled(Session, row)
+    assert stored.transcript == "[first]", "the second answer never ran"
+    assert stored.waiting_for is not None, "it waits again, holding nothing"
 
 
 @pytest.mark.parametrize("then", ["other", "stop", "schedule"])
@@ -178,6 +183,8 @@ async def test_a_held_event_stops_counting_once_a_worker_takes_it(db: Database) 
             return (await fetch(Session, Chat, row.id)).transcript == "[one][two]"
 
         await wait_until(both)
+        stored = await settled(Session, row)
+    assert stored.transcript == "[one][two]", "the held event ran once, after the first"
 
 
 async def test_a_key_makes_delivery_idempotent_and_is_taken_when_the_event_runs(
@@ -254,7 +261,7 @@ async def test_before_the_deadline_the_event_wins_and_the_timeout_does_not_run(
 ) -> None:
     Session = await db.create(events.Base.metadata)
     events.then.extend(["timeout", "stop"])
-    async with run_workflows(Session, workflows=[Chat]):
+    async with run_workflows(Session, workflows=[Chat]) as worker:
         row = Chat()
         assert await row.start(Chat.open)
         await settled(Session, row)
@@ -266,7 +273,7 @@ async def test_before_the_deadline_the_event_wins_and_the_timeout_does_not_run(
 
         await wait_until(answered)
         await move_clock(Session, timedelta(hours=2))
-        await asyncio.sleep(0.2)
+        assert await worker.wake(5), "a look past the deadline found nothing to run"
         stored = await fetch(Session, Chat, row.id)
     assert stored.timeouts == 0 and stored.next_step is None
 
@@ -287,3 +294,5 @@ async def test_a_finished_run_refuses_events_unless_restart(db: Database) -> Non
             return (await fetch(Session, Chat, row.id)).transcript == "[reopen]"
 
         await wait_until(answered)
+        stored = await settled(Session, row)
+    assert (stored.transcript, stored.next_step) == ("[reopen]", None), "restarted, then done"

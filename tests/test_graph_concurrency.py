@@ -1,4 +1,4 @@
-"""Concurrent writes to one instance : the instance lock serializes them.
+"""Concurrent writes to one instance: the instance lock serializes them.
 
 Each test runs its writers as tasks on connections of their own, truly at
 the same time: a lock held by a third connection, or a hook inside the
@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from engine import DatabaseEventRegistry, connect_workflows
 from engine.connection import session_engine
@@ -47,18 +47,10 @@ from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of
-from tests.test_graph_forks import FORKED, FORKED_EDGES
-from tests.test_graph_runtime import (
-    TABLES,
-    World,
-    make_world,
-    node_id,
-    one_connection,
-    only_branch,
-    submitted,
-    until_a_lock_is_awaited,
-)
+from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
+from tests.graph_world import TABLES, World, make_world, node_id, only_branch
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
+from tests.test_graph_runtime import one_connection, submitted, until_a_lock_is_awaited
 
 ROUNDS = 4  # each race is run this many times
 WAIT = 5.0  # seconds a writer may take to start waiting
@@ -90,22 +82,14 @@ async def world(db: Database) -> AsyncIterator[World]:
         yield made
 
 
-async def lock_waiters(world: World) -> int:
-    """How many sessions of this test's database are waiting for a lock."""
-    async with session_engine(world.Session).connect() as conn:
-        query = text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int((await conn.execute(query)).scalar_one())
-
-
 async def until_waiting(world: World, count: int) -> None:
-    for _ in range(int(WAIT / 0.01)):
-        if await lock_waiters(world) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{count} writers never waited for the lock together")
+    """Until `count` sessions of this test's database wait for a lock together."""
+    engine = session_engine(world.Session)
+
+    async def waiting() -> bool:
+        return await sessions_waiting_for_a_lock(engine) >= count
+
+    await wait_until(waiting, WAIT, interval=0.01, what=f"{count} writers waiting for the lock")
 
 
 async def race(world: World, instance_id: uuid.UUID, *writers: Any) -> list[Any]:

@@ -12,7 +12,7 @@ Save
   test_a_given_base_template_is_the_one_cloned
 - validation errors come back without blocking the save:
   test_validation_errors_are_returned_without_blocking_the_save
-- the response is the save's body, exactly: test_the_response_is_the_saves_body
+- the response is the designer's body, exactly: test_the_response_is_the_designers_body
 - bad input is a ConfigurationError and writes nothing (no node, a repeated node id, a
   connection to a missing node, a long label, an unknown type or threshold, text for a
   number): test_bad_input_is_refused_and_writes_nothing
@@ -68,6 +68,7 @@ from engine.graphs.design.versions import (
 from engine.graphs.tables import JOIN, graph_tables
 from tests.apps.graphs import Base
 from tests.conftest import Database
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 TABLES = graph_tables(Base)
 TEMPLATES = TABLES.table("template")
@@ -124,7 +125,7 @@ def expense_design(name: str = "expenses", **top: Any) -> dict[str, Any]:
 
 
 def invalid_design(name: str = "expenses") -> dict[str, Any]:
-    """A graph whose 'Closed' state has no assignees (the example error of a save)."""
+    """A graph whose 'Closed' state has no assignees (the designer's example error)."""
     return {
         "name": name,
         "stateChoices": VOCABULARY,
@@ -288,7 +289,7 @@ async def test_validation_errors_are_returned_without_blocking_the_save(
     assert await count_rows(engine) == (1, 3, 2)
 
 
-async def test_the_response_is_the_saves_body(engine: AsyncEngine) -> None:
+async def test_the_response_is_the_designers_body(engine: AsyncEngine) -> None:
     await save(engine, expense_design())
     saved = await save(engine, invalid_design())
 
@@ -431,7 +432,7 @@ async def test_concurrent_saves_of_a_name_get_distinct_versions(engine: AsyncEng
         await second.begin()
         one = await save_design(first, TABLES, expense_design(), CONDITIONS)
         racing = asyncio.create_task(save_design(second, TABLES, expense_design(), CONDITIONS))
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: sessions_waiting_for_a_lock(engine))
         assert not racing.done()  # waiting for the first save's lock on the name
         await first.commit()
         two = await racing

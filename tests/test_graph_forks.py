@@ -1,4 +1,4 @@
-"""Branches, forks and joins, and the other dispatch paths.
+"""Branches, forks and joins, and the other dispatch paths, rule by rule.
 
 - a fork completes the arriving branch at the fork and starts one child per
   outgoing edge, sharing a fresh fork_scope, each with its parent, fork and
@@ -48,31 +48,8 @@ from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from tests.apps import graphs as app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of
-from tests.test_graph_runtime import World, make_world, node_id, only_branch
-
-# draft -> fork -> (legal, finance) -> join -> final -> end
-FORKED: dict[str, Any] = {
-    "start": START,
-    "draft": (STATE, "draft", ["ann"]),
-    "fork": {"type": FORK, "matched_join": "join"},
-    "legal": (STATE, "legal", ["lea"]),
-    "finance": (STATE, "finance", ["fin"]),
-    "join": JOIN,
-    "final": (STATE, "final", ["boss"]),
-    "end": END,
-}
-FORKED_EDGES: list[Any] = [
-    ("start", "draft"),
-    ("draft", "fork"),
-    ("fork", "legal"),
-    ("fork", "finance"),
-    ("legal", "join"),
-    ("finance", "join"),
-    ("finance", "end"),
-    ("join", "final"),
-    ("final", "end"),
-]
+from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
+from tests.graph_world import World, make_world, node_id, only_branch
 
 
 def is_large(claim: app.Claim, instance: Mapping[str, Any]) -> bool:

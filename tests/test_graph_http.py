@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -38,17 +38,10 @@ from functions.http.app import create_app
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.apps import graphs as graph_app
 from tests.conftest import Database
-from tests.helpers import examples_configured, serving, wait_until
+from tests.helpers import serving, wait_until
 
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 SETTLE = 5.0
-
-
-@pytest.fixture
-def dev_app_configured() -> Iterator[None]:
-    """What `duly dev` configures for the examples: their registry and graph runtime."""
-    with examples_configured():
-        yield
 
 
 @pytest.fixture

@@ -78,21 +78,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import (
     DatabaseEventRegistry,
-    EventSettings,
     InMemoryEventRegistry,
     WorkflowEvent,
     connect_workflows,
@@ -106,9 +105,7 @@ from engine.errors import (
 )
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.conditions import ConditionRegistry
-from engine.graphs.moves.directory import StaticDirectory
 from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.moves.write_statement import write_statement
 from engine.graphs.moves.writes import Shape
 from engine.graphs.tables import (
@@ -116,17 +113,14 @@ from engine.graphs.tables import (
     END,
     START,
     STATE,
-    GraphTables,
-    graph_tables,
 )
 from functions.http.errors import status_of
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of, stored
-
-Sessions = async_sessionmaker[AsyncSession]
-TABLES = graph_tables(app.Base)
+from tests.graph_helpers import graph_of
+from tests.graph_world import TABLES, World, make_world, node_id, only_branch
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 # A plain approval: draft -> review (ann) -> approved (end), with a way back.
 LINEAR_NODES: dict[str, Any] = {
@@ -145,93 +139,10 @@ LINEAR_EDGES: list[Any] = [
 ]
 
 
-@dataclass
-class World:
-    """One test's database, runtime and event registry."""
-
-    Session: Sessions
-    runtime: GraphRuntime
-    registry: DatabaseEventRegistry
-    conditions: ConditionRegistry
-
-    @property
-    def tables(self) -> GraphTables:
-        return self.runtime.tables
-
-    async def store(self, graph: Graph, *, active: bool = True) -> Graph:
-        async with session_engine(self.Session).begin() as conn:
-            return await stored(conn, self.tables, graph, active=active)
-
-    async def claim(self, amount: str = "10.00") -> app.Claim:
-        async with self.Session() as session:
-            claim = app.Claim(title="a claim", amount=Decimal(amount))
-            session.add(claim)
-            await session.commit()
-            return claim
-
-    async def rows(self, model: type[Any], *where: Any, order: Any = None) -> list[Any]:
-        async with self.Session() as session:
-            query = select(model).where(*where)
-            if order is not None:
-                query = query.order_by(order)
-            return list((await session.scalars(query)).all())
-
-    async def subject_state(self, claim: app.Claim) -> str | None:
-        async with self.Session() as session:
-            found = await session.get(app.Claim, claim.id, populate_existing=True)
-            assert found is not None
-            return found.workflow_state
-
-    async def events(self, event_type: str | None = None) -> list[outbox_app.Event]:
-        where = [] if event_type is None else [outbox_app.Event.event_type == event_type]
-        return await self.rows(outbox_app.Event, *where, order=outbox_app.Event.created_at)
-
-    async def actions(self, instance_id: uuid.UUID) -> list[str]:
-        return [entry.action_type for entry in await self.runtime.history(instance_id)]
-
-
 async def until_a_lock_is_awaited(world: World, timeout: float = 5.0) -> None:
     """Until some session of this test's database waits for a lock (another's write)."""
-    query = text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
-    for _ in range(int(timeout / 0.01)):
-        async with session_engine(world.Session).connect() as conn:
-            if (await conn.execute(query)).scalar_one():
-                return
-        await asyncio.sleep(0.01)
-    raise AssertionError("nobody waited for a lock")
-
-
-def node_id(graph: Graph, key: str) -> uuid.UUID:
-    node = graph.by_key(key)
-    assert node is not None, key
-    return node.id
-
-
-def only_branch(instance: InstanceSnapshot) -> uuid.UUID:
-    assert len(instance.branches) == 1, instance.branches
-    return instance.branches[0].id
-
-
-async def make_world(
-    db: Database,
-    groups: Mapping[str, Iterable[str]] | None = None,
-    conditions: ConditionRegistry | None = None,
-) -> AsyncIterator[World]:
-    """A world on `db`: the graph, outbox and clock tables, connected for the test."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    registry = DatabaseEventRegistry(
-        outbox=outbox_app.Outbox,
-        settings=EventSettings(mode="production", async_delivery=True),
-    )
-    chosen = conditions if conditions is not None else ConditionRegistry()
-    runtime = GraphRuntime(
-        TABLES, directory=StaticDirectory(groups or {}), conditions=chosen, events=registry
-    )
-    async with connect_workflows(Session):
-        yield World(Session, runtime, registry, chosen)
+    engine = session_engine(world.Session)
+    await wait_until(lambda: sessions_waiting_for_a_lock(engine), timeout, what="a lock awaited")
 
 
 @pytest.fixture

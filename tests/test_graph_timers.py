@@ -40,7 +40,7 @@ from engine.testing import drain, move_clock
 from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
-from tests.test_graph_runtime import World, make_world, node_id, only_branch
+from tests.graph_world import World, make_world, node_id, only_branch
 
 DEADLINE = 3600  # seconds a reviewer has
 

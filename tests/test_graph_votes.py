@@ -1,4 +1,4 @@
-"""Votes and thresholds of a state.
+"""Votes and thresholds of a state: what approvers may do.
 
 - required approvals: single 1, majority more than half, unanimous all:
   test_required_approvals
@@ -37,7 +37,7 @@ from engine.graphs.tables import END, START, STATE
 from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
-from tests.test_graph_runtime import TABLES, World, make_world, node_id, only_branch
+from tests.graph_world import TABLES, World, make_world, node_id, only_branch
 
 GROUP = ["amy", "ben", "cy"]
 

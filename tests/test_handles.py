@@ -13,13 +13,9 @@ from engine.testing import move_clock
 from tests.apps import behaviour
 from tests.apps.behaviour import Flaky, Held, Timer
 from tests.conftest import Database
-from tests.helpers import fetch, wait_until
+from tests.helpers import fetch, look_again, wait_until
 
-
-@pytest.fixture(autouse=True)
-def fresh_controls() -> None:
-    behaviour.release = asyncio.Event()
-    behaviour.holding.clear()
+pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 
 
 async def test_run_replaces_what_was_scheduled_and_runs_now(db: Database) -> None:
@@ -53,6 +49,8 @@ async def test_run_rearms_a_finished_run(db: Database) -> None:
         await wait_until(lambda: fired(1))
         assert await Timer.by(Timer.id == row.id).run(Timer.fire) == 1
         await wait_until(lambda: fired(2))
+    done = await fetch(Session, Timer, row.id)
+    assert (done.fired, done.next_step, done.claimed_until) == (2, None, None), "ran again, once"
 
 
 async def test_run_on_a_running_step_waits_for_it_and_discards_its_changes(
@@ -60,12 +58,12 @@ async def test_run_on_a_running_step_waits_for_it_and_discards_its_changes(
 ) -> None:
     Session = await db.create(behaviour.Base.metadata)
     lease = timedelta(minutes=10)
-    async with run_workflows(Session, workflows=[Held], lease=lease):
+    async with run_workflows(Session, workflows=[Held], lease=lease) as worker:
         row = Held()
         assert await row.start(Held.work("first"))
         await wait_until(lambda: behaviour.holding == ["first"])
         assert await Held.by(Held.id == row.id).run(Held.work("second")) == 1
-        await asyncio.sleep(0.3)
+        await look_again(worker)  # a whole pass since, which would have started it
         assert behaviour.holding == ["first"], "the new step does not start beside the running one"
         released = time.monotonic()
         behaviour.release.set()
@@ -125,13 +123,13 @@ async def test_cancel_ends_runs_where_they_stand_and_keeps_what_they_did(db: Dat
 
 async def test_cancel_of_a_running_step_discards_its_commit(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
-    async with run_workflows(Session, workflows=[Held]):
+    async with run_workflows(Session, workflows=[Held]) as worker:
         row = Held()
         assert await row.start(Held.work("only"))
         await wait_until(lambda: behaviour.holding == ["only"])
         assert await Held.by(Held.id == row.id).cancel() == 1
         behaviour.release.set()
-        await asyncio.sleep(0.3)
+        assert await worker.wake(5), "the step ended (its commit refused) and nothing runs"
     stored = await fetch(Session, Held, row.id)
     assert stored.value == "" and stored.next_step is None and stored.claimed_until is None
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from engine.held import HeldConnection
 from tests.apps import behaviour
 from tests.apps.behaviour import Timer
 from tests.conftest import Database
-from tests.helpers import wait_until
+from tests.helpers import connections_checked_out, wait_until
 
 BACKEND = text("SELECT pg_backend_pid()")
 
@@ -86,5 +85,9 @@ async def test_an_idle_worker_keeps_no_connection_checked_out(db: Database) -> N
     engine: AsyncEngine = Session.kw["bind"]
     async with run_workflows(Session, workflows=[Timer], suspends_when_idle=True) as worker:
         await wait_until(lambda: worker.passes >= 1)
-        await asyncio.sleep(0.2)  # past the pass, into its sleep
-        assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        # Past the pass, into its sleep: the connection goes back before the worker sleeps.
+        await wait_until(lambda: connections_checked_out(engine) == 0)
+        passes = worker.passes
+        assert await worker.wake(5), "it sleeps caught up"
+        await wait_until(lambda: connections_checked_out(engine) == 0)
+        assert worker.passes > passes and connections_checked_out(engine) == 0

@@ -1,245 +1,46 @@
 """The four Lambda entries end to end: real PostgreSQL, moto for EventBridge Scheduler.
 
 Each test's "container" is a `Runtime` driven on a thread of its own (as the
-Lambda runtime calls a handler: synchronously), with a fake Lambda context.
-The asynchronous invoke of the wake function is replaced by a callable that
-counts (or, for the bound, starts another container on another thread).
+Lambda runtime calls a handler: synchronously), with a fake Lambda context
+(tests/aws_fakes.py). The asynchronous invoke of the wake function is replaced
+by a callable that counts (or, for the bound, starts another container on
+another thread).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-import boto3
-import psycopg
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import configure_event_registry, connect_workflows
+from engine import connect_workflows
 from engine.testing import drain as drain_steps
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import work as lambda_work
-from functions.lambdas.runtime import WAKE_INPUT, Runtime, Scheduler, install
-from infra.aws_settings import AwsSettings
-from infra.scheduler import WakeScheduler, round_up, schedule_expression
-from infra.scheduler import metadata as schedule_metadata
+from functions.lambdas.runtime import WAKE_INPUT
+from infra.scheduler import round_up, schedule_expression
 from infra.wake_slots import WakeSlots
 from tests.apps import serverless_app
 from tests.apps.serverless_app import LATER, SIGNUP, Chunk, Outbox, Signup, Stuck
+from tests.aws_fakes import (
+    WAKE_ARN,
+    Aws,
+    FreshContainers,
+    SlotWatch,
+    create_tables,
+    function,
+    function_url_event,
+    one_signup,
+    settings_for,
+)
 from tests.conftest import Database
 
-APP = "tests.apps.serverless_app"
-WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:duly-test-wake"
-ROLE_ARN = "arn:aws:iam::123456789012:role/duly-test-scheduler"
-REGION = "us-east-1"
-Entry = Callable[[Any, Any], dict[str, Any]]
-
-
-# -- the pieces of a fake deployment ------------------------------------------------------
-
-
-@dataclass
-class Context:
-    """A Lambda context: the time left from when it was made, and the function's ARN."""
-
-    remaining: float = 30.0  # seconds
-    invoked_function_arn: str = WAKE_ARN
-    started: float = field(default_factory=time.monotonic)
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int((self.remaining - (time.monotonic() - self.started)) * 1000)
-
-
-@dataclass
-class Aws:
-    """moto's scheduler, and this test's own schedule group on it."""
-
-    endpoint: str
-    group: str = field(default_factory=lambda: f"duly-{uuid.uuid4().hex[:10]}")
-
-    def client(self, service: str) -> Any:
-        # A session per client: boto3's default session is not safe across threads.
-        return boto3.session.Session().client(
-            service,
-            endpoint_url=self.endpoint,
-            region_name=REGION,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-
-    def schedules(self) -> list[dict[str, Any]]:
-        """Every schedule of the group, as get_schedule answers."""
-        client = self.client("scheduler")
-        listed = client.list_schedules(GroupName=self.group)["Schedules"]
-        return [client.get_schedule(Name=s["Name"], GroupName=self.group) for s in listed]
-
-
-def settings_for(db: Database, group: str = "duly-test", **changes: Any) -> AwsSettings:
-    values: dict[str, Any] = {
-        "database_url": db.url,
-        "database_secret_arn": None,
-        "wake_function_arn": WAKE_ARN,
-        "schedule_group": group,
-        "scheduler_role_arn": ROLE_ARN,
-        "app_module": APP,
-        "max_wakes": 4,
-        "wake_margin_seconds": 2.0,
-        **changes,
-    }
-    return AwsSettings(**values)
-
-
-def moto_scheduler(rt: Runtime, engine: AsyncEngine) -> Scheduler:
-    """The real WakeScheduler on moto (which needs the group made first)."""
-    return WakeScheduler(
-        engine,
-        group=rt.settings.schedule_group,
-        target_arn=rt.settings.wake_function_arn,
-        role_arn=rt.settings.scheduler_role_arn,
-        client=lambda: rt.client("scheduler"),
-        invoke=rt.invoke_wake,
-        create_group=True,
-    )
-
-
-@dataclass
-class QuietScheduler:
-    """A scheduler that remembers what it was told; its kick invokes wake like the real one."""
-
-    rt: Runtime
-    told: list[datetime | None] = field(default_factory=list)
-
-    async def on_idle(self, at: datetime | None) -> None:
-        self.told.append(at)
-
-    async def kick(self) -> None:
-        await self.rt.invoke_wake()
-
-
-def quiet_scheduler(rt: Runtime, engine: AsyncEngine) -> Scheduler:
-    return QuietScheduler(rt)
-
-
-class Function:
-    """One Lambda container: a runtime whose handlers run on a thread of its own."""
-
-    def __init__(
-        self,
-        settings: AwsSettings,
-        *,
-        aws: Aws | None = None,
-        invoke: Callable[[], Any] | None = None,
-        max_concurrency: int = 8,
-    ) -> None:
-        self.invokes = 0
-        self._on_invoke = invoke
-        self.runtime = Runtime(
-            settings,
-            scheduler=moto_scheduler if aws is not None else quiet_scheduler,
-            invoke=self._invoke,
-            clients=aws.client if aws is not None else None,
-            max_concurrency=max_concurrency,
-        )
-        self._thread = ThreadPoolExecutor(1)
-
-    async def _invoke(self) -> None:
-        self.invokes += 1
-        if self._on_invoke is not None:
-            self._on_invoke()
-
-    async def call(self, entry: Entry, event: Any, remaining: float = 30.0) -> dict[str, Any]:
-        """`entry(event, context)` as Lambda calls it, this function's runtime installed."""
-
-        def invoke() -> dict[str, Any]:
-            install(self.runtime)
-            return entry(event, Context(remaining))
-
-        return await asyncio.get_running_loop().run_in_executor(self._thread, invoke)
-
-    async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self.runtime.close)
-        self._thread.shutdown()
-
-
-@contextlib.asynccontextmanager
-async def function(settings: AwsSettings, **options: Any) -> AsyncIterator[Function]:
-    fn = Function(settings, **options)
-    try:
-        yield fn
-    finally:
-        await fn.close()
-
-
-async def create_tables(db: Database) -> async_sessionmaker[AsyncSession]:
-    return await db.create(serverless_app.Base.metadata, schedule_metadata)
-
-
-async def one_signup(Session: async_sessionmaker[AsyncSession]) -> Signup:
-    async with Session() as session:
-        return (await session.execute(select(Signup))).scalar_one()
-
-
-def function_url_event(method: str, path: str, body: Any = None, query: str = "") -> dict[str, Any]:
-    """A Function URL request (payload format 2.0, as HTTP API v2 sends it too)."""
-    host = "abcdefghij.lambda-url.us-east-1.on.aws"
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": query,
-        "headers": {"content-type": "application/json", "host": host},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "abcdefghij",
-            "domainName": host,
-            "domainPrefix": "abcdefghij",
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": "pytest",
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000",
-            "timeEpoch": 1767225600000,
-        },
-        "body": None if body is None else json.dumps(body),
-        "isBase64Encoded": False,
-    }
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Any:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime() -> Any:
-    yield
-    install(None)
-    configure_event_registry(None)
+pytestmark = pytest.mark.usefixtures("fresh_lambda_runtime")
 
 
 # -- done when 1: publish, a schedule two hours off, the wake it fires -----------------------
@@ -494,59 +295,17 @@ async def test_a_backlog_is_worked_by_at_most_max_wakes_invocations_at_once(
         for _ in range(600):
             await Chunk().start(Chunk.work)
     serverless_app.running.update(now=0, most=0)
-    settings = settings_for(db, max_wakes=4)
-    results: list[dict[str, Any]] = []
-    threads: list[threading.Thread] = []
-    lock = threading.Lock()
-
-    def container() -> None:
-        """One invocation of wake in a fresh container (a thread with its own runtime)."""
-        fn = Runtime(settings, scheduler=quiet_scheduler, invoke=invoke, max_concurrency=4)
-        try:
-            result = lambda_handlers.handle(lambda_work.wake, WAKE_INPUT, Context(30.0), fn)
-        finally:
-            fn.close()
-        with lock:
-            results.append(result)
-
-    async def invoke() -> None:
-        thread = threading.Thread(target=container)
-        with lock:
-            threads.append(thread)
-        thread.start()
-
-    held: list[int] = []
-    watching = threading.Event()
-
-    def watch() -> None:
-        with psycopg.connect(db.conninfo, autocommit=True) as conn:
-            while not watching.is_set():
-                row = conn.execute(
-                    "SELECT count(*) FROM duly_wake_slots WHERE held_until > clock_timestamp()"
-                ).fetchone()
-                held.append(int(row[0]) if row else 0)
-                time.sleep(0.005)
-
+    containers = FreshContainers(settings_for(db, max_wakes=4))
     await WakeSlots(db.engine(), 4).ensure()  # the first wake would make it: the watcher reads it
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with SlotWatch(db.conninfo) as slots:
         for _ in range(kicked):
-            await invoke()
-        while True:
-            with lock:
-                alive = [t for t in threads if t.is_alive()]
-                if not alive and len(results) == len(threads):
-                    break
-            await asyncio.sleep(0.05)
-    finally:
-        watching.set()
-        watcher.join()
+            await containers.invoke()
+        results = await containers.settled()
     done = db.sql("SELECT count(*), min(done), max(done) FROM lambda_chunk")
     assert done == [(600, 1, 1)], "every run ran exactly once"
     working = [r for r in results if r["slot"] is not None]
-    assert max(held) <= 4, f"at most max_wakes wakes at once, not {max(held)}"
-    assert max(held) == 4, f"the backlog spread to max_wakes wakes (at most {max(held)})"
+    assert slots.most <= 4, f"at most max_wakes wakes at once, not {slots.most}"
+    assert slots.most == 4, f"the backlog spread to max_wakes wakes (at most {slots.most})"
     assert len(working) >= 4
     refused = [r for r in results if r["slot"] is None]
     assert all(r["reason"].startswith("busy") for r in refused), refused

@@ -24,6 +24,7 @@ async def test_a_default_worker_never_runs_a_media_step(db: Database) -> None:
         row = Upload()
         assert await row.start(Upload.transcode)
         passes = worker.passes
+        # The claim is an absence over time: few looks in half a second, none of them a run.
         await asyncio.sleep(0.5)
         assert worker.passes - passes <= 2, "it does not poll for work it cannot take"
     assert behaviour.ran_in_lane == []
@@ -32,7 +33,7 @@ async def test_a_default_worker_never_runs_a_media_step(db: Database) -> None:
 
 async def test_a_media_worker_runs_media_steps_and_hands_the_rest_on(db: Database) -> None:
     Session = await db.create(behaviour.Base.metadata)
-    async with run_workflows(Session, workflows=[Upload], lanes=["media"]):
+    async with run_workflows(Session, workflows=[Upload], lanes=["media"]) as media:
         row = Upload()
         assert await row.start(Upload.transcode)
 
@@ -41,7 +42,7 @@ async def test_a_media_worker_runs_media_steps_and_hands_the_rest_on(db: Databas
             return stored.done == "t" and stored.claimed_until is None
 
         await wait_until(transcoded)
-        await asyncio.sleep(0.2)
+        assert await media.wake(5), "it looked again, with `notify` due, and took nothing"
         assert behaviour.ran_in_lane == ["transcode"], "notify is not in the media lane"
         async with run_workflows(Session, workflows=[Upload]):
 
@@ -49,16 +50,18 @@ async def test_a_media_worker_runs_media_steps_and_hands_the_rest_on(db: Databas
                 return (await fetch(Session, Upload, row.id)).done == "tn"
 
             await wait_until(notified)
+    assert behaviour.ran_in_lane == ["transcode", "notify"], "each step in its own lane"
+    assert (await fetch(Session, Upload, row.id)).next_step is None
 
 
 async def test_work_in_a_lane_nobody_serves_waits_and_finishes_once_a_worker_does(
     db: Database,
 ) -> None:
     Session = await db.create(behaviour.Base.metadata)
-    async with run_workflows(Session, workflows=[Upload]):
+    async with run_workflows(Session, workflows=[Upload]) as worker:
         row = Upload()
         assert await row.start(Upload.transcode)
-        await asyncio.sleep(0.3)
+        assert await worker.wake(5), "it looked, with `transcode` due, and took nothing"
         assert (await fetch(Session, Upload, row.id)).done == ""
         async with run_workflows(Session, workflows=[Upload], lanes=["media", "default"]):
 
@@ -66,6 +69,8 @@ async def test_work_in_a_lane_nobody_serves_waits_and_finishes_once_a_worker_doe
                 return (await fetch(Session, Upload, row.id)).done == "tn"
 
             await wait_until(finished)
+    done = await fetch(Session, Upload, row.id)
+    assert (done.done, done.next_step, done.claimed_until) == ("tn", None, None)
 
 
 async def test_a_worker_skips_a_table_it_can_run_nothing_of(db: Database) -> None:

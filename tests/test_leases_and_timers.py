@@ -12,6 +12,8 @@ from tests.apps.behaviour import Alarm, Lasting, Timer
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until
 
+LOOKS = 4  # looks at work held elsewhere, timed
+
 
 async def test_a_running_step_keeps_its_row_past_its_lease(db: Database) -> None:
     behaviour.holding.clear()
@@ -95,10 +97,13 @@ async def test_poll_interval_spaces_out_looks_at_work_due_but_held_elsewhere(
             poll_interval=timedelta(milliseconds=300),
             max_idle_interval=timedelta(seconds=30),
         ) as worker:
-            await asyncio.sleep(0.2)
-            passes = worker.passes
-            await asyncio.sleep(1.5)
-            looks = worker.passes - passes
+            # Past its first looks (the second comes at once): from here on, one a poll.
+            await wait_until(lambda: worker.passes >= 3)
+            started = worker.passes
+            await wait_until(lambda: worker.passes > started)  # a look begins: time from here
+            passes, began = worker.passes, time.monotonic()
+            await wait_until(lambda: worker.passes >= passes + LOOKS, timeout=5)
+            took = time.monotonic() - began
             await locker.commit()
             released = asyncio.get_running_loop().time()
             passes_at_release = worker.passes
@@ -109,7 +114,9 @@ async def test_poll_interval_spaces_out_looks_at_work_due_but_held_elsewhere(
             await wait_until(fired, timeout=3)
             taken_after = asyncio.get_running_loop().time() - released
             looks_to_take_it = worker.passes - passes_at_release
-    assert 3 <= looks <= 8, f"about one look per poll_interval, not a busy loop: {looks}"
+    # LOOKS looks a poll_interval (0.3 s) apart, never sooner: a busy loop takes no time,
+    # and about one a poll_interval (at most 0.5 s each, as three in 1.5 s was).
+    assert LOOKS * 0.3 * 0.95 <= took <= LOOKS * 0.5, f"{LOOKS} looks took {took:.2f} s"
     # Counted in looks, not seconds, so a loaded machine cannot fail it; the
     # time bound only shows the 30 s idle interval was not what woke the worker.
     assert looks_to_take_it <= 3, f"taken at the next look: {looks_to_take_it}"

@@ -33,7 +33,7 @@ from engine.testing import drain
 from tests.apps import limited
 from tests.apps.limited import AT_MOST, Charge, Lookup, WorkflowRate
 from tests.conftest import Database
-from tests.test_limits import is_burst
+from tests.helpers import is_burst
 
 WANT = 8
 LEASE = timedelta(minutes=5)
@@ -47,7 +47,7 @@ def never_expires() -> float:
     return 0.0
 
 
-async def seeded_session(db: Database, customers: int, rows_each: int) -> Any:
+async def filled_session(db: Database, customers: int, rows_each: int) -> Any:
     """`HOT_ROWS` due rows of 'hot', the oldest; then `customers` customers' rows, in turns.
 
     Customer i's n-th row is due at base + (n * customers + i) ms, so each
@@ -70,9 +70,9 @@ async def seeded_session(db: Database, customers: int, rows_each: int) -> Any:
     return Session
 
 
-async def seeded(db: Database, customers: int, rows_each: int) -> AsyncEngine:
+async def filled(db: Database, customers: int, rows_each: int) -> AsyncEngine:
     """The same, and the engine its session factory binds."""
-    engine: AsyncEngine = (await seeded_session(db, customers, rows_each)).kw["bind"]
+    engine: AsyncEngine = (await filled_session(db, customers, rows_each)).kw["bind"]
     return engine
 
 
@@ -119,7 +119,7 @@ def taken(rows: list[Row[Any]]) -> dict[str, int]:
 async def test_behind_one_backlog_the_claims_after_one_visit_take_the_exact_order_from_memory(
     db: Database,
 ) -> None:
-    engine = await seeded(db, customers=300, rows_each=4)
+    engine = await filled(db, customers=300, rows_each=4)
     memory = GroupMemory(clock=never_expires)
     for _ in range(30):
         first, second, third = exact_order(db, 3)
@@ -134,7 +134,7 @@ async def test_a_remembered_group_with_nothing_due_is_forgotten_and_the_next_one
     db: Database,
 ) -> None:
     customers = 200
-    engine = await seeded(db, customers=customers, rows_each=1)
+    engine = await filled(db, customers=customers, rows_each=1)
     memory = GroupMemory(clock=never_expires)
     served: list[str] = []
     remembered = []
@@ -153,7 +153,7 @@ async def test_a_remembered_group_with_nothing_due_is_forgotten_and_the_next_one
 
 async def test_claims_from_memory_keep_each_group_within_its_limit(db: Database) -> None:
     """The runs stay leased: each claim must count what the ones before it took."""
-    engine = await seeded(db, customers=40, rows_each=5)
+    engine = await filled(db, customers=40, rows_each=5)
     memory = GroupMemory(clock=never_expires)
     claimed = 0
     while rows := await claim(engine, memory):
@@ -216,7 +216,7 @@ async def finish_charges(engine: AsyncEngine, rows: list[Row[Any]]) -> None:
 async def test_a_group_the_memory_does_not_know_waits_only_until_the_memory_expires(
     db: Database,
 ) -> None:
-    engine = await seeded(db, customers=50, rows_each=4)
+    engine = await filled(db, customers=50, rows_each=4)
     now = [0.0]
     memory = GroupMemory(clock=lambda: now[0])
     await finish(engine, await claim(engine, memory))
@@ -287,7 +287,7 @@ def test_a_memory_expires_after_its_time_and_slow_visits_make_it_last_longer() -
 
 
 async def test_a_claim_that_fails_forgets_what_it_remembered(db: Database) -> None:
-    engine = await seeded(db, customers=20, rows_each=2)
+    engine = await filled(db, customers=20, rows_each=2)
     memory = GroupMemory(clock=never_expires)
     await claim(engine, memory)
     assert len(memory) > 0
@@ -302,7 +302,7 @@ async def test_a_worker_serves_every_customer_behind_one_backlog_within_the_limi
     db: Database,
 ) -> None:
     customers = 60
-    Session = await seeded_session(db, customers=customers, rows_each=1)
+    Session = await filled_session(db, customers=customers, rows_each=1)
     assert await drain(Session, [Lookup]) == HOT_ROWS + customers
     order = [str(row[0]) for row in db.sql("SELECT customer FROM lookup ORDER BY started, id")]
     # While 'hot' runs three at a time, the others take the rest of each pass.

@@ -5,8 +5,8 @@ Three worker processes sharing one limit are in tests/processes/test_limits_proc
 
 from __future__ import annotations
 
-import asyncio
 import itertools
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +29,7 @@ from tests.apps.limited import (
     WorkflowRate,
 )
 from tests.conftest import Database
-from tests.helpers import wait_until
+from tests.helpers import is_burst, wait_until
 
 # -- declarations -------------------------------------------------------------------
 
@@ -139,6 +139,10 @@ async def test_a_group_at_its_limit_is_skipped_and_the_pass_goes_to_the_others(
         await wait_until(lambda: _leased_is(Session, expected), timeout=5)
 
         await wait_until(lambda: _all_finished(Session, Lookup), timeout=15)
+    async with Session() as session:
+        ended = (await session.scalars(select(Lookup.ended))).all()
+    assert len(ended) == 22 and None not in ended, "every lookup ran to its end"
+    assert await _leased_per_customer(Session) == {}, "nothing is left leased"
 
 
 async def _leased_is(Session: Any, expected: dict[str, int]) -> bool:
@@ -169,15 +173,6 @@ async def _all_finished(Session: Any, model: Any) -> bool:
 
 
 # -- rate ---------------------------------------------------------------------------
-
-
-def is_burst(started: int, buckets: int = 1) -> bool:
-    """Whether `started` is a full bucket's burst (each bucket's `RATE`).
-
-    Real time refills buckets too, a token a second at 60 a minute, so a drain
-    that took a second or two on a loaded machine may start one or two more.
-    """
-    return RATE * buckets <= started <= (RATE + 2) * buckets
 
 
 async def _start_charges(Session: Any, count: int, target: Any = Charge.charge) -> None:
@@ -321,12 +316,21 @@ async def test_a_listening_worker_starts_rate_held_work_as_tokens_come(db: Datab
     await _start_charges(Session, RATE + 10)
     burst = await drain(Session, [Charge])
     assert is_burst(burst)
+
+    async def charged() -> int:
+        async with Session() as session:
+            return int(await session.scalar(select(func.sum(Charge.charged))) or 0)
+
+    async def two_more() -> bool:
+        return await charged() - burst >= 2
+
+    began = time.monotonic()
     async with run_workflows(Session, workflows=[Charge], poll_interval=timedelta(seconds=5)):
-        await asyncio.sleep(2.6)
-    async with Session() as session:
-        charged = await session.scalar(select(func.sum(Charge.charged)))
-    # Woken by the bucket's own instant (the 5 s poll would not have come round yet).
-    assert 2 <= charged - burst <= 4
+        await wait_until(two_more, timeout=10)
+        took = time.monotonic() - began
+    # Woken by the bucket's own instant, a token a second: the 5 s poll had not come round.
+    assert took < 4.5, f"two starts as tokens came took {took:.2f} s"
+    assert 2 <= await charged() - burst <= 4
 
 
 async def test_a_group_at_its_limit_reports_the_end_of_the_running_leases(db: Database) -> None:

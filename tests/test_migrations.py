@@ -22,14 +22,11 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.request import Request, urlopen
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import make_url
 
@@ -317,20 +314,6 @@ def test_duly_migrate_sql_prints_the_upgrade_without_a_database(tmp_path: Path) 
     ) in sql
     assert "INSERT INTO alembic_version (version_num) VALUES ('duly_0001')" in sql
     assert sql.rstrip().endswith("COMMIT;")
-
-
-@pytest.fixture
-def moto_endpoint() -> Iterator[str]:
-    """A moto server of the test's own (Secrets Manager), its state reset."""
-    server = ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    urlopen(Request(f"{endpoint}/moto-api/reset", method="POST")).close()
-    try:
-        yield endpoint
-    finally:
-        server.stop()
 
 
 def test_duly_migrate_reads_the_database_from_the_secret(

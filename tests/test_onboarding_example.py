@@ -1,8 +1,7 @@
-"""The seed's Onboarding example runs as written, on the moved clock."""
+"""The example Onboarding workflow runs as written, on the moved clock."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,16 +13,7 @@ from engine.testing import move_clock
 from functions import examples
 from functions.examples import Onboarding
 from tests.conftest import Database
-
-SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
-
-
-async def wait_until(condition: Callable[[], object], timeout: float = SETTLE) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():  # type: ignore[misc]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+from tests.helpers import fetch, wait_until
 
 
 async def test_onboarding_runs_to_two_nudges_on_the_moved_clock(db: Database) -> None:
@@ -81,3 +71,5 @@ async def test_onboarding_runs_to_activated(db: Database) -> None:
                 return (await session.get(Onboarding, row.id)).status == "activated"  # type: ignore[union-attr]
 
         await wait_until(activated)
+        done = await fetch(Session, Onboarding, row.id)
+    assert (done.status, done.nudges, done.next_step) == ("activated", 0, None), "no nudge"

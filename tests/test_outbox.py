@@ -1,8 +1,8 @@
-"""The database registry and the outbox, one test per sentence of seed 000 about them
+"""The database registry and the outbox, one test per sentence of their rules
 ("DatabaseEventRegistry persists events and outbox rows ...", the outbox settings, "When
 database outbox processing fails ...", "Dead letters are controlled by ...", "When one
 applicable database handler succeeds and another fails ...", "Outbox and delivery"),
-and the issue's own rules (the outbox is due work of the engine's one claim).
+and the engine's own (the outbox is due work of the engine's one claim).
 
 Publishing
 - the event and its outbox row are written in the caller's transaction, and publish()
@@ -551,7 +551,7 @@ async def test_a_handler_that_loses_its_database_is_retried_not_dead_lettered(
     Session: Sessions,
 ) -> None:
     """The second route's handler finds its connection terminated by the server (as a
-    restart does): the seed's rule would dead-letter it, since the first route succeeded;
+    restart does): a rule keyed on the first route would dead-letter it (that one succeeded);
     an outage is not the event's fault, so the drain is tried again a second later."""
     registry = use(retry_backoff_seconds=1)
     calls = Calls()
@@ -610,7 +610,7 @@ async def test_a_handler_past_the_running_timeout_fails(Session: Sessions) -> No
     registry = use(delivery_running_timeout_seconds=1, max_retries=5)
 
     async def slow(event: WorkflowEvent) -> None:
-        await asyncio.sleep(10)
+        await asyncio.Event().wait()  # never set: only the running timeout ends it
 
     registry.register("order.placed", slow)
     event = placed()

@@ -1,4 +1,4 @@
-"""The Lambda path through a real PgBouncer in transaction mode.
+"""The Lambda path through a real PgBouncer in transaction mode, as poolers run on AWS.
 
 On AWS the functions reach PostgreSQL through PgBouncer or RDS Proxy in
 transaction mode, where LISTEN, session state and server-side prepared
@@ -15,38 +15,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from engine import configure_event_registry, connect_workflows
+from engine import connect_workflows
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import work as lambda_work
-from functions.lambdas.runtime import WAKE_INPUT, Runtime, install
+from functions.lambdas.runtime import WAKE_INPUT
 from infra.pytest_plugin import Database, Server
 from infra.scheduler import round_up, schedule_expression
 from infra.wake_slots import WakeSlots
 from tests.apps import serverless_app
 from tests.apps.serverless_app import LATER, SIGNUP, Chunk, Signup
-from tests.pgbouncer import Bouncer, start_pgbouncer
-from tests.test_lambda_handlers import (
+from tests.aws_fakes import (
     Aws,
-    Context,
+    FreshContainers,
     create_tables,
     function,
     function_url_event,
     one_signup,
-    quiet_scheduler,
     settings_for,
 )
+from tests.pgbouncer import Bouncer, start_pgbouncer
 
 LAMBDA_APPLICATION = "duly-lambda"  # the runtime's application_name (functions/lambdas/runtime.py)
 
@@ -58,22 +54,7 @@ def bouncer(db: Database, server: Server) -> Iterator[Bouncer]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    """moto's server, standing in for EventBridge Scheduler."""
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    yield f"http://{host}:{port}"
-    moto.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime() -> Iterator[None]:
-    """No container runtime or event registry left behind for the next test."""
-    yield
-    install(None)
-    configure_event_registry(None)
+pytestmark = pytest.mark.usefixtures("fresh_lambda_runtime")
 
 
 def lambda_clients(bouncer: Bouncer) -> list[dict[str, Any]]:
@@ -274,33 +255,9 @@ async def test_concurrent_wakes_work_a_backlog_through_pgbouncer(
         for _ in range(200):
             await Chunk().start(Chunk.work)
     serverless_app.running.update(now=0, most=0)
-    settings = settings_for(db, max_wakes=2, database_url=bouncer.url)
-    results: list[dict[str, Any]] = []
-    threads: list[threading.Thread] = []
-    lock = threading.Lock()
-
-    def container() -> None:
-        """One wake invocation in a fresh container: a thread with its own runtime."""
-        fn = Runtime(settings, scheduler=quiet_scheduler, invoke=invoke, max_concurrency=4)
-        try:
-            result = lambda_handlers.handle(lambda_work.wake, WAKE_INPUT, Context(30.0), fn)
-        finally:
-            fn.close()
-        with lock:
-            results.append(result)
-
-    async def invoke() -> None:
-        thread = threading.Thread(target=container)
-        with lock:
-            threads.append(thread)
-        thread.start()
-
-    await invoke()
-    while True:
-        with lock:
-            if all(not t.is_alive() for t in threads) and len(results) == len(threads):
-                break
-        await asyncio.sleep(0.05)
+    containers = FreshContainers(settings_for(db, max_wakes=2, database_url=bouncer.url))
+    await containers.invoke()
+    results = await containers.settled()
 
     assert db.sql("SELECT count(*), min(done), max(done) FROM lambda_chunk") == [(200, 1, 1)]
     assert sum(r["steps"] for r in results) == 200, results

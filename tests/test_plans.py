@@ -1,6 +1,6 @@
 """The claims and `next_due` reach a workflow table only through its indexes.
 
-Each test seeds a real table with enough rows that reading it whole costs
+Each test fills a real table with enough rows that reading it whole costs
 more than an index (most runs due, some sleeping, some leased, some
 finished), ANALYZEs it, calls the real engine function while catching the
 exact SQL and parameters it sends, and reads `EXPLAIN (FORMAT JSON)` of that
@@ -10,13 +10,12 @@ statement cost as much as the table is long, however little is due.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Table, event
+from sqlalchemy import Table
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -31,113 +30,23 @@ from tests.apps import behaviour, limited
 from tests.apps.behaviour import Timer
 from tests.apps.limited import AT_MOST, Charge, Lookup, Render, WorkflowRate
 from tests.conftest import Database
+from tests.query_plans import (
+    GROUPS,
+    Plan,
+    Sent,
+    analyzed,
+    drawn,
+    fill_runs,
+    nodes,
+    plan_of,
+    reached_by,
+    sent,
+    the_one,
+)
 
-ROWS = 20_000
-GROUPS = 200
 WANT = 8
 LEASE = timedelta(minutes=5)
 BUCKET = cast(Table, WorkflowRate.__table__)
-
-Sent = list[tuple[str, Any]]
-Plan = dict[str, Any]
-
-
-def seed(db: Database, table: str, columns: dict[str, str], step: str) -> None:
-    """ROWS runs of `table` (`i` from 1) in rounds of GROUPS, `wake_at` rising with `i`.
-
-    `columns` are the table's own columns and `step` the step a run has
-    scheduled, as SQL of `i`. A round in ten is finished and a round in ten
-    sleeps until later; a row in 97 of the others is leased; the rest are due.
-    """
-    db.sql(
-        f"""
-        INSERT INTO {table} ({", ".join(columns)}, next_step, next_args, wake_at, claimed_until)
-        SELECT {", ".join(columns.values())},
-            CASE WHEN NOT finished THEN {step} END,
-            CASE WHEN NOT finished THEN '{{}}'::json END,
-            CASE WHEN finished THEN NULL
-                WHEN leased THEN now() + interval '5 minutes'
-                WHEN later THEN now() + i * interval '1 second'
-                ELSE now() - interval '1 day' + i * interval '1 second' END,
-            CASE WHEN leased THEN now() + interval '5 minutes' END
-        FROM (
-            SELECT i, (i / {GROUPS}) % 10 = 0 AS finished, (i / {GROUPS}) % 10 = 1 AS later,
-                (i / {GROUPS}) % 10 > 1 AND i % 97 = 0 AS leased
-            FROM generate_series(1, {ROWS}) AS i
-        ) AS runs
-        """
-    )
-
-
-def analyzed(db: Database, Session: Any, *tables: str) -> AsyncEngine:
-    """ANALYZE `tables`; the engine the session factory binds."""
-    db.sql(f"ANALYZE {', '.join(tables)}")
-    engine: AsyncEngine = Session.kw["bind"]
-    return engine
-
-
-@contextmanager
-def sent(engine: AsyncEngine) -> Iterator[Sent]:
-    """The statements, with their parameters, `engine` sends while the block runs."""
-    seen: Sent = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        seen.append((statement, parameters))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", capture)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", capture)
-
-
-def the_one(seen: Sent, marker: str) -> tuple[str, Any]:
-    """The one statement sent that contains `marker`."""
-    found = [(statement, parameters) for statement, parameters in seen if marker in statement]
-    assert len(found) == 1, [statement for statement, _ in seen]
-    return found[0]
-
-
-async def plan_of(engine: AsyncEngine, sent: tuple[str, Any], analyze: bool = False) -> Plan:
-    """The plan of a statement as sent; run (ANALYZE) only when asked, and rolled back."""
-    statement, parameters = sent
-    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
-    async with engine.connect() as conn:
-        result = await conn.exec_driver_sql(f"EXPLAIN ({options}) {statement}", parameters)
-        plan: Plan = result.scalar_one()[0]["Plan"]
-        await conn.rollback()
-    return plan
-
-
-def nodes(plan: Plan) -> Iterator[Plan]:
-    """Every node of a plan, depth first."""
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from nodes(child)
-
-
-def reached_by(plan: Plan, table: str) -> set[str]:
-    """How a plan reads `table`: the indexes its scans use, or any other scan's node type.
-
-    A Bitmap Heap Scan counts as the indexes of its Bitmap Index Scans.
-    """
-    ways: set[str] = set()
-    for node in nodes(plan):
-        if node.get("Relation Name") != table or node["Node Type"] == "ModifyTable":
-            continue
-        if node["Node Type"] == "Bitmap Heap Scan":
-            ways |= {n["Index Name"] for n in nodes(node) if n["Node Type"] == "Bitmap Index Scan"}
-        else:
-            ways.add(str(node.get("Index Name", node["Node Type"])))
-    return ways
-
-
-def drawn(plan: Plan, depth: int = 0) -> str:
-    """The plan's nodes, one a line: an assertion's message."""
-    keys = ("Node Type", "Relation Name", "Alias", "Index Name", "Filter")
-    line = "  " * depth + " ".join(str(plan[key]) for key in keys if key in plan)
-    return "\n".join([line, *(drawn(child, depth + 1) for child in plan.get("Plans", []))])
-
 
 # The plain claim.
 
@@ -160,19 +69,19 @@ async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
     assert reached_by(plan, "timer") == {"ix_timer_due", "timer_pkey"}, drawn(plan)
 
 
-async def seeded_onboarding(db: Database) -> AsyncEngine:
+async def filled_onboarding(db: Database) -> AsyncEngine:
     """Onboardings, a third of them scheduled to `welcome`, the rest to `check`."""
     Session = await db.create(examples.Base.metadata)
     columns = {"user_id": "'u' || i", "email": "'u' || i || '@example.com'"}
     columns |= {"nudges": "0", "status": "'waiting'"}
-    seed(db, "onboarding", columns, "CASE WHEN i % 3 = 0 THEN 'welcome' ELSE 'check' END")
+    fill_runs(db, "onboarding", columns, "CASE WHEN i % 3 = 0 THEN 'welcome' ELSE 'check' END")
     return analyzed(db, Session, "onboarding")
 
 
 async def test_the_claim_of_every_step_or_of_a_lane_uses_the_partial_due_index(
     db: Database,
 ) -> None:
-    engine = await seeded_onboarding(db)
+    engine = await filled_onboarding(db)
     info = workflow_info(Onboarding)
     for steps in (None, ("welcome",), ("activated", "welcome"), ("activated",)):
         with sent(engine) as seen:
@@ -193,10 +102,10 @@ LOOKUP_CHOOSES = {"ix_lookup_due", "ix_lookup_due_by_customer", "ix_lookup_runni
 LOOKUP_CLAIMS = {"ix_lookup_due_by_customer", "ix_lookup_running_by_customer", "lookup_pkey"}
 
 
-async def seeded_lookup(db: Database, hot_rows: int = 0) -> AsyncEngine:
+async def filled_lookup(db: Database, hot_rows: int = 0) -> AsyncEngine:
     """Lookups of GROUPS customers; and `hot_rows` of one more, all due before any of theirs."""
     Session = await db.create(limited.Base.metadata)
-    seed(db, "lookup", {"customer": f"'c' || i % {GROUPS}"}, "'work'")
+    fill_runs(db, "lookup", {"customer": f"'c' || i % {GROUPS}"}, "'work'")
     db.sql(
         f"""
         INSERT INTO lookup (customer, next_step, next_args, wake_at)
@@ -230,7 +139,7 @@ def skip_scan_probes(plan: Plan, table: str, by: str) -> int:
 async def test_the_limited_claim_of_the_oldest_rows_groups_uses_the_indexes(
     db: Database,
 ) -> None:
-    engine = await seeded_lookup(db)
+    engine = await filled_lookup(db)
     seen, rows = await limited_claim(engine, workflow_info(Lookup))
     assert len(rows) == WANT
     choose = await plan_of(engine, the_one(seen, "pg_try_advisory_xact_lock"), analyze=True)
@@ -246,7 +155,7 @@ async def test_the_limited_claim_that_visits_every_group_skip_scans_its_index(
 ) -> None:
     # One customer's 5,000 rows are the oldest due: the prefix read sees only that customer,
     # which can start AT_MOST, fewer than wanted, so every group is visited.
-    engine = await seeded_lookup(db, hot_rows=5000)
+    engine = await filled_lookup(db, hot_rows=5000)
     seen, rows = await limited_claim(engine, workflow_info(Lookup))
     assert len(rows) == WANT
     assert sum(row.customer == "hot" for row in rows) == AT_MOST
@@ -264,7 +173,7 @@ async def test_the_limited_claim_behind_a_backlog_probes_only_the_remembered_gro
     # The same customer ahead of everyone: the first claim visits every group and remembers
     # them; the next probes only the longest-waiting it remembers, one probe of the
     # (customer, wake_at) index each, and never the skip scan.
-    engine = await seeded_lookup(db, hot_rows=5000)
+    engine = await filled_lookup(db, hot_rows=5000)
     memory = GroupMemory(clock=lambda: 0.0)
     await limited_claim(engine, workflow_info(Lookup), memory=memory)
     seen, rows = await limited_claim(engine, workflow_info(Lookup), memory=memory)
@@ -280,7 +189,7 @@ async def test_the_limited_claim_behind_a_backlog_probes_only_the_remembered_gro
 async def test_the_limited_claim_of_a_lane_uses_the_indexes(db: Database) -> None:
     Session = await db.create(limited.Base.metadata)
     columns = {"customer": f"'c' || i % {GROUPS}", "prepared": "true"}
-    seed(db, "render", columns, "CASE WHEN i % 3 = 0 THEN 'render' ELSE 'prepare' END")
+    fill_runs(db, "render", columns, "CASE WHEN i % 3 = 0 THEN 'render' ELSE 'prepare' END")
     engine = analyzed(db, Session, "render")
     seen, rows = await limited_claim(engine, workflow_info(Render), ("render",))
     assert len(rows) == WANT and {row.next_step for row in rows} == {"render"}
@@ -292,10 +201,10 @@ async def test_the_limited_claim_of_a_lane_uses_the_indexes(db: Database) -> Non
     assert reached_by(claim, "render") == ways, drawn(claim)
 
 
-async def seeded_charge(db: Database) -> AsyncEngine:
+async def filled_charge(db: Database) -> AsyncEngine:
     """Charges of GROUPS providers, every other provider's bucket empty."""
     Session = await db.create(limited.Base.metadata)
-    seed(db, "charge", {"provider": f"'p' || i % {GROUPS}", "charged": "0"}, "'charge'")
+    fill_runs(db, "charge", {"provider": f"'p' || i % {GROUPS}", "charged": "0"}, "'charge'")
     db.sql(
         "INSERT INTO workflow_rate (workflow, group_key, tokens, refilled_at) "
         f"SELECT 'charge', 'p' || g, 0, now() FROM generate_series(0, {GROUPS - 1}, 2) AS g"
@@ -304,7 +213,7 @@ async def seeded_charge(db: Database) -> AsyncEngine:
 
 
 async def test_the_rate_limited_claim_uses_the_indexes(db: Database) -> None:
-    engine = await seeded_charge(db)
+    engine = await filled_charge(db)
     seen, rows = await limited_claim(engine, workflow_info(Charge))
     assert len(rows) == WANT
     choose = await plan_of(engine, the_one(seen, "pg_try_advisory_xact_lock"))
@@ -330,7 +239,7 @@ async def next_due_plan(
 
 
 async def test_next_due_of_a_plain_table_probes_the_partial_due_index(db: Database) -> None:
-    engine = await seeded_onboarding(db)
+    engine = await filled_onboarding(db)
     for steps in (None, ("welcome",)):
         plan = await next_due_plan(engine, workflow_info(Onboarding), steps)
         assert reached_by(plan, "onboarding") == {"ix_onboarding_due"}, (steps, drawn(plan))
@@ -343,23 +252,23 @@ async def test_next_due_of_a_plain_table_probes_the_partial_due_index(db: Databa
 async def test_next_due_of_a_lane_no_row_is_in_probes_the_partial_due_index(
     db: Database,
 ) -> None:
-    engine = await seeded_onboarding(db)
+    engine = await filled_onboarding(db)
     plan = await next_due_plan(engine, workflow_info(Onboarding), ("activated",))
     assert reached_by(plan, "onboarding") == {"ix_onboarding_due"}, drawn(plan)
 
 
 LIMITED = [
-    pytest.param(seeded_lookup, Lookup, LOOKUP_CHOOSES, id="at_most"),
-    pytest.param(seeded_charge, Charge, {"ix_charge_due", "ix_charge_due_by_provider"}, id="rate"),
+    pytest.param(filled_lookup, Lookup, LOOKUP_CHOOSES, id="at_most"),
+    pytest.param(filled_charge, Charge, {"ix_charge_due", "ix_charge_due_by_provider"}, id="rate"),
 ]
-Seeding = Callable[[Database], Awaitable[AsyncEngine]]
+Filling = Callable[[Database], Awaitable[AsyncEngine]]
 
 
-@pytest.mark.parametrize(("seeded", "model", "indexes"), LIMITED)
+@pytest.mark.parametrize(("filled", "model", "indexes"), LIMITED)
 async def test_next_due_of_a_limited_table_uses_its_indexes(
-    db: Database, seeded: Seeding, model: type[Any], indexes: set[str]
+    db: Database, filled: Filling, model: type[Any], indexes: set[str]
 ) -> None:
-    engine = await seeded(db)
+    engine = await filled(db)
     info = workflow_info(model)
     plan = await next_due_plan(engine, info)
     # `held` too: whether a row is due is asked of the due index, never by a scan.

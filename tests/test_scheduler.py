@@ -65,7 +65,6 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -88,20 +87,6 @@ ROLE = "arn:aws:iam::123456789012:role/duly-scheduler"
 NAME = "duly-wake"
 
 
-@pytest.fixture
-def moto_url() -> Iterator[str]:
-    """A moto server of the test's own, AWS's state emptied."""
-    server = ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    # moto keeps its state per process, not per server: start from none.
-    urlopen(Request(f"http://{host}:{port}/moto-api/reset", method="POST")).close()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @dataclass
 class Requests:
     """Every HTTP request the test's scheduler clients sent, by operation."""
@@ -118,13 +103,13 @@ def requests() -> Requests:
 
 
 @pytest.fixture
-def client_factory(moto_url: str, requests: Requests) -> Callable[..., Any]:
+def client_factory(moto_endpoint: str, requests: Requests) -> Callable[..., Any]:
     """Makes scheduler clients on the moto server, each counted by the botocore hook."""
 
     def make(counted: bool = True, **config: Any) -> Any:
         client = boto3.client(
             "scheduler",
-            endpoint_url=moto_url,
+            endpoint_url=moto_endpoint,
             region_name="us-east-1",
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
@@ -347,12 +332,12 @@ async def test_a_past_instant_kicks_instead_of_scheduling(
 
 
 @pytest.fixture
-def lambda_without_docker(moto_url: str) -> Iterator[None]:
+def lambda_without_docker(moto_endpoint: str) -> Iterator[None]:
     """moto's Lambda that answers invokes without running the code in Docker (not here)."""
 
     def lambda_config(use_docker: bool) -> None:
         body = json.dumps({"lambda": {"use_docker": use_docker}}).encode()
-        urlopen(Request(f"{moto_url}/moto-api/config", data=body, method="POST")).close()
+        urlopen(Request(f"{moto_endpoint}/moto-api/config", data=body, method="POST")).close()
 
     lambda_config(False)
     try:
@@ -363,13 +348,13 @@ def lambda_without_docker(moto_url: str) -> Iterator[None]:
 
 async def test_a_kick_invokes_the_wake_function_asynchronously(
     Session: async_sessionmaker[AsyncSession],
-    moto_url: str,
+    moto_endpoint: str,
     client_factory: Callable[..., Any],
     lambda_without_docker: None,
 ) -> None:
     """wake_invoker: an Event invoke of the wake function on moto, with the schedule's input."""
     aws = {
-        "endpoint_url": moto_url,
+        "endpoint_url": moto_endpoint,
         "region_name": "us-east-1",
         "aws_access_key_id": "testing",
         "aws_secret_access_key": "testing",

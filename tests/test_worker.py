@@ -17,16 +17,14 @@ from engine.testing import drain, move_clock
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Attempt, Flaky, Held, Pausing, Timer
 from tests.conftest import Database
-from tests.helpers import fetch, wait_until
+from tests.helpers import connections_checked_out, fetch, wait_until
+
+WAKE_UPS = 4  # idle wake-ups timed
 
 FAST = timedelta(milliseconds=50)
 
 
-@pytest.fixture(autouse=True)
-def fresh_controls() -> None:
-    behaviour.release = asyncio.Event()
-    behaviour.holding.clear()
-    behaviour.raise_in_step.clear()
+pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 
 
 async def outcomes(row: object) -> list[tuple[str, str]]:
@@ -123,6 +121,8 @@ async def test_timers_survive_a_worker_restart(db: Database) -> None:
             return (await fetch(Session, Timer, row.id)).fired == 1
 
         await wait_until(fired)
+    done = await fetch(Session, Timer, row.id)
+    assert (done.fired, done.next_step, done.wake_at) == (1, None, None), "fired once, then done"
 
 
 async def test_a_moved_clock_wakes_a_sleeping_worker(db: Database) -> None:
@@ -290,9 +290,10 @@ async def test_an_idle_worker_makes_no_query_between_wake_ups(db: Database) -> N
     ) as worker:
         assert worker.listener is not None
         await asyncio.wait_for(worker.listener.connected.wait(), 5)
-        await asyncio.sleep(0.3)
+        # Asleep: its pass over, the pass connection given back (the LISTEN one stays out).
+        await wait_until(lambda: connections_checked_out(Session.kw["bind"]) == 1)
         before, passes = backend_activity(db), worker.passes
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # the claim is what a sleeping worker does in this time
         after = backend_activity(db)
         assert worker.passes == passes
         assert after == before, "no statement reached the server while the worker slept"
@@ -303,10 +304,16 @@ async def test_a_worker_wakes_no_more_often_than_its_max_idle_interval(db: Datab
     async with run_workflows(
         Session, workflows=[Timer], max_idle_interval=timedelta(milliseconds=400)
     ) as worker:
-        await asyncio.sleep(0.2)
-        passes = worker.passes
-        await asyncio.sleep(2.0)
-        assert 3 <= worker.passes - passes <= 6
+        # Past its first looks (the listener's connecting kicks one): from here on, idle.
+        await wait_until(lambda: worker.passes >= 3)
+        started = worker.passes
+        await wait_until(lambda: worker.passes > started)  # a wake-up begins: time from here
+        passes, began = worker.passes, time.monotonic()
+        await wait_until(lambda: worker.passes >= passes + WAKE_UPS, timeout=5)
+        took = time.monotonic() - began
+    # WAKE_UPS wake-ups max_idle_interval (0.4 s) apart, never sooner, and about that often
+    # (at most 0.67 s each, as three in two seconds was).
+    assert WAKE_UPS * 0.4 * 0.95 <= took <= WAKE_UPS * 0.67, f"{WAKE_UPS} took {took:.2f} s"
 
 
 async def test_history_records_one_row_per_attempt_in_the_steps_commit(db: Database) -> None:
@@ -338,6 +345,7 @@ async def test_connect_workflows_runs_nothing(db: Database) -> None:
     async with connect_workflows(Session, workflows=[Timer]):
         row = Timer()
         assert await row.start(Timer.arm)
+        # The claim is an absence: in this time, with no worker, nothing ran it.
         await asyncio.sleep(0.3)
         assert (await fetch(Session, Timer, row.id)).next_step == "arm"
 
@@ -350,7 +358,8 @@ async def test_drain_runs_what_a_step_made_due_while_its_pass_was_still_going(
     real_next_due = worker_module.next_due
 
     async def slow_next_due(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.2)  # long enough for `arm` to run and commit meanwhile
+        # The pass waits here until `arm` has run and committed meanwhile.
+        await wait_until(lambda: not db.sql("SELECT 1 FROM alarm WHERE next_step = 'arm'"))
         return await real_next_due(*args, **kwargs)
 
     monkeypatch.setattr(worker_module, "next_due", slow_next_due)

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from tests.apps import limited
 from tests.apps.limited import AT_MOST, Burst, LimitAttempt, Lookup
 from tests.conftest import Database
+from tests.helpers import wait_until
 from tests.processes.conftest import WorkerProcesses
 
 BIG_RUNS = 10_000
@@ -121,7 +122,12 @@ async def test_three_workers_share_one_bucket(db: Database, workers: WorkerProce
     )
     for _ in range(3):
         workers.start(db.url, "--workflows", "burst", "--concurrency", "8")
-    await asyncio.sleep(3)
+
+    async def started_for_a_while() -> bool:  # the burst (20), then three seconds of 20 a second
+        async with Session() as session:
+            return int(await session.scalar(select(func.count()).select_from(LimitAttempt))) >= 80
+
+    await wait_until(started_for_a_while, timeout=20)
     for process in list(workers.started):
         assert workers.stop(process) == 0
     async with Session() as session:

@@ -27,9 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
-from moto.server import ThreadedMotoServer
 
 from engine import configure_event_registry, connect_workflows
 from functions.lambdas import handlers as lambda_handlers
@@ -41,16 +39,16 @@ from infra.scheduler import metadata as schedule_metadata
 from infra.wake_slots import WakeSlots
 from tests.apps import wakeups
 from tests.apps.wakeups import WAKE_ARN, Piece
+from tests.aws_fakes import Aws, Context, SlotWatch, moto_scheduler, quiet_scheduler
 from tests.conftest import Database
 from tests.processes.conftest import REPO_ROOT
-from tests.test_lambda_handlers import Aws, Context, moto_scheduler, quiet_scheduler
 
 pytestmark = pytest.mark.processes
 
 APP = "tests.apps.wakeups"
 ROLE_ARN = "arn:aws:iam::123456789012:role/duly-wakeups-scheduler"
 RUNS = 100  # started by the starting process
-RANDOM_STATE = 20260110
+PAUSES_RANDOM = 20260110  # the starting process draws its pauses from random.Random(this)
 FINISH_TIMEOUT = 60.0  # seconds for every run to finish once the last one was started
 BACKLOG = 5000
 FIRE_POLL = 0.1  # seconds between EventBridge's looks at the schedule
@@ -172,37 +170,6 @@ class EventBridge:
         self.thread.join(10)
 
 
-class SlotWatch:
-    """How many wake slots were held, sampled every few milliseconds from its own connection."""
-
-    def __init__(self, conninfo: str) -> None:
-        self.conninfo = conninfo
-        self.held: list[int] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with psycopg.connect(self.conninfo, autocommit=True) as conn:
-            while not self.stopping.is_set():
-                row = conn.execute(
-                    "SELECT count(*) FROM duly_wake_slots WHERE held_until > clock_timestamp()"
-                ).fetchone()
-                self.held.append(int(row[0]) if row else 0)
-                time.sleep(0.005)
-
-    def __enter__(self) -> SlotWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-
-    @property
-    def most(self) -> int:
-        return max(self.held, default=0)
-
-
 def settings_for(db: Database, group: str, max_wakes: int, margin: float) -> AwsSettings:
     return AwsSettings(
         database_url=db.url,
@@ -214,15 +181,6 @@ def settings_for(db: Database, group: str, max_wakes: int, margin: float) -> Aws
         max_wakes=max_wakes,
         wake_margin_seconds=margin,
     )
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -257,7 +215,7 @@ async def test_runs_started_at_random_moments_all_finish_without_the_safety_net(
         APP,
         db.url,
         str(RUNS),
-        str(RANDOM_STATE),
+        str(PAUSES_RANDOM),
         cwd=REPO_ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,

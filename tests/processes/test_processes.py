@@ -14,7 +14,7 @@ from engine import connect_workflows
 from tests.apps import chain
 from tests.apps.chain import Chain, ChainAttempt, Slow, Timed, marks
 from tests.conftest import Database
-from tests.helpers import wait_until
+from tests.helpers import other_sessions_idle, wait_until
 from tests.processes.conftest import WorkerProcesses
 
 RUNS = 2000
@@ -103,8 +103,10 @@ async def test_a_start_from_another_process_runs_within_50_ms(
     Session = await db.create(chain.Base.metadata)
     workers.start(db.url, "--workflows", "timed", "--idle", "30")
     latencies = []
+    engine = Session.kw["bind"]
     async with connect_workflows(Session, workflows=[Timed]):
-        await asyncio.sleep(0.5)  # the worker is asleep, with nothing due for 30 s
+        # The worker is asleep, with nothing due for 30 s: none of its sessions is busy.
+        await wait_until(lambda: other_sessions_idle(engine))
         for _ in range(10):
             row = Timed()
             before = time.time()
@@ -120,6 +122,6 @@ async def test_a_start_from_another_process_runs_within_50_ms(
                 found = await session.get(Timed, row.id)
                 assert found is not None and found.ran_at is not None
                 latencies.append(found.ran_at - before)
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: other_sessions_idle(engine))  # asleep again
     assert median(latencies) < 0.05, latencies
     assert max(latencies) < 0.25, latencies
