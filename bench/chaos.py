@@ -54,7 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 
 from bench import chaos_app as app  # noqa: E402
 from engine import configure_event_registry, connect_workflows  # noqa: E402
-from engine.settings import CHAOS_KEEP  # noqa: E402
+from engine.base.settings import CHAOS_KEEP  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 from infra.pytest_plugin import Database, Server  # noqa: E402
 from tests.pgbouncer import start_pgbouncer  # noqa: E402

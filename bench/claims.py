@@ -20,10 +20,10 @@ from sqlalchemy import Table, update
 
 from bench.harness import BenchDatabase
 from bench.models import Backlog, LimitedBacklog
-from engine.claims import claim_due
-from engine.group_memory import GroupMemory
-from engine.limited_claims import claim_limited
-from engine.registry import workflow_info
+from engine.claims.claim import claim_due
+from engine.claims.group_memory import GroupMemory
+from engine.claims.limited import claim_limited
+from engine.model.registry import workflow_info
 from infra.embedded import EmbeddedPostgres
 
 CLAIM_SIZE = 8  # rows a claim asks for: an empty pass of a worker with max_concurrency 8

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import (
 
 from bench.models import Base
 from engine import Workflow
-from engine.notify import CHANNEL  # the channel start() announces on, for bulk inserts
+from engine.base.notify import CHANNEL  # the channel start() announces on, for bulk inserts
 from infra.embedded import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

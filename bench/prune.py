@@ -7,7 +7,7 @@ more than the retention period ago and `new` ones within it, by
 gets BACKLOG due rows, the work a worker claims. Then, in the bench process:
 
 1. `duly prune --json` (the dry run) in a subprocess: it must count `old` rows;
-2. a steady claim loop (8 rows with `engine.claims.claim_due` every CLAIM_EVERY,
+2. a steady claim loop (8 rows with `engine.claims.claim.claim_due` every CLAIM_EVERY,
    the rows made due again untimed after each, so the backlog keeps its size)
    for BASELINE_SECONDS with nothing else running;
 3. the same loop while `duly prune --apply --json` runs in a subprocess, until
@@ -48,8 +48,8 @@ from sqlalchemy.orm import DeclarativeBase
 from bench.harness import REPO_ROOT, BenchDatabase
 from bench.models import Backlog
 from engine import declare_engine_tables
-from engine.claims import claim_due
-from engine.registry import workflow_info
+from engine.claims.claim import claim_due
+from engine.model.registry import workflow_info
 from engine.retention import RetentionSettings
 from infra.embedded import EmbeddedPostgres
 

@@ -12,11 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from engine.attempt_log import AttemptLog
-from engine.connection import connect_workflows
-from engine.cron import Cron
-from engine.directives import every, wait_for, wake_in
-from engine.errors import (
+from engine.base.cron import Cron
+from engine.base.errors import (
     ActionAlreadyRegisteredError,
     ActionError,
     ActionExecutionError,
@@ -43,6 +40,7 @@ from engine.errors import (
     WorkflowSubmissionError,
     WorkflowTransitionError,
 )
+from engine.claims.stranded import StrandedRuns, stranded_runs
 from engine.events.actions import Action, ActionRegistry
 from engine.events.bridge import (
     bridge_connected,
@@ -76,15 +74,17 @@ from engine.executions.configure import (
 from engine.executions.durable import DurableWorkflowEngine, WorkflowExecutionRecord
 from engine.executions.local import LocalWorkflowEngine, wait_for_resume
 from engine.executions.state import WorkflowDefinition, WorkflowExecution, WorkflowState
-from engine.fanout import child, fan_out
-from engine.handles import Handle
-from engine.limits import Limit, RateBucket
+from engine.model.attempt_log import AttemptLog
+from engine.model.connection import connect_workflows
+from engine.model.limits import Limit, RateBucket
+from engine.model.steps import Call, Step, step
 from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
-from engine.steps import Call, Step, step
-from engine.stranded import StrandedRuns, stranded_runs
+from engine.runs.directives import every, wait_for, wake_in
+from engine.runs.fanout import child, fan_out
+from engine.runs.handles import Handle
+from engine.runs.workflow import Workflow
 from engine.tables import EngineTables, declare_engine_tables
-from engine.worker import Worker, run_workflows, wake
-from engine.workflow import Workflow
+from engine.worker.loop import Worker, run_workflows, wake
 
 __all__ = [
     "Action",

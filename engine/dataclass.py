@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import BigInteger, DateTime, Double, Float, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, MappedAsDataclass, mapped_column
 
-from engine.attempt_log import AttemptLogColumns
-from engine.limits import RateBucketColumns
-from engine.workflow import JSON_TYPE, STEP_NAME_LENGTH, WorkflowMethods
+from engine.model.attempt_log import AttemptLogColumns
+from engine.model.limits import RateBucketColumns
+from engine.runs.workflow import JSON_TYPE, STEP_NAME_LENGTH, WorkflowMethods
 
 __all__ = ["AttemptLog", "RateBucket", "Workflow"]
 

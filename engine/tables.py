@@ -21,13 +21,13 @@ from sqlalchemy.orm import MappedAsDataclass
 # `engine` itself, for the graph names it imports when first asked for (PEP 562).
 import engine
 import engine.dataclass as dataclass_mixins
-from engine.attempt_log import AttemptLog
-from engine.clock import declare_clock_table
-from engine.errors import ConfigurationError
+from engine.base.clock import declare_clock_table
+from engine.base.errors import ConfigurationError
 from engine.events.outbox import WorkflowOutbox
 from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.executions.durable import WorkflowExecutionRecord
-from engine.limits import RateBucket
+from engine.model.attempt_log import AttemptLog
+from engine.model.limits import RateBucket
 
 if TYPE_CHECKING:
     from engine import GraphTables

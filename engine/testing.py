@@ -16,11 +16,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
-from engine.clock import clock
-from engine.connection import activate, open_connection, session_engine
-from engine.notify import EVERYONE, notify
-from engine.worker import Worker
-from engine.worker_options import WorkerOptions
+from engine.base.clock import clock
+from engine.base.notify import EVERYONE, notify
+from engine.model.connection import activate, open_connection, session_engine
+from engine.worker.loop import Worker
+from engine.worker.options import WorkerOptions
 
 
 async def move_clock(

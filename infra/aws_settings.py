@@ -1,6 +1,6 @@
 """The AWS functions' settings: `AwsSettings.from_env`, read at cold start.
 
-The variables are declared in `engine.settings`: the database
+The variables are declared in `engine.base.settings`: the database
 (DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's Secrets Manager secret),
 the wake function and its schedule (DULY_WAKE_FUNCTION_ARN,
 DULY_SCHEDULE_GROUP, DULY_SCHEDULER_ROLE_ARN), DULY_APP, and the wakes'
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from engine import settings as variables
-from engine.errors import ConfigurationError
+from engine.base import settings as variables
+from engine.base.errors import ConfigurationError
 from infra.settings import DEFAULT_APP, DRIVER, database_url
 
 DEFAULT_MAX_WAKES = variables.MAX_WAKES.default

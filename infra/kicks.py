@@ -16,9 +16,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine.connection import WorkflowConnection
-from engine.errors import ConfigurationError
-from engine.settings import WAKE_FUNCTION_ARN
+from engine.base.errors import ConfigurationError
+from engine.base.settings import WAKE_FUNCTION_ARN
+from engine.model.connection import WorkflowConnection
 from infra.scheduler import wake_invoker
 
 log = logging.getLogger("duly.kicks")

@@ -28,8 +28,8 @@ from sqlalchemy import Connection, MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine import settings as variables
-from engine.clock import CLOCK_TABLE, declare_clock_table
+from engine.base import settings as variables
+from engine.base.clock import CLOCK_TABLE, declare_clock_table
 from infra import scheduler, wake_slots
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url

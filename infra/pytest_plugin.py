@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-    from engine.connection import WorkflowConnection
+    from engine.model.connection import WorkflowConnection
     from infra.embedded import EmbeddedPostgres
 
 try:
@@ -95,7 +95,7 @@ class Server:
 @contextlib.contextmanager
 def open_server() -> Iterator[Server]:
     """DULY_TEST_DATABASE_URL's server, else an embedded PostgreSQL stopped on exit."""
-    from engine import settings as variables  # not at import: the plugin stays light
+    from engine.base import settings as variables  # not at import: the plugin stays light
 
     given = variables.TEST_DATABASE_URL.read()
     if given:
@@ -187,7 +187,7 @@ def app_modules(config: pytest.Config) -> list[str]:
     named: list[str] = config.getini(APP_INI)
     if named:
         return named
-    from engine import settings as variables  # not at import: the plugin stays light
+    from engine.base import settings as variables  # not at import: the plugin stays light
 
     return (variables.APP.text() or "").replace(",", " ").split()
 

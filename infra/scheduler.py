@@ -23,8 +23,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
-from engine.clock import db_now
-from engine.errors import ConfigurationError, InvalidArgumentError
+from engine.base.clock import db_now
+from engine.base.errors import ConfigurationError, InvalidArgumentError
 
 TABLE = "duly_wake_schedule"
 DEFAULT_NAME = "duly-wake"

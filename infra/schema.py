@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.attempt_log import attempt_log_classes
-from engine.registry import registered_workflows
+from engine.model.attempt_log import attempt_log_classes
+from engine.model.registry import registered_workflows
 
 
 def load_app(module_name: str) -> list[MetaData]:

@@ -1,7 +1,7 @@
 """duly's settings for `duly dev` and the commands: `Settings.from_env`, read once per process.
 
 The variables (DULY_DATABASE_URL, DULY_APP, DULY_HOST, DULY_PORT,
-DULY_DATA_DIR) are declared in `engine.settings`; this module turns the
+DULY_DATA_DIR) are declared in `engine.base.settings`; this module turns the
 database URL into the psycopg 3 URL duly runs on.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from engine import settings as variables
-from engine.errors import ConfigurationError
+from engine.base import settings as variables
+from engine.base.errors import ConfigurationError
 
 DEFAULT_APP = variables.APP.default
 DEFAULT_HOST = variables.HOST.default

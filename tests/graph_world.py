@@ -17,13 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
-from engine.connection import session_engine
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.directory import StaticDirectory
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import GraphTables, graph_tables
+from engine.model.connection import session_engine
 from infra.pytest_plugin import Database
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app

@@ -26,9 +26,9 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import configure_event_registry, get_event_registry
+from engine.base.notify import EVERYONE
 from engine.graphs.configure import forget_graph_runtime
-from engine.notify import EVERYONE
-from engine.worker import Worker
+from engine.worker.loop import Worker
 from functions.app_config import configure_app_graphs
 from functions.local.command import configure_events
 from infra.settings import Settings

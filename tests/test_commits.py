@@ -17,11 +17,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
-from engine.bulk_commits import bulk_fenced_writes, takes
-from engine.claims import Claim, claim_due
-from engine.commits import fenced_writes
-from engine.outcomes import AttemptRecord, Outcome, Write
-from engine.registry import ENGINE_COLUMNS, workflow_info
+from engine.claims.claim import Claim, claim_due
+from engine.commits.bulk import bulk_fenced_writes, takes
+from engine.commits.outcomes import AttemptRecord, Outcome, Write
+from engine.commits.typed import fenced_writes
+from engine.model.registry import ENGINE_COLUMNS, workflow_info
 from functions import examples
 from functions.examples import Onboarding, WorkflowAttempt
 from tests.apps import bounded

@@ -1,4 +1,4 @@
-"""Rows a step writes with its commit (`engine.companions`): written exactly when the step's
+"""Rows a step writes with its commit (`engine.model.companions`): written exactly when the step's
 fenced write lands, on either commit path.
 
 - on the fast path they are CTEs of the write's own statement, for the writes that
@@ -24,13 +24,13 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from engine import connect_workflows
-from engine.bulk_commits import bulk_fenced_writes, takes
-from engine.claims import Claim, claim_due
-from engine.committer import Committer
-from engine.companions import Companion, CompanionShape, commit_with
-from engine.outcomes import AttemptRecord, Outcome, Write
-from engine.registry import workflow_info
+from engine.claims.claim import Claim, claim_due
+from engine.commits.bulk import bulk_fenced_writes, takes
+from engine.commits.outcomes import AttemptRecord, Outcome, Write
+from engine.model.companions import Companion, CompanionShape, commit_with
+from engine.model.registry import workflow_info
 from engine.testing import drain
+from engine.worker.committer import Committer
 from tests.apps import bounded
 from tests.conftest import Database
 

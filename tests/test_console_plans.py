@@ -26,12 +26,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
-from engine.activity import activity
 from engine.events.records import tables_for
-from engine.overview import overview
-from engine.registry import workflow_info
-from engine.run_view import run_detail
-from engine.run_views import RunFilter, list_runs
+from engine.model.registry import workflow_info
+from engine.views.activity import activity
+from engine.views.overview import overview
+from engine.views.run import run_detail
+from engine.views.runs import RunFilter, list_runs
 from functions import examples
 from functions.examples import Onboarding, Outbox
 from tests.conftest import Database

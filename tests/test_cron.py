@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from engine.cron import Cron
+from engine.base.cron import Cron
 
 LA = "America/Los_Angeles"
 BERLIN = "Europe/Berlin"

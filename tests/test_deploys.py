@@ -6,7 +6,7 @@
   the attempt log names the step that ran by the name it had in its code.
 - A row naming a step no worker has is never run and its attempts never
   move; after the grace period (moved clock) it is reported stranded, by
-  `engine.stranded` and by the worker that handed it back (log and gauge);
+  `engine.claims.stranded` and by the worker that handed it back (log and gauge);
   `by(...).run(...)` then finishes it.
 - A row handed back keeps its wake_at (its age), and the worker does not
   come back to it: no busy loop.
@@ -38,10 +38,9 @@ from sqlalchemy import String, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import ConfigurationError, Workflow, connect_workflows, run_workflows, step, telemetry
-from engine.claims import served_steps
-from engine.registry import workflow_info
-from engine.stranded import (
+from engine import ConfigurationError, Workflow, connect_workflows, run_workflows, step
+from engine.claims.claim import served_steps
+from engine.claims.stranded import (
     STRANDED_AFTER,
     StrandedRuns,
     stranded_after,
@@ -49,6 +48,8 @@ from engine.stranded import (
     stranded_runs,
     stranded_statement,
 )
+from engine.model import telemetry
+from engine.model.registry import workflow_info
 from engine.testing import drain, move_clock
 from tests.apps import deploy_new, deploy_old, limited
 from tests.apps.deploy_new import Order as NewOrder

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 
 from engine import run_workflows
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import move_clock
 from functions import examples
 from functions.examples import Digest

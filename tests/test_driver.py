@@ -1,4 +1,4 @@
-"""Hot statements on the driver's connection (`engine.driver.fetch`) behave as through SQLAlchemy.
+"""Hot statements on the driver's connection (`engine.base.driver.fetch`) behave as through SQLAlchemy.
 
 - the rows are SQLAlchemy's rows, by position, by attribute and by `_mapping`:
   test_rows_are_the_ones_sqlalchemy_returns
@@ -52,7 +52,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.driver import fetch, lost_connection, prepare
+from engine.base.driver import fetch, lost_connection, prepare
 from tests.conftest import Database
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine import errors
+from engine.base import errors
 
 ENGINE = Path(engine.__file__).parent
 BUILTINS = frozenset({"ValueError", "TypeError", "KeyError", "RuntimeError"})

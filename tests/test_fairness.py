@@ -7,7 +7,7 @@ import time
 from sqlalchemy import func, insert, select, update
 
 from engine import connect_workflows, run_workflows
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import drain
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Attempt, Timer, Upload

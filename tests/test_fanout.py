@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy import func, select
 
 from engine import connect_workflows, run_workflows
-from engine.claims import Claim, claim_due
-from engine.committer import Committer
-from engine.fanout import child, fan_out
-from engine.outcomes import Outcome, Write
-from engine.registry import workflow_info
+from engine.claims.claim import Claim, claim_due
+from engine.commits.outcomes import Outcome, Write
+from engine.model.registry import workflow_info
+from engine.runs.fanout import child, fan_out
 from engine.testing import drain, move_clock
+from engine.worker.committer import Committer
 from functions import examples
 from functions.examples import Lookup, Research
 from tests.conftest import Database

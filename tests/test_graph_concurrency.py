@@ -37,13 +37,13 @@ import pytest
 from sqlalchemy import select
 
 from engine import DatabaseEventRegistry, connect_workflows
-from engine.connection import session_engine
-from engine.errors import StateWorkflowError, WorkflowSubmissionError
+from engine.base.errors import StateWorkflowError, WorkflowSubmissionError
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot, TransitionOutcome
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
+from engine.model.connection import session_engine
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database

@@ -55,7 +55,7 @@ import pytest
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.errors import ConfigurationError, NotFoundError, TemplateInvalidError
+from engine.base.errors import ConfigurationError, NotFoundError, TemplateInvalidError
 from engine.graphs.design.model import Graph, read_graph
 from engine.graphs.design.versions import (
     SavedDesign,

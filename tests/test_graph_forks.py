@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import StateWorkflowError
+from engine.base.errors import StateWorkflowError
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.snapshots import InstanceSnapshot

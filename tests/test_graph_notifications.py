@@ -20,11 +20,11 @@ import psycopg
 from sqlalchemy import update
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
-from engine.connection import session_engine
+from engine.base.notify import CHANNEL
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.tables import END, START, STATE
-from engine.notify import CHANNEL
+from engine.model.connection import session_engine
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database

@@ -96,8 +96,7 @@ from engine import (
     WorkflowEvent,
     connect_workflows,
 )
-from engine.connection import session_engine
-from engine.errors import (
+from engine.base.errors import (
     NotFoundError,
     StateWorkflowError,
     WorkflowAlreadyCompletedError,
@@ -114,6 +113,7 @@ from engine.graphs.tables import (
     START,
     STATE,
 )
+from engine.model.connection import session_engine
 from functions.http.errors import status_of
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app

@@ -30,12 +30,12 @@ from typing import Any
 import pytest
 
 from engine import run_workflows
-from engine.connection import session_engine
+from engine.claims.next_due import next_due
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import END, START, STATE
-from engine.next_due import next_due
-from engine.registry import workflow_info
+from engine.model.connection import session_engine
+from engine.model.registry import workflow_info
 from engine.testing import drain, move_clock
 from tests.apps import graphs as app
 from tests.conftest import Database

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import StateWorkflowError
+from engine.base.errors import StateWorkflowError
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot

@@ -1,4 +1,4 @@
-"""The collector is set once per process when a worker starts (engine.heap).
+"""The collector is set once per process when a worker starts (engine.worker.heap).
 
 - settle() freezes the objects alive then and raises the young generation's
   threshold from CPython's default; a second call does nothing.
@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from engine import heap, run_workflows
+from engine import run_workflows
+from engine.worker import heap
 from tests.apps import behaviour
 from tests.apps.behaviour import Held
 from tests.conftest import Database
@@ -28,7 +29,7 @@ from tests.helpers import REPO_ROOT
 PROBE = """
 import gc, json
 {before}
-from engine import heap
+from engine.worker import heap
 first = heap.settle()
 second = heap.settle()
 print(json.dumps({{"first": first, "second": second, "frozen": gc.get_freeze_count(),

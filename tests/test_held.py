@@ -1,4 +1,4 @@
-"""A connection kept by a loop (`engine.held.HeldConnection`), and given back when the worker idles.
+"""A connection kept by a loop (`engine.worker.held.HeldConnection`), and given back when the worker idles.
 
 - blocks one after another use one connection: test_blocks_share_one_connection
 - a statement the database refuses keeps it: test_a_refused_statement_keeps_the_connection
@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import run_workflows
-from engine.held import HeldConnection
+from engine.worker.held import HeldConnection
 from tests.apps import behaviour
 from tests.apps.behaviour import Timer
 from tests.conftest import Database

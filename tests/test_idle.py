@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from engine import NotRunningError, run_workflows, wake
-from engine import worker as worker_module
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import move_clock
+from engine.worker import loop as worker_module
 from tests.apps import behaviour
 from tests.apps.behaviour import Held, Timer
 from tests.conftest import Database
@@ -268,7 +268,7 @@ async def test_wake_is_not_true_until_on_idle_has_been_told(db: Database) -> Non
 
 
 async def test_a_listener_that_cannot_connect_backs_off_to_the_idle_interval() -> None:
-    from engine.listener import Listener
+    from engine.worker.listener import Listener
 
     nowhere = create_async_engine(
         "postgresql+psycopg://nobody@/nowhere?host=/nonexistent-socket-dir"

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from engine import connect_workflows
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 from infra import kicks
 from infra.kicks import AsyncKicker, aws_wake_invoke, kick_wake_after_commits
 from tests.apps import serverless

@@ -3,7 +3,7 @@
 `lint-imports` (in CI) checks the layers between modules; this checks what
 it cannot see: an import hidden inside a function, which is how an import
 circle hides. Only optional extras may be imported inside a guard, and those
-at module level too (`engine/telemetry.py`). The graph layer's public names
+at module level too (`engine/model/telemetry.py`). The graph layer's public names
 are imported by `engine` when first asked for (a Lambda wake runs no graph).
 """
 

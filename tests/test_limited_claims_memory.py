@@ -26,9 +26,9 @@ from sqlalchemy import Row, update
 from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.group_memory import OLDEST, RECALLED, VISITED, WINDOW_PER_SLOT, GroupMemory
-from engine.limited_claims import claim_limited
-from engine.registry import workflow_info
+from engine.claims.group_memory import OLDEST, RECALLED, VISITED, WINDOW_PER_SLOT, GroupMemory
+from engine.claims.limited import claim_limited
+from engine.model.registry import workflow_info
 from engine.testing import drain
 from tests.apps import limited
 from tests.apps.limited import AT_MOST, Charge, Lookup, WorkflowRate

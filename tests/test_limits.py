@@ -15,7 +15,7 @@ from sqlalchemy import String, func, inspect, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import ConfigurationError, Limit, Workflow, connect_workflows, run_workflows, step
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import drain, move_clock
 from tests.apps import limited
 from tests.apps.limited import (

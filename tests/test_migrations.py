@@ -30,7 +30,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import make_url
 
-from engine.clock import CLOCK_TABLE, declare_clock_table
+from engine.base.clock import CLOCK_TABLE, declare_clock_table
 from functions.cli import build_parser
 from infra import scheduler, wake_slots
 from infra.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata

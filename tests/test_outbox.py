@@ -112,10 +112,10 @@ from engine import (
     connect_workflows,
     run_workflows,
 )
-from engine.claims import claim_due
-from engine.connection import current_connection, session_engine
+from engine.claims.claim import claim_due
 from engine.events.deliveries import Delivery, DeliveryLog, delivery_log
-from engine.registry import workflow_info
+from engine.model.connection import current_connection, session_engine
+from engine.model.registry import workflow_info
 from engine.testing import drain, move_clock, read_clock_shift
 from tests.apps import outbox as app
 from tests.conftest import Database

@@ -24,7 +24,7 @@ from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
-from engine.overview import RUN_STATES, workflow_overview
+from engine.views.overview import RUN_STATES, workflow_overview
 from functions import examples
 from functions.http.app import create_app
 from tests.conftest import Database

@@ -19,11 +19,11 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.claims import claim_due
-from engine.group_memory import WINDOW_PER_SLOT, GroupMemory
-from engine.limited_claims import claim_limited
-from engine.next_due import next_due
-from engine.registry import WorkflowInfo, workflow_info
+from engine.claims.claim import claim_due
+from engine.claims.group_memory import WINDOW_PER_SLOT, GroupMemory
+from engine.claims.limited import claim_limited
+from engine.claims.next_due import next_due
+from engine.model.registry import WorkflowInfo, workflow_info
 from functions import examples
 from functions.examples import Onboarding
 from tests.apps import behaviour, limited

@@ -62,8 +62,8 @@ from engine import (
     step,
     wait_for_resume,
 )
-from engine.connection import open_connection
 from engine.executions.durable import DurableWorkflowEngine
+from engine.model.connection import open_connection
 from engine.retention import Batch, RetentionSettings, count_prunable, prune, prune_scans
 from engine.retention.pruning import BEGINNING, batch_statement
 from engine.testing import drain, move_clock

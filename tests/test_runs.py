@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, inspect, select
 
 from engine import NotConnectedError, StepError, connect_workflows
-from engine.registry import ENGINE_COLUMNS
+from engine.model.registry import ENGINE_COLUMNS
 from tests.apps import behaviour
 from tests.apps.behaviour import Flaky, Other, Signup, Timer
 from tests.conftest import Database

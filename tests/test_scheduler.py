@@ -69,7 +69,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import ConfigurationError, run_workflows, wake
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import move_clock
 from infra.scheduler import (
     WAKE_INPUT,

@@ -1,8 +1,8 @@
-"""engine.settings: every DULY_* variable declared once, read only there, shown in README.md.
+"""engine.base.settings: every DULY_* variable declared once, read only there, shown in README.md.
 
 - every DULY_* name the project mentions is declared, and every declared one is
   listed in SETTINGS: test_every_variable_the_project_names_is_declared
-- no module of engine/, functions/ or infra/ but engine/settings.py reads one from
+- no module of engine/, functions/ or infra/ but engine/base/settings.py reads one from
   the environment: test_only_engine_settings_reads_duly_variables
 - README.md's table is the registry's: test_the_readme_table_is_the_registry
 - a bad value is a ConfigurationError naming the variable, and a secret's value is
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from engine import ConfigurationError
-from engine import settings as variables
-from engine.settings import SETTINGS
+from engine.base import settings as variables
+from engine.base.settings import SETTINGS
 from tests.helpers import REPO_ROOT
 
-READ_CHECKED = ("engine", "functions", "infra")  # no DULY_* read outside engine/settings.py
+READ_CHECKED = ("engine", "functions", "infra")  # no DULY_* read outside engine/base/settings.py
 MENTIONS_CHECKED = ("engine", "functions", "infra", "bench", "tests", "docs", "README.md")
 # Names that look like variables but are not: prefixes in prose and filters, a constant.
 NOT_VARIABLES = frozenset({"DULY_RETAIN_", "DULY_PRUNE_", "DULY_TABLES"})
@@ -111,18 +111,18 @@ def duly_reads(path: Path) -> list[tuple[int, str]]:
 
 
 def reads_outside_settings() -> dict[str, list[tuple[int, str]]]:
-    """Each module but engine/settings.py that reads a DULY_* variable, with its reads."""
+    """Each module but engine/base/settings.py that reads a DULY_* variable, with its reads."""
     found = {}
     for path in python_files(*READ_CHECKED):
         relative = path.relative_to(REPO_ROOT).as_posix()
-        if relative != "engine/settings.py" and (reads := duly_reads(path)):
+        if relative != "engine/base/settings.py" and (reads := duly_reads(path)):
             found[relative] = reads
     return found
 
 
 def test_only_engine_settings_reads_duly_variables() -> None:
     found = reads_outside_settings()
-    assert not found, "DULY_* read outside engine/settings.py:\n" + "\n".join(
+    assert not found, "DULY_* read outside engine/base/settings.py:\n" + "\n".join(
         f"  {path}:{line}: {name}" for path, reads in found.items() for line, name in reads
     )
 
@@ -146,7 +146,7 @@ def test_the_detector_finds_each_way_of_reading(tmp_path: Path) -> None:
 def test_the_readme_table_is_the_registry() -> None:
     found = README_TABLE.search((REPO_ROOT / "README.md").read_text())
     assert found is not None, "README.md has no settings table between its markers"
-    assert found["table"] == variables.markdown_table(), "run python -m engine.settings"
+    assert found["table"] == variables.markdown_table(), "run python -m engine.base.settings"
 
 
 BAD_VALUES = [

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from engine import Call, StepError, step, wake_in
-from engine.steps import RetryPolicy, as_call
+from engine.model.steps import RetryPolicy, as_call
 from functions.examples import Onboarding
 from tests.apps.behaviour import Flaky
 

@@ -44,9 +44,9 @@ from engine import (
     declare_engine_tables,
     graph_tables,
 )
-from engine.connection import session_engine
 from engine.graphs.tables import END, START, STATE
-from engine.registry import registered_workflows
+from engine.model.connection import session_engine
+from engine.model.registry import registered_workflows
 from engine.testing import drain
 from tests.conftest import Database
 from tests.graph_helpers import graph_of, stored

@@ -123,7 +123,7 @@ def test_without_the_extras_telemetry_is_nothing_and_costs_nothing() -> None:
 import sys
 sys.modules["opentelemetry"] = None
 sys.modules["prometheus_client"] = None
-from engine import telemetry
+from engine.model import telemetry
 assert not telemetry.TRACING and not telemetry.METRICS
 with telemetry.step_span("w", "s", 1, object()):
     pass

@@ -24,9 +24,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
-from engine.clock import db_now
-from engine.execution import RECENT_EVENT_KEYS
+from engine.base.clock import db_now
 from engine.testing import drain, move_clock
+from engine.worker.execution import RECENT_EVENT_KEYS
 from tests.apps import waits
 from tests.apps.waits import AFTER_ANSWER, Waiter
 from tests.conftest import Database, Server, fresh_database

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from engine import NotFoundError, connect_workflows, run_workflows
-from engine import worker as worker_module
-from engine.clock import db_now
+from engine.base.clock import db_now
 from engine.testing import drain, move_clock
+from engine.worker import loop as worker_module
 from tests.apps import behaviour
 from tests.apps.behaviour import Alarm, Attempt, Flaky, Held, Pausing, Timer
 from tests.conftest import Database

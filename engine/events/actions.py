@@ -14,7 +14,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from engine.errors import ActionAlreadyRegisteredError, ActionExecutionError, ActionNotFoundError
+from engine.base.errors import (
+    ActionAlreadyRegisteredError,
+    ActionExecutionError,
+    ActionNotFoundError,
+)
 
 
 class Action(Protocol):

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, event, inspect
 from sqlalchemy.orm import Mapper, Session, UOWTransaction
 
-from engine.errors import EventError
+from engine.base.errors import EventError
 from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import (

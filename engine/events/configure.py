@@ -4,7 +4,7 @@ Until something is configured it is an `InMemoryEventRegistry` made at
 import. `configure_event_registry(registry)` sets it (None goes back to
 that default); `configure_event_registry_from_settings()` chooses it from
 `DULY_EVENT_REGISTRY` (an instance, dotted path, class, factory or
-`{"class", "options"}` JSON, as `engine.resolve` reads them) or, when that
+`{"class", "options"}` JSON, as `engine.base.resolve` reads them) or, when that
 is unset, by `DULY_MODE`: a `DatabaseEventRegistry` in production, an
 `InMemoryEventRegistry` otherwise. The outbox's step routes with whatever
 registry this answers in the worker's process.
@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from engine.errors import UnsupportedTypeError
+from engine.base.errors import UnsupportedTypeError
+from engine.base.resolve import resolve_object
 from engine.events.database import DatabaseEventRegistry
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Routes
 from engine.events.settings import EventSettings
-from engine.resolve import resolve_object
 
 _lock = threading.Lock()
 _default: EventRegistry = InMemoryEventRegistry()

@@ -48,10 +48,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql import ColumnElement, Executable
 
-from engine.clock import db_now
-from engine.companions import array_parameter
-from engine.connection import current_connection
-from engine.errors import ConfigurationError, EventError
+from engine.base.clock import db_now
+from engine.base.errors import ConfigurationError, EventError
+from engine.base.literals import SECOND, int_constant, text_constant
+from engine.base.notify import announcement
 from engine.events.deliveries import DeliveryLog, delivery_log
 from engine.events.draining import Verdict, drain_event
 from engine.events.event import WorkflowEvent
@@ -65,9 +65,9 @@ from engine.events.records import (
 )
 from engine.events.routing import RoutedRegistry
 from engine.events.settings import EventSettings
-from engine.literals import SECOND, int_constant, text_constant
-from engine.notify import announcement
-from engine.telemetry import duplicates_ignored
+from engine.model.companions import array_parameter
+from engine.model.connection import current_connection
+from engine.model.telemetry import duplicates_ignored
 
 log = logging.getLogger("duly.events")
 

@@ -24,14 +24,14 @@ from sqlalchemy import Table, Text, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
-from engine.companions import (
+from engine.events.routing import Registration, callable_identity
+from engine.model.companions import (
     Companion,
     CompanionShape,
     companion_parameters,
     companion_statement,
 )
-from engine.events.routing import Registration, callable_identity
-from engine.telemetry import deliveries_recorded
+from engine.model.telemetry import deliveries_recorded
 
 STATEMENT_CACHE_SIZE = 64
 

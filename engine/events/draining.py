@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine.driver import lost_connection
+from engine.base.driver import lost_connection
 from engine.events.deliveries import Delivery, DeliveryLog, handler_name, route_id
 from engine.events.event import WorkflowEvent
 from engine.events.records import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
 from engine.events.routing import Registration, RouteTimeout, maybe_await, route
 from engine.events.settings import EventSettings
-from engine.telemetry import outbox_drained
+from engine.model.telemetry import outbox_drained
 
 log = logging.getLogger("duly.events")
 
@@ -83,7 +83,7 @@ async def drain_event(
       `route_attempts` reaches `DULY_MAX_RETRIES` with dead letters enabled;
     - a dead-letter handler that raises is a failed drain, its route still failed;
     - no applicable route, or all succeeded: processed; only refusals: dead-lettered;
-    - an error that says the database went away (`engine.driver.lost_connection`)
+    - an error that says the database went away (`engine.base.driver.lost_connection`)
       is raised, after recording the routes that succeeded before it.
     """
     began = time.perf_counter()

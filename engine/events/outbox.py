@@ -12,16 +12,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine.companions import commit_with
-from engine.connection import current_connection
-from engine.directives import WakeIn, wake_in
 from engine.events.configure import get_event_registry, routing_of
 from engine.events.deliveries import delivery_log, delivery_rows
 from engine.events.draining import drain_event, event_from_json
 from engine.events.records import OutboxColumns, tables_for
-from engine.steps import step
-from engine.telemetry import deliveries_recorded
-from engine.workflow import Workflow
+from engine.model.companions import commit_with
+from engine.model.connection import current_connection
+from engine.model.steps import step
+from engine.model.telemetry import deliveries_recorded
+from engine.runs.directives import WakeIn, wake_in
+from engine.runs.workflow import Workflow
 
 FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing recorded yet
 BOOKKEEPING_RETRIES = 40  # attempts a drain's own database errors get (1 s, 2 s, ... 2 min)

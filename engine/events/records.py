@@ -21,7 +21,7 @@ from sqlalchemy import DateTime, Index, Integer, MetaData, String, Table, Text, 
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 
 PENDING = "pending"
 PROCESSED = "processed"

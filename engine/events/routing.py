@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.events.event import WorkflowEvent
-from engine.telemetry import duplicates_ignored
+from engine.model.telemetry import duplicates_ignored
 
 log = logging.getLogger("duly.events")
 

@@ -1,6 +1,6 @@
 """The event layer's settings: `EventSettings.from_env` reads its `DULY_*` variables.
 
-The variables, their defaults and minimums are declared in `engine.settings`.
+The variables, their defaults and minimums are declared in `engine.base.settings`.
 Yes/no variables read 1/true/yes/on and 0/false/no/off (any case), and
 anything else is a `ConfigurationError` naming the variable (an environment
 variable is text, and `bool("false")` would be True). Whole numbers below
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine import settings as variables
-from engine.settings import FALSE_WORDS, LOCAL, PRODUCTION, TRUE_WORDS
+from engine.base import settings as variables
+from engine.base.settings import FALSE_WORDS, LOCAL, PRODUCTION, TRUE_WORDS
 
 __all__ = ["FALSE_WORDS", "LOCAL", "PRODUCTION", "TRUE_WORDS", "EventSettings", "read_mode"]
 

@@ -37,10 +37,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
-from engine.clock import db_now
-from engine.connection import current_connection
-from engine.due import due
-from engine.errors import EventError, NotFoundError
+from engine.base.clock import db_now
+from engine.base.errors import EventError, NotFoundError
 from engine.events.records import (
     CLAIMED,
     DEAD_LETTER,
@@ -49,6 +47,8 @@ from engine.events.records import (
     PROCESSED,
     EventTables,
 )
+from engine.model.connection import current_connection
+from engine.model.due import due
 
 STATEMENT_CACHE_SIZE = 64
 # What a row can be seen as: the stored statuses and the derived one.

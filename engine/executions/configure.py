@@ -4,7 +4,7 @@
 None clears it. `get_workflow_engine()` reuses the active engine; without
 one it reads the settings and installs one default for later calls:
 `DULY_WORKFLOW_ENGINE` (an instance, dotted path, class, factory or
-`{"class", "options"}` JSON, as `engine.resolve` reads them) or, when that
+`{"class", "options"}` JSON, as `engine.base.resolve` reads them) or, when that
 is unset, by `DULY_MODE`: a `DurableWorkflowEngine` in production, a
 `LocalWorkflowEngine` otherwise. A value that names something other than a
 workflow engine is a `ConfigurationError`; import, factory and constructor
@@ -12,7 +12,7 @@ errors propagate.
 
 The settings are anything with `workflow_engine` and `production` (the event
 layer's `EventSettings` is one); without any, the two variables are read
-here (through `engine.settings`), since the execution engines do not import
+here (through `engine.base.settings`), since the execution engines do not import
 the event layer.
 """
 
@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import settings as variables
+from engine.base import settings as variables
+from engine.base.resolve import resolve_object
 from engine.executions.durable import DurableWorkflowEngine
 from engine.executions.local import LocalWorkflowEngine
 from engine.executions.state import WorkflowDefinition, WorkflowExecution
-from engine.resolve import resolve_object
 
 PRODUCTION = "production"
 ENGINE_OPERATIONS = ("start", "status", "resume", "cancel")

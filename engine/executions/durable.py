@@ -31,14 +31,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 from sqlalchemy.sql import Executable
 
-from engine.connection import current_connection
-from engine.directives import WaitFor, wait_for
-from engine.errors import (
+from engine.base.errors import (
     ConfigurationError,
     InvalidWorkflowStateError,
     WorkflowExecutionError,
     WorkflowExecutionNotFoundError,
 )
+from engine.base.resolve import import_dotted
 from engine.executions.local import RESUME_SIGNAL, WaitForResume
 from engine.executions.state import (
     ACTIVE_STATES,
@@ -47,9 +46,10 @@ from engine.executions.state import (
     WorkflowState,
     require_state,
 )
-from engine.resolve import import_dotted
-from engine.steps import step
-from engine.workflow import Workflow
+from engine.model.connection import current_connection
+from engine.model.steps import step
+from engine.runs.directives import WaitFor, wait_for
+from engine.runs.workflow import Workflow
 
 STATE_LENGTH = 16
 STATEMENT_CACHE_SIZE = 64

@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from engine.errors import WorkflowExecutionNotFoundError
+from engine.base.errors import WorkflowExecutionNotFoundError
 from engine.executions.state import (
     ACTIVE_STATES,
     WorkflowDefinition,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine.errors import InvalidWorkflowStateError
+from engine.base.errors import InvalidWorkflowStateError
 
 
 class WorkflowState(enum.StrEnum):

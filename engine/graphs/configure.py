@@ -7,7 +7,7 @@ runtime and the app find it as the app module's `graph_runtime` attribute.
 
 from __future__ import annotations
 
-from engine.errors import NotFoundError
+from engine.base.errors import NotFoundError
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.timers import register_escalation
 

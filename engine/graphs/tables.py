@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 
 TEMPLATES = "duly_graph_templates"
 NODES = "duly_graph_nodes"

@@ -32,8 +32,8 @@ from sqlalchemy import (
     select,
 )
 
-from engine.clock import db_now
-from engine.connection import WorkflowConnection
+from engine.base.clock import db_now
+from engine.model.connection import WorkflowConnection
 from engine.retention.scans import Scan, prune_scans
 from engine.retention.settings import KINDS, RetentionSettings
 

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
 from sqlalchemy.sql.elements import BindParameter
 
-from engine.connection import WorkflowConnection
 from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
+from engine.model.connection import WorkflowConnection
 from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
 
 

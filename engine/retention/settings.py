@@ -1,5 +1,5 @@
 """How long duly keeps what it owns: `RetentionSettings`, read from `DULY_RETAIN_*` and
-`DULY_PRUNE_*` (declared in `engine.settings`, with their defaults and bounds).
+`DULY_PRUNE_*` (declared in `engine.base.settings`, with their defaults and bounds).
 
 A period is a whole number of days from 1 to 36500, or `never` (that kind
 is kept for good). Unlike the outbox's numbers, a bad value is never
@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine import settings as variables
-from engine.errors import ConfigurationError
-from engine.settings import MAX_DAYS, MAX_PAUSE_MS
-from engine.settings import MAX_PRUNE_BATCH_SIZE as MAX_BATCH_SIZE
+from engine.base import settings as variables
+from engine.base.errors import ConfigurationError
+from engine.base.settings import MAX_DAYS, MAX_PAUSE_MS
+from engine.base.settings import MAX_PRUNE_BATCH_SIZE as MAX_BATCH_SIZE
 
 ATTEMPTS = "attempts"
 EVENTS = "events"
 EXECUTIONS = "executions"
 KINDS = (ATTEMPTS, EVENTS, EXECUTIONS)
-DEFAULT_DAYS = 30  # every kind's, as engine.settings declares it
+DEFAULT_DAYS = 30  # every kind's, as engine.base.settings declares it
 DEFAULT_BATCH_SIZE = variables.PRUNE_BATCH_SIZE.default  # rows a batch deletes
 # Milliseconds after a batch that deleted. Flat out (0), a prune of 1,000,000 attempt-log
 # rows took 1.1 to 1.6 s here but its WAL delayed a worker's commits (claim p99 up to 4-5x);

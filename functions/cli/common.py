@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from engine import NotFoundError
-from engine import settings as variables
+from engine.base import settings as variables
 from infra.schema import load_app
 from infra.settings import database_url
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from engine import ConfigurationError
-from engine import settings as variables
+from engine.base import settings as variables
 from functions.cli.common import FAILURE, USAGE_ERROR, CommandError, put_cwd_on_path
 from infra.settings import database_url
 

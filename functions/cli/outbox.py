@@ -20,11 +20,11 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import DatabaseEventRegistry, EventSettings, Worker, get_event_registry
-from engine.connection import activate, open_connection
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables
-from engine.worker_options import WorkerOptions
+from engine.model.connection import activate, open_connection
+from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events
 from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar

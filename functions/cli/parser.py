@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from engine.overview import RUN_STATES
-from engine.run_views import DEFAULT_PAGE, RUN_ORDERS
+from engine.views.overview import RUN_STATES
+from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS
 from functions.cli.develop import print_db_url, print_version, run_dev
 from functions.cli.migrate import run_migrate
 from functions.cli.outbox import run_drain, run_replay

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.connection import open_connection
+from engine.model.connection import open_connection
 from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
 from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import PruneTicker

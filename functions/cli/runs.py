@@ -15,10 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
 from engine.events.records import EventTables
-from engine.overview import RUN_STATES, WorkflowCounts, overview
-from engine.registry import ENGINE_COLUMNS
-from engine.run_view import RunDetail, run_detail
-from engine.run_views import RunFilter, RunPage, find_workflow, json_value, list_runs
+from engine.model.registry import ENGINE_COLUMNS
+from engine.views.overview import RUN_STATES, WorkflowCounts, overview
+from engine.views.run import RunDetail, run_detail
+from engine.views.runs import RunFilter, RunPage, find_workflow, json_value, list_runs
 from functions.cli.common import USAGE_ERROR, CommandError, app_database, on_database
 from functions.cli.output import aligned, refused
 from functions.requests.lookup import mapped_event_tables

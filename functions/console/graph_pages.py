@@ -28,7 +28,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.routing import NoMatchFound
 
-from engine.errors import ConfigurationError, DulyError, NotFoundError
+from engine.base.errors import ConfigurationError, DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.document import describe, design_matches, drawn_design
 from engine.graphs.design.model import Graph, load_graph

@@ -17,8 +17,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from engine.events import views
 from engine.events.records import EventTables
-from engine.overview import open_outbox
-from engine.run_view import database_now
+from engine.views.overview import open_outbox
+from engine.views.run import database_now
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.requests import events
 from functions.requests.errors import ConflictError

@@ -1,7 +1,7 @@
 """The overview, `/console`: every workflow table by state, the last hour, the outbox.
 
-The counts are `engine.overview`'s (the queries of `GET /overview` and
-`duly status`), the chart is `engine.activity.activity` drawn as SVG. The
+The counts are `engine.views.overview`'s (the queries of `GET /overview` and
+`duly status`), the chart is `engine.views.activity.activity` drawn as SVG. The
 live part of the page is a fragment (`/console/overview/live`) the page
 asks for again every 2 s while it is visible (htmx; `console.js` skips the
 request while the tab is hidden), so the overview costs the database
@@ -18,11 +18,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
-from engine.activity import activity
-from engine.clock import clock_shift, db_now
-from engine.errors import NotFoundError
+from engine.base.clock import clock_shift, db_now
+from engine.base.errors import NotFoundError
 from engine.events.records import EventTables
-from engine.overview import RUN_STATES, overview
+from engine.views.activity import activity
+from engine.views.overview import RUN_STATES, overview
 from functions.console.charts import activity_chart
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.requests.lookup import event_tables

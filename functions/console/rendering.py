@@ -26,8 +26,8 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.errors import ConfigurationError, DulyError
-from engine.run_views import json_value
+from engine.base.errors import ConfigurationError, DulyError
+from engine.views.runs import json_value
 from functions.console.auth import LoginRequired, can_write, console_auth
 from functions.console.templating import templates
 from functions.http.errors import message_of, status_of

@@ -1,6 +1,6 @@
 """A workflow's runs (`/console/runs/{workflow}`) and one run's page, with its actions.
 
-The list and the run are `engine.run_views`'s (the queries of the JSON
+The list and the run are `engine.views.runs`'s (the queries of the JSON
 API and of `duly runs` / `duly show`). A run's page redraws its live part
 every 2 s while the run can still change. Every action is a form read
 into the request layer's own model (`functions.requests.runs`) and done
@@ -23,11 +23,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.errors import ConfigurationError, DulyError
-from engine.overview import RUN_STATES
-from engine.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.run_view import RunDetail, database_now, run_detail
-from engine.run_views import (
+from engine.base.errors import ConfigurationError, DulyError
+from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.model.steps import Step
+from engine.views.overview import RUN_STATES
+from engine.views.run import RunDetail, database_now, run_detail
+from engine.views.runs import (
     DEFAULT_PAGE,
     MAX_FILTER_TEXT,
     RUN_ORDERS,
@@ -35,7 +36,6 @@ from engine.run_views import (
     RunFilter,
     list_runs,
 )
-from engine.steps import Step
 from functions.console.charts import timeline
 from functions.console.forms import errors_by_field, fields_of, raw_values, values_of
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render

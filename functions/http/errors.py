@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 
-from engine.errors import (
+from engine.base.errors import (
     ConfigurationError,
     DulyError,
     NotFoundError,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
-from engine import settings as variables
+from engine.base import settings as variables
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send

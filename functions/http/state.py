@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 
 if TYPE_CHECKING:
-    from engine.connection import WorkflowConnection
+    from engine.model.connection import WorkflowConnection
 
 
 def connection_of(request: Request) -> WorkflowConnection:

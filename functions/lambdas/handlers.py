@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 from functions.lambdas import work
 from functions.lambdas.runtime import Budget, Runtime, runtime
 

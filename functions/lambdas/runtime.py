@@ -41,10 +41,10 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from engine import EventRegistry, get_event_registry
-from engine.connection import WorkflowConnection, activate, open_connection
 from engine.events.records import EventTables
+from engine.model.connection import WorkflowConnection, activate, open_connection
 from engine.retention import RetentionSettings
-from engine.worker_options import MAX_CONCURRENCY
+from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.requests.lookup import mapped_event_tables
 from infra.aws_settings import AwsSettings, resolve_database_url

@@ -35,12 +35,12 @@ from engine import (
     WorkflowEvent,
     run_workflows,
 )
-from engine.connection import activate
+from engine.claims.next_due import next_due
 from engine.events.configure import routing_of
-from engine.next_due import next_due
-from engine.registry import registered_workflows
+from engine.model.connection import activate
+from engine.model.registry import registered_workflows
 from engine.retention import prune
-from engine.worker import Worker
+from engine.worker.loop import Worker
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
 from functions.requests.events import parse_publish

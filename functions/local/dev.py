@@ -37,7 +37,7 @@ from functions.http.state import connection_of
 from functions.requests.lookup import database_registry, event_tables
 
 if TYPE_CHECKING:
-    from engine.connection import WorkflowConnection
+    from engine.model.connection import WorkflowConnection
 
 log = logging.getLogger("duly.dev")
 

@@ -16,7 +16,7 @@ No worker runs in the HTTP app's lifespan. Instead, as on AWS:
   passed, invokes `wake` with the schedule's own `Target.Input`.
 
 When has the instant passed? The scheduler registers instants measured on the
-database clock (`engine.clock.db_now`: PostgreSQL's time plus the shift that
+database clock (`engine.base.clock.db_now`: PostgreSQL's time plus the shift that
 `POST /dev/clock` moves), so the firer compares on that clock too: moving the
 clock three days makes a schedule three days out due at once, as the runs it
 stands for are. On AWS the shift is always zero and the two clocks agree.
@@ -53,8 +53,8 @@ from moto.server import ThreadedMotoServer
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine import settings as variables
-from engine.clock import db_now
+from engine.base import settings as variables
+from engine.base.clock import db_now
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import create_dev_app

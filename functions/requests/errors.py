@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from engine.errors import DulyError, StepError
+from engine.base.errors import DulyError, StepError
 
 MAX_PROBLEMS = 20  # problems kept in one InputError
 MAX_PROBLEM_TEXT = 200  # characters of one problem's message or place part

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from engine.errors import DulyError, NotFoundError
+from engine.base.errors import DulyError, NotFoundError
 from engine.graphs.design.versions import activate_template
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.subjects import key_values, subject_class

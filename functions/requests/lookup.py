@@ -1,6 +1,6 @@
 """Finding what a request names: a workflow, one that takes writes, a step, the outbox's tables.
 
-A workflow is found by `engine.run_views.find_workflow`, the one finder the
+A workflow is found by `engine.views.runs.find_workflow`, the one finder the
 CLI uses too; a run's key is spelled by `key_text`, as URLs and replies
 spell it. The outbox is a workflow table of its own: it takes events, not
 starts or deliveries, and its event tables are found here for every door.
@@ -15,12 +15,12 @@ from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import MetaData
 
 from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
-from engine.connection import WorkflowConnection
-from engine.errors import ConfigurationError, NotFoundError
+from engine.base.errors import ConfigurationError, NotFoundError
 from engine.events.records import EventTables, OutboxColumns, outbox_classes_on, tables_for
-from engine.registry import WorkflowInfo
-from engine.run_views import find_workflow, key_text
-from engine.steps import Step
+from engine.model.connection import WorkflowConnection
+from engine.model.registry import WorkflowInfo
+from engine.model.steps import Step
+from engine.views.runs import find_workflow, key_text
 from functions.requests.errors import from_validation
 
 __all__ = [

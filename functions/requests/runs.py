@@ -30,10 +30,10 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import JSON
 
-from engine.errors import DulyError, StepError
-from engine.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.run_views import key_text, parse_key
-from engine.steps import Call, Step
+from engine.base.errors import DulyError, StepError
+from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.model.steps import Call, Step
+from engine.views.runs import key_text, parse_key
 from functions.requests.errors import (
     ConflictError,
     InputError,

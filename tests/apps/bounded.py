@@ -10,7 +10,7 @@ from sqlalchemy import JSON, DateTime, Enum, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import Workflow, step
-from engine.companions import Companion, CompanionShape, commit_with
+from engine.model.companions import Companion, CompanionShape, commit_with
 
 
 class Base(DeclarativeBase):
@@ -42,7 +42,7 @@ class Bounded(Base, Workflow):
 
 
 class Note(Base):
-    """Rows steps write with their commits (engine.companions)."""
+    """Rows steps write with their commits (engine.model.companions)."""
 
     __tablename__ = "bounded_notes"
 

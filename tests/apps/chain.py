@@ -15,7 +15,7 @@ from sqlalchemy import Float, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import Workflow, declare_engine_tables, step
-from engine.settings import TEST_MARKS
+from engine.base.settings import TEST_MARKS
 
 SLOW_STEP_SECONDS = 60.0  # long enough that only a kill or a lease ends it
 

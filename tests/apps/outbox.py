@@ -16,7 +16,7 @@ from engine import (
     step,
     wait_for,
 )
-from engine.connection import current_connection
+from engine.model.connection import current_connection
 
 
 class Base(DeclarativeBase):

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.tables import CONDITION, END, JOIN, SINGLE, STATE
 

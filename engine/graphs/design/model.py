@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.errors import NotFoundError
+from engine.base.errors import NotFoundError
 from engine.graphs.tables import (
     CONDITION,
     END,

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.errors import NotFoundError, TemplateInvalidError
+from engine.base.errors import NotFoundError, TemplateInvalidError
 from engine.graphs.design.document import (
     Design,
     build_graph,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.errors import ConfigurationError, NotFoundError
+from engine.base.errors import ConfigurationError, NotFoundError
 
 Predicate = Callable[[Any, Mapping[str, Any]], bool]
 

@@ -12,7 +12,7 @@ import logging
 import uuid
 from datetime import datetime
 
-from engine.errors import StateWorkflowError
+from engine.base.errors import StateWorkflowError
 from engine.graphs.design.model import Node
 from engine.graphs.moves.directory import effective_assignees
 from engine.graphs.moves.history import state_name

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import BindParameter, Select, Uuid, and_, bindparam, literal_column, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
+from engine.base.errors import NotFoundError, StateWorkflowError, WorkflowAlreadyCompletedError
 from engine.graphs.moves.states import BRANCH_COLUMNS, BranchState, InstanceState
 from engine.graphs.tables import ACTIVE, GraphTables
 

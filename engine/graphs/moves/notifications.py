@@ -19,8 +19,7 @@ from sqlalchemy import Select, Text, bindparam, select
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from engine.connection import current_connection
-from engine.errors import NotConnectedError
+from engine.base.errors import NotConnectedError
 from engine.events.configure import get_event_registry
 from engine.events.database import DatabaseEventRegistry
 from engine.events.event import WorkflowEvent
@@ -28,6 +27,7 @@ from engine.events.routing import EventRegistry
 from engine.graphs.design.model import Graph, Node
 from engine.graphs.moves.states import InstanceState
 from engine.graphs.tables import STATE, GraphTables
+from engine.model.connection import current_connection
 
 log = logging.getLogger("duly.graphs")
 

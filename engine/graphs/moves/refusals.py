@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from engine.errors import StateWorkflowError
+from engine.base.errors import StateWorkflowError
 from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.tables import ACTIVE, CONDITION, STATE

@@ -24,8 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from engine.connection import current_connection
-from engine.errors import (
+from engine.base.errors import (
     ConfigurationError,
     NotConnectedError,
     NotFoundError,
@@ -63,6 +62,7 @@ from engine.graphs.tables import (
     STATE,
     GraphTables,
 )
+from engine.model.connection import current_connection
 
 __all__ = [
     "AvailableTransition",

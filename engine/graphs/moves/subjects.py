@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from sqlalchemy import Table, Text, inspect
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.errors import ConfigurationError, NotFoundError
+from engine.base.errors import ConfigurationError, NotFoundError
 
 _subjects: dict[str, type[Any]] = {}
 

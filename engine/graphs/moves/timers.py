@@ -16,16 +16,16 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import ForeignKey, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.errors import ConfigurationError
+from engine.base.errors import ConfigurationError
 from engine.graphs.design.model import Node
 from engine.graphs.moves.dispatch import dispatch, finish
 from engine.graphs.moves.history import state_name
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.unit import Unit
 from engine.graphs.tables import BRANCHES, COMPLETED, INSTANCES, STATUS_CHANGE, TIMERS, VISITS
-from engine.registry import workflow_info
-from engine.steps import step
-from engine.workflow import Workflow
+from engine.model.registry import workflow_info
+from engine.model.steps import step
+from engine.runs.workflow import Workflow
 
 log = logging.getLogger("duly.graphs")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from engine.errors import ConfigurationError, NotFoundError
+from engine.base.errors import ConfigurationError, NotFoundError
 from engine.events.event import WorkflowEvent
 from engine.graphs.design.model import Graph, Node
 from engine.graphs.moves.conditions import ConditionRegistry

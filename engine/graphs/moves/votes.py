@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import Select, Text, Uuid, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.companions import array_parameter
 from engine.graphs.design.model import Node
 from engine.graphs.moves.dispatch import dispatch, finish
 from engine.graphs.moves.history import state_name
@@ -31,6 +30,7 @@ from engine.graphs.tables import (
     UNANIMOUS,
     GraphTables,
 )
+from engine.model.companions import array_parameter
 
 
 @dataclass(frozen=True)

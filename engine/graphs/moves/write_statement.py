@@ -38,14 +38,14 @@ from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
-from engine.clock import db_now
+from engine.base.clock import db_now
+from engine.base.literals import SECOND, int_constant, text_constant
+from engine.base.notify import announcement
 from engine.graphs.moves.subjects import state_column
 from engine.graphs.moves.writes import Shape
 from engine.graphs.tables import APPROVED, PENDING, GraphTables
-from engine.handles import cancel_statement
-from engine.literals import SECOND, int_constant, text_constant
-from engine.notify import announcement
-from engine.registry import WorkflowInfo, workflow_info
+from engine.model.registry import WorkflowInfo, workflow_info
+from engine.runs.handles import cancel_statement
 
 EXPIRE_STEP = "expire"  # the timers' one step (engine.graphs.moves.timers.GraphTimer.expire)
 NO_ARGUMENTS: dict[str, Any] = {"args": [], "kwargs": {}}  # `expire` takes none
@@ -455,7 +455,7 @@ def timer_insert(
 ) -> Any:
     """Timers for `rows` (visit_id, branch_id, seconds) of an instance, due at their deadline.
 
-    Built as `engine.runs.insert_run` builds a run: the first step named, its
+    Built as `engine.runs.start.insert_run` builds a run: the first step named, its
     arguments, no attempts yet, version 0; only the time differs (the deadline).
     """
     table = info.table

@@ -17,13 +17,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from pydantic.json_schema import models_json_schema
 
-from engine.steps import Step
+from engine.model.steps import Step
 from functions.http.guard import SAFE_METHODS
 from functions.requests.lookup import is_outbox
 from functions.requests.runs import MAX_IDEMPOTENCY_KEY, columns_of
 
 if TYPE_CHECKING:
-    from engine.registry import WorkflowInfo
+    from engine.model.registry import WorkflowInfo
 
 DOCS_ASSETS_URL = "/docs/assets"
 # Swagger UI 5 and ReDoc, shipped in a wheel so /docs works offline.

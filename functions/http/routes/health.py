@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine.telemetry import latest_metrics
+from engine.model.telemetry import latest_metrics
 from functions.http.state import connection_of
 
 HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1

@@ -1,6 +1,6 @@
 """Reading runs: the workflows served, the operator's overview, pages of runs, one run.
 
-Every read goes through `engine.run_views` and `engine.run_view` (the console's and the CLI's
+Every read goes through `engine.views.runs` and `engine.views.run` (the console's and the CLI's
 queries too), so all of them show the same runs in the same order.
 """
 
@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.encoders import jsonable_encoder
 
-from engine import run_view, run_views
-from engine.errors import NotFoundError
+from engine.base.errors import NotFoundError
 from engine.events.records import EventTables
-from engine.overview import overview as operator_overview
+from engine.views import run as run_view
+from engine.views import runs as run_views
+from engine.views.overview import overview as operator_overview
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
 
 if TYPE_CHECKING:
-    from engine.registry import WorkflowInfo
+    from engine.model.registry import WorkflowInfo
 
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page

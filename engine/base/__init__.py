@@ -1,0 +1,1 @@
+"""What every layer stands on: errors, the database clock, cron, settings, SQL helpers."""

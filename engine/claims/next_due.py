@@ -1,0 +1,93 @@
+"""When a worker next has anything to do: one statement over all its tables.
+
+For a table without a limit that is its earliest `wake_at` (leases count: a
+claimed row's wake_at is its lease's end), a probe of its partial due index.
+A limited table's due rows may be held back by their limit, so what counts
+for it is its earliest future `wake_at` and the instant one of its groups
+can next start (`engine.claims.limit_groups.ready_at`); and that it holds due
+work back at all, so the worker looks again every poll_interval, as another
+worker's finishing step may free a slot without a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Table, false, func, select, true, union_all
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
+
+from engine.base.clock import db_now
+from engine.claims.limit_groups import ready_at
+from engine.model.due import scheduled
+from engine.model.registry import WorkflowInfo
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """The earliest instant a worker's tables have work, and how far off it is."""
+
+    at: datetime
+    seconds: float  # from this transaction's database time; <= 0 means due now
+    held: bool = False  # a limit holds back work that is due already
+
+
+async def next_due(
+    conn: AsyncConnection,
+    infos: Sequence[WorkflowInfo],
+    steps: Sequence[tuple[str, ...] | None] | None = None,
+    bucket: Table | None = None,
+) -> NextDue | None:
+    """When the earliest work of `infos` (of `steps`, per table) comes due, or None.
+
+    Asked after a claim, work due now that was not taken came due since, or
+    another transaction held it.
+    """
+    if not infos:
+        return None
+    served = tuple(steps) if steps is not None else tuple(None for _ in infos)
+    row = (await conn.execute(next_due_statement(tuple(infos), served, bucket))).one()
+    return None if row.at is None else NextDue(row.at, float(row.seconds), bool(row.held))
+
+
+@lru_cache(maxsize=256)
+def next_due_statement(
+    infos: tuple[WorkflowInfo, ...],
+    steps: tuple[tuple[str, ...] | None, ...],
+    bucket: Table | None,
+) -> Executable:
+    """The earliest instant any of the tables has work, its distance, and whether held back."""
+    earliest = union_all(
+        *(_earliest(info, served, bucket) for info, served in zip(infos, steps, strict=True))
+    ).subquery()
+    at = func.min(earliest.c.at)
+    return select(
+        at.label("at"),
+        func.extract("epoch", at - db_now()).label("seconds"),
+        func.bool_or(earliest.c.held).label("held"),
+    )
+
+
+def _earliest(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None) -> Any:
+    """One table's earliest instant with work, and whether a limit holds due work back."""
+    table = info.table
+    mine = scheduled(table.c.next_step, steps)
+    if info.limit is None:
+        return select(func.min(table.c.wake_at).label("at"), false().label("held")).where(mine)
+    now = db_now()
+    future = select(func.min(table.c.wake_at)).where(mine, table.c.wake_at > now)
+    ready = ready_at(info, steps, bucket)
+    # Some row is due now exactly when the earliest scheduled one is: one probe of the
+    # due index's first entry, where EXISTS was planned as a scan that reads every row
+    # when none is due.
+    earliest = select(func.min(table.c.wake_at)).where(mine).scalar_subquery()
+    due_now = earliest <= now
+    # least() passes over NULLs: nothing in the future, or no group able to start.
+    return select(
+        func.least(future.scalar_subquery(), ready).label("at"),
+        (due_now & func.coalesce(ready > now, true())).label("held"),
+    )

@@ -1,0 +1,1 @@
+"""The mapped workflow classes, their steps and limits, and the process's database."""

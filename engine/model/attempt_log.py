@@ -1,0 +1,98 @@
+"""The attempt log: one row per step attempt, written in the same statement as its outcome.
+
+The application maps `AttemptLog` on its own base, so its migrations carry the
+table; a deployment that maps none pays nothing. Both commit paths write it
+through `log_attempts`; only `row.history()` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    literal,
+    select,
+)
+from sqlalchemy.dialects.postgresql import Insert, insert
+from sqlalchemy.orm import Mapped, class_mapper, mapped_column
+
+from engine.base.clock import db_now
+
+OUTCOMES = ("ok", "retry", "failed")
+# What a step attempt records, in the order of the table's columns after `workflow`.
+RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("run_key", Text),
+    ("step", Text),
+    ("attempt", Integer),
+    ("outcome", Text),
+    ("error", Text),
+    ("took_ms", Float),
+)
+LOG_COLUMNS = ["workflow", *(name for name, _ in RECORD_FIELDS), "finished_at"]
+
+_log_classes: list[type[Any]] = []
+
+
+def attempt_log_classes() -> list[type[Any]]:
+    """Every AttemptLog class mapped in this process."""
+    return list(_log_classes)
+
+
+def run_key(row: object) -> str:
+    """The run's primary key as the text the attempt log stores."""
+    return key_text(class_mapper(type(row)).primary_key_from_instance(row))
+
+
+def key_text(key: Sequence[Any]) -> str:
+    """A primary key's values (a claim's key) as the text the attempt log stores."""
+    return json.dumps(key[0] if len(key) == 1 else list(key), default=str)
+
+
+def log_attempts(
+    attempt_log: type[Any], workflow: str, records: Sequence[Any], written: Any
+) -> Insert:
+    """INSERT one log row per row of `written` (a fenced write's RETURNING), so only what moved.
+
+    `records` are the SQL values of RECORD_FIELDS, in order.
+    """
+    return insert(attempt_log.__table__).from_select(
+        LOG_COLUMNS, select(literal(workflow), *records, db_now()).select_from(written)
+    )
+
+
+class AttemptLogColumns:
+    """The attempt log's columns and registration, shared by both spellings."""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        table = cls.__dict__.get("__table__")
+        if isinstance(table, Table):
+            Index(f"ix_{table.name}_run"[:63], table.c.workflow, table.c.run_key, table.c.id)
+            # Retention walks the log oldest first, a batch at a time (engine.retention).
+            Index(f"ix_{table.name}_finished"[:63], table.c.finished_at, table.c.id)
+            _log_classes.append(cls)
+
+
+class AttemptLog(AttemptLogColumns):
+    """Map onto your own base to keep a row per step attempt."""
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    workflow: Mapped[str] = mapped_column(String(63))
+    run_key: Mapped[str] = mapped_column(Text)
+    step: Mapped[str] = mapped_column(String(200))
+    attempt: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    took_ms: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,151 @@
+"""The process's link to the workflow database: which session factory, tables and log.
+
+`connect_workflows(Session)` (and every `run_workflows`) makes a connection
+current for the process, so `row.start()`, `row.history()` and the handles
+(`Model.by(...)`) find their database without being passed one. The connection is
+process-wide rather than per task on purpose: an ASGI lifespan and the
+requests it serves run in different tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.sql import Executable
+
+from engine.base.errors import NotConnectedError, NotFoundError, UnsupportedTypeError
+from engine.model.attempt_log import attempt_log_classes
+from engine.model.limits import rate_bucket_classes
+from engine.model.registry import WorkflowInfo, registered_workflows, workflow_info
+
+log = logging.getLogger("duly.connection")
+
+
+@dataclass
+class WorkflowConnection:
+    """A session factory with the workflow tables and attempt log found in its database."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine
+    workflows: list[WorkflowInfo]
+    attempt_log: type[Any] | None
+    rate_bucket: type[Any] | None = None
+    kicks: list[Callable[[str], None]] = field(default_factory=list)
+    # The same engine and pool, each statement its own transaction.
+    autocommit: AsyncEngine = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def kick(self, workflow: str) -> None:
+        """Tell workers in this process that `workflow` has work ready (NOTIFY tells the rest)."""
+        for kick in list(self.kicks):
+            kick(workflow)
+
+
+_active: list[WorkflowConnection] = []
+
+
+def current_connection() -> WorkflowConnection:
+    """The connection entered most recently in this process."""
+    if not _active:
+        raise NotConnectedError()
+    return _active[-1]
+
+
+def session_engine(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    """The AsyncEngine a session factory is bound to."""
+    bind = sessionmaker.kw.get("bind")
+    if not isinstance(bind, AsyncEngine):
+        raise UnsupportedTypeError(
+            "The session factory must be an async_sessionmaker bound to an AsyncEngine "
+            "(async_sessionmaker(create_async_engine(url)))."
+        )
+    return bind
+
+
+async def open_connection(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    workflows: Iterable[type[Any]] | None = None,
+) -> WorkflowConnection:
+    """Find which workflow tables and attempt log exist in the session factory's database."""
+    engine = session_engine(sessionmaker)
+    if workflows is not None:
+        infos = [workflow_info(cls) for cls in workflows]
+        existing = await _existing_tables(engine, {info.table.fullname for info in infos})
+        missing = [info.table.fullname for info in infos if info.table.fullname not in existing]
+        if missing:
+            raise NotFoundError(f"Workflow tables missing from the database: {', '.join(missing)}.")
+    else:
+        candidates = registered_workflows()
+        existing = await _existing_tables(engine, {i.table.fullname for i in candidates})
+        infos = _one_per_table(i for i in candidates if i.table.fullname in existing)
+    metadatas = [info.table.metadata for info in infos]
+    attempt_log = await _mapped_in_database(engine, attempt_log_classes(), metadatas)
+    rate_bucket = await _mapped_in_database(engine, rate_bucket_classes(), metadatas)
+    return WorkflowConnection(sessionmaker, engine, infos, attempt_log, rate_bucket)
+
+
+@contextlib.asynccontextmanager
+async def activate(connection: WorkflowConnection) -> AsyncIterator[WorkflowConnection]:
+    """Make `connection` current for the process while the block runs."""
+    _active.append(connection)
+    try:
+        yield connection
+    finally:
+        _active.remove(connection)
+
+
+@contextlib.asynccontextmanager
+async def connect_workflows(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    workflows: Iterable[type[Any]] | None = None,
+) -> AsyncIterator[WorkflowConnection]:
+    """Address runs (start, history, ...) from a process that runs no steps."""
+    connection = await open_connection(Session, workflows)
+    async with activate(connection):
+        yield connection
+
+
+async def _mapped_in_database(
+    engine: AsyncEngine, classes: list[type[Any]], metadatas: list[Any]
+) -> type[Any] | None:
+    """The class of `classes` whose table exists, preferring one on the workflows' own base."""
+    ranked = sorted(classes, key=lambda c: any(c.metadata is m for m in metadatas))
+    present = await _existing_tables(engine, {c.__table__.fullname for c in ranked})
+    return next((c for c in reversed(ranked) if c.__table__.fullname in present), None)
+
+
+async def _existing_tables(engine: AsyncEngine, names: set[str]) -> set[str]:
+    if not names:
+        return set()
+    async with engine.connect() as conn:
+        result = await conn.execute(existing_tables_statement(), {"names": sorted(names)})
+        return {row.name for row in result if row.present}
+
+
+def existing_tables_statement() -> Executable:
+    """Which of the table names in :names exist in the database (to_regclass)."""
+    return select(text("name"), text("to_regclass(name) IS NOT NULL AS present")).select_from(
+        text("unnest(CAST(:names AS text[])) AS name")
+    )
+
+
+def _one_per_table(infos: Iterable[WorkflowInfo]) -> list[WorkflowInfo]:
+    chosen: dict[str, WorkflowInfo] = {}
+    for info in infos:
+        if info.table.fullname in chosen:
+            log.warning(
+                "Two workflow classes map table %s; serving the later, %s.",
+                info.table.fullname,
+                info.cls.__name__,
+            )
+        chosen[info.table.fullname] = info
+    return list(chosen.values())

@@ -1,0 +1,1 @@
+"""The Workflow mixin, what a step returns, and starting and addressing runs."""

@@ -1,0 +1,357 @@
+"""Addressing runs from outside: `Model.by(*where)` and what a handle can do.
+
+A webhook or a button reaches runs through a handle: `run` a step now on
+every matching row, `cancel` them where they stand, or read them with `get`
+and `all`. Every write is one statement: the matching rows move together,
+their version moves on (so a step running on one of them commits nothing),
+and whatever is left ready is announced in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Select,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    func,
+    not_,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.sql import Executable, operators
+from sqlalchemy.sql.elements import BinaryExpression, BindParameter
+
+from engine.base.clock import db_now
+from engine.base.driver import fetch
+from engine.base.errors import DulyError
+from engine.base.notify import announcement
+from engine.model.connection import current_connection
+from engine.model.due import scheduled
+from engine.model.registry import WorkflowInfo, workflow_info
+from engine.model.steps import Call, Step, as_call, check_owner
+from engine.runs.fanout import children_finished
+
+W = TypeVar("W")
+
+
+CANCELLED = "cancelled"  # the last_error of a cancelled run
+
+
+class Handle(Generic[W]):
+    """The runs of one workflow that match a WHERE clause."""
+
+    def __init__(self, cls: type[W], where: Sequence[ColumnElement[bool]]) -> None:
+        self._info = workflow_info(cls)
+        self._where = tuple(where)
+
+    async def run(self, target: Step[Any, Any] | Call[Any]) -> int:
+        """Run `target` now on every matching run, replacing what was scheduled.
+
+        A step already running keeps its lease: the new step starts as soon
+        as that one is done (its commit is discarded) or its lease runs out.
+        A finished run starts again. Returns how many runs were addressed.
+        """
+        call = as_call(target)
+        check_owner(call, self._info.cls)
+        statement = run_statement(self._info, self._where, call)
+        connection = current_connection()
+        async with connection.autocommit.connect() as conn:
+            addressed, _ = (await conn.execute(statement)).one()
+        connection.kick(self._info.name)
+        return int(addressed)
+
+    async def deliver(
+        self, target: Step[Any, Any] | Call[Any], key: str | None = None, restart: bool = False
+    ) -> int:
+        """Deliver an event to every matching run; returns how many accepted it.
+
+        A run waiting for the event's step takes it (before its deadline);
+        a run on its way to a wait holds it (one at a time); a finished run
+        refuses it unless `restart`, which starts it again with the event. A
+        `key` already taken by the run (its last sixteen) is refused.
+        """
+        call = as_call(target)  # the payload is checked against the step it addresses
+        check_owner(call, self._info.cls)
+        # "event" marks next_args as a delivered event: until a worker takes it, it counts
+        # as the run's one held event.
+        event = {**call.encoded, "event": True}
+        if key is not None:
+            event["event_key"] = key
+        params: dict[str, Any] = {
+            "duly_step": call.step.name,
+            # A run parked on a step's former name (`@step(aliases=...)`) takes it too.
+            "duly_step_names": [call.step.name, *call.step.aliases],
+            "duly_event": event,
+            "duly_key": key,
+        }
+        info = self._info
+        # One statement either way. A handle that names one run by its primary key (the
+        # webhook's usual case) reuses a statement built once per shape, keyed by value;
+        # any other WHERE is built into the UPDATE itself.
+        pinned = pinned_key(info, self._where)
+        connection = current_connection()
+        async with connection.autocommit.connect() as conn:
+            if pinned is None:
+                statement = delivery_statement_where(info, restart, key is not None, self._where)
+                accepted = int((await conn.execute(statement, params)).scalar_one())
+            else:
+                # Built once, so sent on the driver's connection (engine.base.driver): a webhook's
+                # delivery costs psycopg's time, not SQLAlchemy's execution path around it.
+                statement = delivery_statement(info, restart, key is not None)
+                [(count, _)] = await fetch(conn, statement, {**params, **pinned})
+                accepted = int(count)
+        if accepted:
+            connection.kick(self._info.name)
+        return accepted
+
+    async def cancel(self) -> int:
+        """End every matching run where it stands; returns how many were live.
+
+        Nothing stays scheduled, no wait, no held event; what the run has
+        done stays, and a step running now commits nothing.
+        """
+        statement = cancel_statement(self._info, self._where)
+        async with current_connection().engine.begin() as conn:
+            ended = (await conn.execute(statement)).all()
+            # A cancelled child counts as finished to the run that fanned it out.
+            await children_finished(conn, [row.parent for row in ended if row.parent], self._info)
+        return len(ended)
+
+    async def get(self) -> W | None:
+        """The one matching run, or None; more than one is an error."""
+        rows = await self._select(limit=2)
+        if len(rows) > 1:
+            raise DulyError(
+                f"More than one {self._info.cls.__name__} run matches: use all(), "
+                "or narrow the condition."
+            )
+        return rows[0] if rows else None
+
+    async def all(self) -> list[W]:
+        """Every matching run, in primary key order."""
+        return await self._select(limit=None)
+
+    async def newest(self, limit: int) -> list[W]:
+        """The `limit` matching runs with the highest primary keys, newest first."""
+        return await self._select(limit=limit, newest_first=True)
+
+    async def _select(self, limit: int | None, newest_first: bool = False) -> list[W]:
+        query = select_statement(self._info, self._where, limit, newest_first)
+        async with current_connection().sessionmaker() as session:
+            return list((await session.scalars(query)).all())
+
+
+def run_statement(
+    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], call: Call[Any]
+) -> Executable:
+    """Schedule `call` now on the matching runs; how many, and one NOTIFY if any is ready."""
+    table = info.table
+    now = db_now()
+    moved = (
+        update(table)
+        .where(*where)
+        .values(
+            next_step=call.step.name,
+            next_args=call.encoded,
+            attempts=0,
+            last_error=None,
+            waiting_for=None,
+            pending_event=None,
+            # The version moves on: a step running now commits nothing.
+            wf_version=table.c.wf_version + 1,
+            # A running step keeps its lease, so nothing runs beside it.
+            wake_at=_due_once_free(table, now),
+        )
+        .returning(func.coalesce(table.c.claimed_until > now, False))
+        .cte("moved")
+    )
+    held = moved.c[0]
+    # One announcement if any row is ready now; rows still leased say nothing yet.
+    ready = select(func.count().filter(~held)).select_from(moved).scalar_subquery()
+    return select(
+        select(func.count()).select_from(moved).scalar_subquery(),
+        case((ready > 0, announcement(table.name)), else_=None),
+    )
+
+
+def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> Executable:
+    """End the live matching runs where they stand; each one's parent, to count down.
+
+    A cancelled run says so: `last_error` is `CANCELLED` (an error the engine
+    writes is always `Type: message`, so the word alone cannot be one).
+    """
+    table = info.table
+    return (
+        update(table)
+        .where(*where)
+        .where(scheduled(table.c.next_step) | table.c.waiting_for.isnot(None))
+        .values(
+            next_step=None,
+            next_args=None,
+            wake_at=None,
+            claimed_until=None,
+            waiting_for=None,
+            pending_event=None,
+            attempts=0,
+            last_error=CANCELLED,
+            wf_version=table.c.wf_version + 1,
+        )
+        .returning(table.c.parent)
+    )
+
+
+def pinned_key(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> dict[str, Any] | None:
+    """The parameters of `delivery_statement` for the one run `where` names; None if it names
+    no single run by its primary key.
+
+    Only `column == value` on every primary key column, nothing else, qualifies:
+    then the rows the WHERE matches are exactly the row with that key.
+    """
+    columns = list(info.mapper.primary_key)
+    values: dict[str, Any] = {}
+    for clause in where:
+        if not isinstance(clause, BinaryExpression) or clause.operator is not operators.eq:
+            return None
+        column, value = clause.left, clause.right
+        if not isinstance(value, BindParameter) or not isinstance(column, ColumnElement):
+            return None
+        found = [i for i, key in enumerate(columns) if column.shares_lineage(key)]
+        name = f"duly_key_{found[0]}" if len(found) == 1 else None
+        if name is None or name in values or value.effective_value is None:
+            return None
+        values[name] = value.effective_value
+    return values if len(values) == len(columns) else None
+
+
+def select_statement(
+    info: WorkflowInfo,
+    where: Sequence[ColumnElement[bool]],
+    limit: int | None,
+    newest_first: bool = False,
+) -> Select[Any]:
+    """The matching runs as instances, by primary key (the newest first, if asked)."""
+    key = info.mapper.primary_key
+    order = [column.desc() for column in key] if newest_first else key
+    return select(info.cls).where(*where).order_by(*order).limit(limit)
+
+
+def _due_once_free(table: Any, now: Any) -> Any:
+    """Due now, or when the lease of a step still running on the row ends."""
+    return case((table.c.claimed_until > now, table.c.claimed_until), else_=now)
+
+
+@lru_cache(maxsize=256)
+def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
+    """One UPDATE that sorts the run with the given key into accepts, holds, or refuses.
+
+    The key travels as one parameter per column (`duly_key_0`, ...): the text
+    never changes with the call, so nothing is rendered again per delivery.
+    """
+    columns = info.mapper.primary_key
+    named = [column == bindparam(f"duly_key_{i}") for i, column in enumerate(columns)]
+    return _delivery(info, restart, keyed, and_(*named))
+
+
+def delivery_statement_where(
+    info: WorkflowInfo, restart: bool, keyed: bool, where: Sequence[ColumnElement[bool]]
+) -> Executable:
+    """The delivery of `delivery_statement` to the runs `where` matches, built for this call."""
+    return _delivery(info, restart, keyed, and_(true(), *where))
+
+
+def _delivery(
+    info: WorkflowInfo, restart: bool, keyed: bool, rows: ColumnElement[bool]
+) -> Executable:
+    t = info.table
+    now = db_now()
+    step_name = bindparam("duly_step", type_=Text)
+    key = bindparam("duly_key", type_=Text)
+    deadline = cast(t.c.next_args["deadline"].as_string(), DateTime(timezone=True))
+    key_free: ColumnElement[bool] = true()
+    if keyed:
+        key_free = not_(
+            or_(
+                func.coalesce(cast(t.c.recent_event_keys, JSONB).op("?")(key), False),
+                # An accepted event not yet run, or the one held, carries its key too.
+                t.c.next_args["event_key"].as_string().is_not_distinct_from(key),
+                t.c.pending_event["event_key"].as_string().is_not_distinct_from(key),
+            )
+        )
+    # Waiting for this step, and the deadline (judged now, as the delivery reaches the
+    # row) not passed; or finished, and told to start again.
+    names = bindparam("duly_step_names", type_=ARRAY(Text))
+    takes = [and_(t.c.waiting_for == any_(names), or_(deadline.is_(None), deadline > now))]
+    if restart:
+        takes.append(and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None)))
+    # IS TRUE: a NULL (no wait, no deadline) must read as "no", not as unknown.
+    accepts = and_(key_free, or_(*takes)).is_(true())
+    # An event accepted but not yet taken by a worker still counts as the one held.
+    untaken_event = and_(
+        t.c.claimed_until.is_(None),
+        t.c.next_args["event"].as_string().is_not_distinct_from("true"),
+    )
+    # On its way to a wait (a step scheduled or running, no wait armed): hold one event,
+    # unless it accepts this one.
+    may_hold = and_(
+        key_free,
+        t.c.waiting_for.is_(None),
+        scheduled(t.c.next_step),
+        t.c.pending_event.is_(None),
+        not_(untaken_event),
+    )
+    # Sort the rows once, locking them (a row changed meanwhile is sorted as it now
+    # stands), then write each by its sort: the verdicts are computed and spelled once,
+    # which keeps the statement short enough for psycopg to cache its parsing.
+    key_columns = list(info.mapper.primary_key)
+    sorted_rows = (
+        select(*key_columns, accepts.label("accepts"), may_hold.label("may_hold"))
+        .where(rows)
+        .with_for_update(key_share=True)
+        .cte("sorted")
+    )
+    taken: ColumnElement[bool] = sorted_rows.c.accepts
+    event = cast(bindparam("duly_event", type_=JSONB), JSONB)
+    moved = (
+        update(t)
+        .where(*(column == sorted_rows.c[column.name] for column in key_columns))
+        .where(or_(taken, sorted_rows.c.may_hold))
+        .values(
+            next_step=case((taken, step_name), else_=t.c.next_step),
+            next_args=case((taken, event), else_=t.c.next_args),
+            waiting_for=case((taken, None), else_=t.c.waiting_for),
+            pending_event=case(
+                (taken, None),
+                # The held event is the event with its step: built here, not sent twice.
+                (
+                    sorted_rows.c.may_hold,
+                    func.jsonb_build_object("step", step_name).op("||")(event),
+                ),
+                else_=t.c.pending_event,
+            ),
+            attempts=case((taken, 0), else_=t.c.attempts),
+            last_error=case((taken, None), else_=t.c.last_error),
+            # A timeout step already running keeps its lease; its commit is fenced.
+            wake_at=case((taken, _due_once_free(t, now)), else_=t.c.wake_at),
+            wf_version=case((taken, t.c.wf_version + 1), else_=t.c.wf_version),
+        )
+        # RETURNING sees the new row: a run that took the event holds none, and is due
+        # now unless a running step's lease still holds it.
+        .returning(and_(t.c.pending_event.is_(None), t.c.wake_at <= now).label("ready"))
+        .cte("moved")
+    )
+    ready = select(func.count()).select_from(moved).where(moved.c.ready).scalar_subquery()
+    announced = case((ready > 0, announcement(t.name)), else_=None)
+    return select(select(func.count()).select_from(moved).scalar_subquery(), announced)

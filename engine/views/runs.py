@@ -1,0 +1,445 @@
+"""What an operator reads of a workflow's runs: a page of them, and how a run's key is spelled.
+
+    page = await list_runs(connection, info, RunFilter(state="failed"))   # newest first
+    page = await list_runs(connection, info, order="soonest", after=page.next_after)
+
+The HTTP API, the console and `duly runs` all read through these. A page goes
+on from a cursor through an index (newest: the primary key's, backwards; soonest: the due
+index, then the unscheduled runs by key), and a filter looks at the next `SCAN_WINDOW` rows
+of that walk only, so the thousandth page costs what the first does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql import util as sql_util
+
+from engine.base.errors import DulyError, NotFoundError
+from engine.model.connection import WorkflowConnection
+from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.views.overview import RUN_STATES, run_state, state_condition
+
+RUN_ORDERS = ("newest", "soonest")
+DEFAULT_PAGE = 50  # runs
+MAX_PAGE = 500  # runs
+SHOWN_ENGINE_COLUMNS = ("next_step", "next_args", "wake_at", "attempts", "last_error")
+HIDDEN_COLUMNS = frozenset(ENGINE_COLUMNS) - set(SHOWN_ENGINE_COLUMNS)
+LOG_RUN_COLUMNS = ("workflow", "run_key")  # of the attempt log: the run names them already
+MAX_CHILDREN = 20  # children a run's page lists per table
+MAX_FILTER_TEXT = 1000  # characters of a filter's text
+SCAN_WINDOW = 5_000  # rows a page reads at most in each walk: a filter's cost is bounded
+# States whose rows have no step scheduled, and those whose rows all have one: a soonest
+# page skips the half of its walk that cannot hold them.
+UNSCHEDULED_STATES = frozenset({"finished", "failed", "cancelled"})
+SCHEDULED_STATES = frozenset({"scheduled", "retrying"})
+
+
+# -- keys and cursors -------------------------------------------------------------------------
+
+
+def find_workflow(connection: WorkflowConnection, name: str) -> WorkflowInfo:
+    """The workflow table `name` the connection serves; NotFoundError when it serves none."""
+    for info in connection.workflows:
+        if info.name == name:
+            return info
+    raise NotFoundError(f"No workflow named {name!r}.")
+
+
+def parse_key(info: WorkflowInfo, key: str) -> tuple[Any, ...]:
+    """The primary key as a URL spells it, as typed values: the text, or a JSON list."""
+    columns = list(info.mapper.primary_key)
+    if len(columns) == 1:
+        parts: list[Any] = [key]
+    else:
+        try:
+            parts = json.loads(key)
+        except ValueError:
+            parts = []
+        if not isinstance(parts, list) or len(parts) != len(columns):
+            raise DulyError(f"The key of {info.name} has {len(columns)} parts: give a JSON list.")
+    return tuple(_typed(info, column, part) for column, part in zip(columns, parts, strict=True))
+
+
+def key_text(info: WorkflowInfo, row: Any) -> str:
+    """A run's key as its URL spells it: the value, or a JSON list for a composite key."""
+    return key_text_of(info.mapper.primary_key_from_instance(row))
+
+
+def key_text_of(values: Sequence[Any]) -> str:
+    """The URL spelling of a primary key's values."""
+    if len(values) == 1:
+        value = values[0]
+        return value.isoformat() if isinstance(value, date | time) else str(value)
+    return json.dumps([json_value(value) for value in values])
+
+
+def json_value(value: Any) -> Any:
+    """A value as JSON holds it: times in ISO 8601, other non-JSON types as their text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    return str(value)
+
+
+def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
+    try:
+        kind = column.type.python_type
+    except NotImplementedError:
+        return value
+    if isinstance(value, kind):
+        return value
+    try:
+        parse = getattr(kind, "fromisoformat", kind)
+        return parse(value if isinstance(value, str) else str(value))
+    except (TypeError, ValueError, ArithmeticError):
+        expected = f"expected {kind.__name__}"
+        raise DulyError(
+            f"{value!r} is not a valid {column.name} for {info.name}: {expected}."
+        ) from None
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ends: the order, the walk (`s`cheduled or `r`est), its due time and key."""
+
+    order: str
+    walk: str
+    key: tuple[Any, ...]
+    wake_at: datetime | None = None
+
+    def encode(self) -> str:
+        """The cursor as URL-safe text."""
+        document = {"o": self.order, "p": self.walk, "k": [json_value(k) for k in self.key]}
+        if self.wake_at is not None:
+            document["w"] = self.wake_at.isoformat()
+        raw = json.dumps(document, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, info: WorkflowInfo, text: str, order: str) -> Cursor:
+        """A cursor given back; a DulyError when it is not one this module wrote for `order`."""
+        refused = DulyError(
+            f"{text[:80]!r} is not a page cursor of {info.name}'s {order} runs: "
+            "page on from the link a page gave."
+        )
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            document = json.loads(raw)
+            walk, parts = document["p"], document["k"]
+            wake_at = datetime.fromisoformat(document["w"]) if "w" in document else None
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            raise refused from None
+        columns = list(info.mapper.primary_key)
+        valid_walk = walk in ("s", "r") if order == "soonest" else walk == "n"
+        if document.get("o") != order or not valid_walk or not isinstance(parts, list):
+            raise refused
+        if len(parts) != len(columns) or (walk == "s") != (wake_at is not None):
+            raise refused
+        key = tuple(_typed(info, c, p) for c, p in zip(columns, parts, strict=True))
+        return cls(order, walk, key, wake_at)
+
+
+# -- a page of runs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a page shows: any combination, each optional."""
+
+    state: str | None = None  # one of RUN_STATES
+    step: str | None = None  # the step the run is at (`next_step`)
+    key: str | None = None  # one run's key, as its URL spells it
+    error: str | None = None  # text within `last_error`, any case
+
+    def clauses(self, info: WorkflowInfo) -> list[ColumnElement[bool]]:
+        """The WHERE clauses of this filter on `info`'s table; a DulyError for a bad value."""
+        table = info.table
+        where: list[ColumnElement[bool]] = []
+        if self.state is not None:
+            if self.state not in RUN_STATES:
+                raise DulyError(f"No run state {self.state!r}: use one of {', '.join(RUN_STATES)}.")
+            where.append(state_condition(table, self.state))
+        for name, text in (("step", self.step), ("key", self.key), ("error", self.error)):
+            if text is not None and len(text) > MAX_FILTER_TEXT:
+                raise DulyError(f"The {name} filter is longer than {MAX_FILTER_TEXT} characters.")
+        if self.step is not None:
+            where.append(table.c.next_step == self.step)
+        if self.key is not None:
+            parts = zip(info.mapper.primary_key, parse_key(info, self.key), strict=True)
+            where.append(and_(*(column == value for column, value in parts)))
+        if self.error:
+            where.append(table.c.last_error.icontains(self.error, autoescape=True))
+        return where
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run as a list shows it: its state, its row (the engine's bookkeeping left out)."""
+
+    workflow: str
+    key: str
+    state: str
+    row: dict[str, Any]  # by column name
+    waiting_for: str | None
+    deadline: Any  # when a wait with a timeout gives up (ISO text, as the engine stores it)
+    held_event: dict[str, Any] | None
+    parent: dict[str, Any] | None
+    children_left: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as the API answers it (values still Python's: encode them for JSON)."""
+        return {
+            "key": self.key,
+            "state": self.state,
+            "row": self.row,
+            "waiting_for": self.waiting_for,
+            "deadline": self.deadline,
+            "held_event": self.held_event,
+            "parent": self.parent,
+            "children_left": self.children_left,
+        }
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs and where the next one starts."""
+
+    workflow: str
+    order: str
+    runs: list[RunSummary]
+    next_after: str | None  # the cursor of the next page; None on the last
+    next_offset: int | None  # the same page by offset, for clients that page so
+    # The page ended where its search window did, not because it was full: `next_after`
+    # goes on searching from there (a filter few runs match, over many runs).
+    searching: bool = False
+
+
+def summarize(info: WorkflowInfo, row: Any) -> RunSummary:
+    """A run instance as a RunSummary."""
+    shown = {
+        column.name: getattr(row, info.mapper.get_property_by_column(column).key)
+        for column in info.table.c
+        if column.name not in HIDDEN_COLUMNS
+    }
+    waiting = row.waiting_for is not None
+    held = row.pending_event
+    return RunSummary(
+        workflow=info.name,
+        key=key_text(info, row),
+        state=run_state(row),
+        row=shown,
+        waiting_for=row.waiting_for,
+        deadline=(row.next_args or {}).get("deadline") if waiting else None,
+        held_event=None if held is None else dict(held),
+        parent=row.parent,
+        children_left=row.children_left,
+    )
+
+
+async def list_runs(
+    connection: WorkflowConnection,
+    info: WorkflowInfo,
+    filters: RunFilter | None = None,
+    *,
+    order: str = "newest",
+    limit: int = DEFAULT_PAGE,
+    after: str | None = None,
+    offset: int = 0,
+) -> RunPage:
+    """A page of `info`'s runs in `order`, after the cursor `after` (or skipping `offset`).
+
+    A page (unless by offset) reads at most SCAN_WINDOW rows of each walk: a
+    filter few runs match ends the page early, with `searching` set and the
+    cursor where the search stopped.
+    """
+    if order not in RUN_ORDERS:
+        raise DulyError(f"No order {order!r}: use one of {', '.join(RUN_ORDERS)}.")
+    if not 1 <= limit <= MAX_PAGE:
+        raise DulyError(f"A page holds 1 to {MAX_PAGE} runs, not {limit}.")
+    if offset < 0 or (offset and after is not None):
+        raise DulyError("Page with a cursor or with an offset of 0 or more, not both.")
+    filters = filters or RunFilter()
+    where = filters.clauses(info)
+    cursor = Cursor.decode(info, after, order) if after is not None else None
+    walks = ("n",) if order == "newest" else soonest_walks(filters.state)
+    if cursor is not None:
+        walks = walks[walks.index(cursor.walk) :] if cursor.walk in walks else ()
+    found: list[tuple[Any, str]] = []
+    stopped: Cursor | None = None  # where a search ran out of its window
+    async with connection.sessionmaker() as session:
+        if offset:
+            found = await _offset_page(session, info, where, walks, limit, offset)
+        else:
+            for walk in walks:
+                start = cursor if cursor is not None and cursor.walk == walk else None
+                want = limit + 1 - len(found)
+                statement = walk_statement(info, walk, where, start, want, windowed=True)
+                found += [(row, walk) for row in (await session.scalars(statement)).all()]
+                if len(found) > limit:
+                    break
+                end = (await session.execute(window_end_statement(info, walk, start))).first()
+                if end is not None:  # the window ran out before the walk did: stop here
+                    stopped = Cursor(order, walk, tuple(end)[1:], end[0] if walk == "s" else None)
+                    break
+    more = len(found) > limit
+    shown = found[:limit]
+    next_after = stopped.encode() if stopped is not None and not more else None
+    if more:
+        last, walk = shown[-1]
+        key = tuple(info.mapper.primary_key_from_instance(last))
+        next_after = Cursor(order, walk, key, last.wake_at if walk == "s" else None).encode()
+    return RunPage(
+        workflow=info.name,
+        order=order,
+        runs=[summarize(info, row) for row, _ in shown],
+        next_after=next_after,
+        next_offset=offset + limit if more and after is None else None,
+        searching=stopped is not None and not more,
+    )
+
+
+async def _offset_page(
+    session: Any,
+    info: WorkflowInfo,
+    where: list[ColumnElement[bool]],
+    walks: Sequence[str],
+    limit: int,
+    offset: int,
+) -> list[tuple[Any, str]]:
+    """A page by offset, as the API always allowed: it reads every row it skips."""
+    found: list[tuple[Any, str]] = []
+    for walk in walks:
+        if walk == "s" and "r" in walks:
+            count = select(func.count()).select_from(info.table)
+            count = count.where(*where, info.table.c.next_step.isnot(None))
+            scheduled_rows = int((await session.execute(count)).scalar_one())
+            if offset >= scheduled_rows:
+                offset -= scheduled_rows
+                continue
+        statement = walk_statement(info, walk, where, None, limit + 1 - len(found), offset=offset)
+        found += [(row, walk) for row in (await session.scalars(statement)).all()]
+        offset = 0
+        if len(found) > limit:
+            break
+    return found
+
+
+def soonest_walks(state: str | None) -> tuple[str, ...]:
+    """The walks a soonest page takes for `state`: scheduled rows, then the rest."""
+    if state in UNSCHEDULED_STATES:
+        return ("r",)
+    if state in SCHEDULED_STATES:
+        return ("s",)
+    return ("s", "r")
+
+
+def _after_key(info: WorkflowInfo, key: tuple[Any, ...], newer: bool) -> ColumnElement[bool]:
+    """The rows whose key comes after `key`: lower keys when `newer`-first, else higher."""
+    columns = list(info.mapper.primary_key)
+    left: Any
+    right: Any
+    if len(columns) == 1:
+        left, right = columns[0], literal(key[0], columns[0].type)
+    else:
+        left, right = tuple_(*columns), tuple_(*(literal(v) for v in key))
+    after: ColumnElement[bool] = left < right if newer else left > right
+    return after
+
+
+def walk_order(info: WorkflowInfo, walk: str) -> list[Any]:
+    """The ORDER BY of a walk: `n`ewest by key, `s`cheduled by due time then key, `r`est by key."""
+    keys = list(info.mapper.primary_key)
+    if walk == "n":
+        return [c.desc() for c in keys]
+    if walk == "s":
+        return [info.table.c.wake_at, *keys]
+    return keys
+
+
+def walk_clauses(info: WorkflowInfo, walk: str, cursor: Cursor | None) -> list[ColumnElement[bool]]:
+    """The rows a walk reads, after its cursor.
+
+    The scheduled walk's `wake_at >= w` is the due index's range condition;
+    the tie on `wake_at` is broken by key among the few rows at that instant.
+    """
+    table = info.table
+    clauses: list[ColumnElement[bool]] = []
+    if walk == "s":
+        clauses.append(table.c.next_step.isnot(None))
+    if cursor is None:
+        return clauses
+    if walk == "s":
+        at = cursor.wake_at
+        clauses.append(table.c.wake_at >= at)
+        clauses.append(or_(table.c.wake_at > at, _after_key(info, cursor.key, newer=False)))
+    else:
+        clauses.append(_after_key(info, cursor.key, newer=walk == "n"))
+    return clauses
+
+
+def walk_statement(
+    info: WorkflowInfo,
+    walk: str,
+    where: list[ColumnElement[bool]],
+    cursor: Cursor | None,
+    limit: int,
+    *,
+    windowed: bool = False,
+    offset: int = 0,
+) -> Select[Any]:
+    """Up to `limit` runs of a walk that match `where`, after the cursor.
+
+    Windowed, the walk's next SCAN_WINDOW rows are read through its index
+    (newest and rest: the primary key; scheduled: the due index) and only
+    those are filtered, so a filter few runs match costs a window, not the
+    table.
+    """
+    order = walk_order(info, walk)
+    clauses = walk_clauses(info, walk, cursor)
+    if walk == "r":
+        where = [*where, info.table.c.next_step.is_(None)]
+    if not windowed:
+        statement = select(info.cls).where(*clauses, *where).order_by(*order)
+        return statement.limit(limit).offset(offset or None)
+    window = (
+        select(info.table).where(*clauses).order_by(*order).limit(SCAN_WINDOW).subquery("window")
+    )
+    scanned = aliased(info.cls, window)
+    local = [_on(window, clause) for clause in where]
+    return select(scanned).where(*local).order_by(*(_on(window, o) for o in order)).limit(limit)
+
+
+def window_end_statement(info: WorkflowInfo, walk: str, cursor: Cursor | None) -> Select[Any]:
+    """The last row of a walk's window (its due time and key), if the walk is that long."""
+    keys = list(info.mapper.primary_key)
+    return (
+        select(info.table.c.wake_at, *keys)
+        .where(*walk_clauses(info, walk, cursor))
+        .order_by(*walk_order(info, walk))
+        .offset(SCAN_WINDOW - 1)
+        .limit(1)
+    )
+
+
+def _on(window: Any, expression: Any) -> Any:
+    """`expression` on the table, rewritten onto the window's columns."""
+    return sql_util.ClauseAdapter(window).traverse(expression)
+
+
+# -- one run -------------------------------------------------------------------------------------

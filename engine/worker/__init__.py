@@ -1,0 +1,1 @@
+"""The worker: passes, one step's execution, the commit queue, leases, sleeping."""
