@@ -9,6 +9,7 @@ tables the application declared itself.
 
 from __future__ import annotations
 
+import importlib
 import types
 import weakref
 from collections.abc import Iterator, Mapping
@@ -18,8 +19,6 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import MetaData, Table
 from sqlalchemy.orm import MappedAsDataclass
 
-# `engine` itself, for the graph names it imports when first asked for (PEP 562).
-import engine
 import engine.dataclass as dataclass_mixins
 from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError
@@ -275,18 +274,27 @@ def _mixin(role: str, dataclass_base: bool) -> type[Any]:
     }[role]
 
 
+# The graph layer is imported when an app asks for its tables, as `engine` imports its graph
+# names when first asked for: a process that maps no graph never loads it.
+GRAPH_TABLES_MODULE = "engine.graphs.tables"
+GRAPH_TIMERS_MODULE = "engine.graphs.moves.timers"
+
+
 def _graph_mixins(with_timers: bool) -> dict[str, type[Any]]:
-    """The graph mixins by role, imported now: a process that maps no graph never loads them."""
-    mixins = {role: getattr(engine, name) for role, name in _GRAPH_ROLES.items()}
+    """The graph mixins by role, imported now."""
+    tables = importlib.import_module(GRAPH_TABLES_MODULE)
+    mixins = {role: getattr(tables, name) for role, name in _GRAPH_ROLES.items()}
     if with_timers:
-        mixins[TIMER] = engine.GraphTimer
+        mixins[TIMER] = importlib.import_module(GRAPH_TIMERS_MODULE).GraphTimer
     return mixins
 
 
 def _graph_tables(classes: Mapping[str, type[Any]]) -> GraphTables:
-    return engine.GraphTables(
+    graph_tables_class = importlib.import_module(GRAPH_TABLES_MODULE).GraphTables
+    tables = graph_tables_class(
         **{role: classes[role] for role in _GRAPH_ROLES}, timer=classes.get(TIMER)
     )
+    return cast("GraphTables", tables)
 
 
 def _map(base: type[Any], mixin: type[Any], table_name: str | None) -> type[Any]:

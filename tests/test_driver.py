@@ -1,4 +1,4 @@
-"""Hot statements on the driver's connection (`engine.base.driver.fetch`) behave as through SQLAlchemy.
+"""Hot statements on the driver's connection (`engine.base.driver.fetch`) act as SQLAlchemy's.
 
 - the rows are SQLAlchemy's rows, by position, by attribute and by `_mapping`:
   test_rows_are_the_ones_sqlalchemy_returns

@@ -1,4 +1,4 @@
-"""A connection kept by a loop (`engine.worker.held.HeldConnection`), and given back when the worker idles.
+"""A connection kept by a loop (`engine.worker.held.HeldConnection`), given back when idle.
 
 - blocks one after another use one connection: test_blocks_share_one_connection
 - a statement the database refuses keeps it: test_a_refused_statement_keeps_the_connection

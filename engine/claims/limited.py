@@ -1,10 +1,11 @@
 """Claiming a limited workflow: a group at a time, longest-waiting group first.
 
-One short transaction of two statements. The first chooses the groups that can start now
-(`engine.claims.limit_groups`, helped by the caller's `engine.claims.group_memory`) and takes each one's
-advisory lock with `pg_try_advisory_xact_lock`, passing over a group another worker is
-claiming, so no claim waits. The second, with a snapshot taken after the locks, leases each
-locked group's oldest due rows as its limit and bucket allow, and spends its tokens.
+One short transaction of two statements. The first chooses the groups that can start
+now (`engine.claims.limit_groups`, helped by the caller's `engine.claims.group_memory`)
+and takes each one's advisory lock with `pg_try_advisory_xact_lock`, passing over a group
+another worker is claiming, so no claim waits. The second, with a snapshot taken after the
+locks, leases each locked group's oldest due rows as its limit and bucket allow, and
+spends its tokens.
 """
 
 from __future__ import annotations

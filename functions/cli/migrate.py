@@ -17,7 +17,8 @@ from sqlalchemy.pool import NullPool
 
 from engine import ConfigurationError
 from engine.base import settings as variables
-from functions.cli.common import FAILURE, USAGE_ERROR, CommandError, put_cwd_on_path
+from functions.cli.common import CommandError
+from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.settings import database_url
 
 if TYPE_CHECKING:

@@ -26,8 +26,9 @@ from engine.events.records import EventTables
 from engine.model.connection import activate, open_connection
 from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events
-from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
+from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
+from functions.command_line import INTERRUPTED, USAGE_ERROR
 from functions.requests.lookup import mapped_event_tables
 
 

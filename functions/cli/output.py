@@ -8,7 +8,7 @@ from typing import TextIO
 
 from engine import DulyError, NotFoundError
 from engine.retention import Batch
-from functions.cli.common import FAILURE, USAGE_ERROR
+from functions.command_line import FAILURE, USAGE_ERROR
 
 TTY_TICK = 0.25  # seconds between redraws of drain's progress bar
 PLAIN_TICK = 5.0  # seconds between drain's progress lines when not on a terminal

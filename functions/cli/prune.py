@@ -16,8 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.connection import open_connection
 from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
-from functions.cli.common import INTERRUPTED, USAGE_ERROR, CommandError, app_database, on_database
+from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import PruneTicker
+from functions.command_line import INTERRUPTED, USAGE_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:

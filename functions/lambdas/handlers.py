@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from engine.base.errors import ConfigurationError
-from functions.lambdas import work
+from functions.lambdas import http_events, work
 from functions.lambdas.runtime import Budget, Runtime, runtime
 
 log = logging.getLogger("duly.lambda")
@@ -72,7 +72,7 @@ def handle(
     rt.budget = budget
     rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
     if is_http(event):
-        return rt.http(event, context)
+        return http_events.answer(rt, event, context)
     try:
         return rt.run(operation(rt, event, budget))
     except ConfigurationError:

@@ -18,7 +18,8 @@ a warm invocation pays for none of it:
 - the workflow connection (which tables exist), the wake slots, the scheduler.
 - boto3 clients, each made on first use (boto3 itself is imported then):
   `wake`, `drain` and `deliver` reach AWS only to move a schedule or invoke.
-- the HTTP app (FastAPI through mangum), built on the first HTTP event only.
+- the HTTP app (FastAPI through mangum, `functions.lambdas.http_events`), built on the
+  first HTTP event only.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from sqlalchemy.ext.asyncio import (
 
 from engine import EventRegistry, get_event_registry
 from engine.events.records import EventTables
-from engine.model.connection import WorkflowConnection, activate, open_connection
+from engine.model.connection import WorkflowConnection, open_connection
 from engine.retention import RetentionSettings
 from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
@@ -56,7 +57,6 @@ from infra.wake_slots import WakeSlots
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from fastapi import FastAPI
 
 log = logging.getLogger("duly.lambda")
 
@@ -171,7 +171,7 @@ class Runtime:
         self._container_lock: asyncio.Lock | None = None
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
-        self._http: LambdaHandler | None = None
+        self.http_handler: LambdaHandler | None = None  # the app through mangum, once built
         self.invoked_function_arn: str | None = None  # the last invocation's, for self-invokes
         self.budget: Budget | None = None  # the current invocation's (HTTP /wake reads it)
 
@@ -314,53 +314,6 @@ class Runtime:
         that address runs themselves debounce with `infra.kicks`)."""
         container = await self.container()
         await container.scheduler.kick()
-
-    # -- HTTP ------------------------------------------------------------------------
-
-    def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        """Answer an HTTP event (Function URL, HTTP API 2.0) with the app, on this loop."""
-        handler = self._http if self._http is not None else self._make_http()
-        # Mangum runs the app with run_until_complete on the thread's current loop: make
-        # that the container's, where the engine and its pool live.
-        asyncio.set_event_loop(self.loop)
-        return handler(event, context)
-
-    def serve(self, app: FastAPI) -> None:
-        """Give an app what its routes call on Lambda: `POST /wake` and `/drain` run in this
-        container, and `kick` (after `POST /events` stored something) is the scheduler's."""
-        from functions.lambdas.work import drain as drain_outbox
-        from functions.lambdas.work import http_wake
-
-        async def wake(timeout_seconds: float) -> bool:
-            return await http_wake(self, timeout_seconds)
-
-        async def drain() -> dict[str, Any]:
-            budget = self.budget or Budget.of(None, self.settings.wake_margin_seconds)
-            return await drain_outbox(self, {}, budget)
-
-        app.state.wake = wake
-        app.state.drain = drain
-        app.state.kick = self.kick
-
-    def _make_http(self) -> LambdaHandler:
-        from mangum import Mangum
-
-        from functions.http.app import create_app
-
-        container = self.run(self.container())
-        app = create_app(container.Session, run_worker=False)
-        # The lifespan is off under mangum (it would run on every invocation): set what it sets.
-        app.state.connection = container.connection
-        self.serve(app)
-
-        async def connected(scope: Any, receive: Any, send: Any) -> None:
-            async with activate(container.connection):
-                await app(scope, receive, send)
-
-        asyncio.set_event_loop(self.loop)
-        handler: LambdaHandler = Mangum(connected, lifespan="off")
-        self._http = handler
-        return handler
 
 
 _runtime: list[Runtime] = []

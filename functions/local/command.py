@@ -29,7 +29,7 @@ from engine import EventRegistry, connect_workflows, get_event_registry
 from engine.events.records import outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.app_config import configure_app_events, configure_app_graphs
-from functions.cli import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
+from functions.command_line import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app

@@ -56,6 +56,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from engine.base import settings as variables
 from engine.base.clock import db_now
 from functions.lambdas import handlers as lambda_handlers
+from functions.lambdas import http_events
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import create_dev_app
 from infra import scheduler as scheduler_tables
@@ -369,7 +370,7 @@ def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
     `app.state.kick`: the connection's commit kicks reach the firer instead,
     as `kick_wake_after_commits` does for a `connect_workflows` process on AWS.
     """
-    rt.serve(app)
+    http_events.serve(rt, app)
 
     def commit_kick(workflow: str) -> None:
         firer.kick()

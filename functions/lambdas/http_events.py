@@ -1,0 +1,65 @@
+"""An HTTP event on Lambda: the one app through mangum, on the container's loop.
+
+The app is built on the container's first HTTP event (a direct event never imports
+FastAPI or mangum); its `POST /wake` and `/drain` run in the container, and its `kick`
+is the scheduler's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from engine.model.connection import activate
+from functions.lambdas.runtime import Budget, LambdaHandler, Runtime
+from functions.lambdas.work import drain as drain_outbox
+from functions.lambdas.work import http_wake
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def answer(runtime: Runtime, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Answer an HTTP event (Function URL, HTTP API 2.0) with the app, on the container's loop."""
+    handler = runtime.http_handler if runtime.http_handler is not None else _make_http(runtime)
+    # Mangum runs the app with run_until_complete on the thread's current loop: make
+    # that the container's, where the engine and its pool live.
+    asyncio.set_event_loop(runtime.loop)
+    return handler(event, context)
+
+
+def serve(runtime: Runtime, app: FastAPI) -> None:
+    """Give an app what its routes call on Lambda: `POST /wake` and `/drain` run in this
+    container, and `kick` (after `POST /events` stored something) is the scheduler's."""
+
+    async def wake(timeout_seconds: float) -> bool:
+        return await http_wake(runtime, timeout_seconds)
+
+    async def drain() -> dict[str, Any]:
+        budget = runtime.budget or Budget.of(None, runtime.settings.wake_margin_seconds)
+        return await drain_outbox(runtime, {}, budget)
+
+    app.state.wake = wake
+    app.state.drain = drain
+    app.state.kick = runtime.kick
+
+
+def _make_http(runtime: Runtime) -> LambdaHandler:
+    from mangum import Mangum
+
+    from functions.http.app import create_app
+
+    container = runtime.run(runtime.container())
+    app = create_app(container.Session, run_worker=False)
+    # The lifespan is off under mangum (it would run on every invocation): set what it sets.
+    app.state.connection = container.connection
+    serve(runtime, app)
+
+    async def connected(scope: Any, receive: Any, send: Any) -> None:
+        async with activate(container.connection):
+            await app(scope, receive, send)
+
+    asyncio.set_event_loop(runtime.loop)
+    handler: LambdaHandler = Mangum(connected, lifespan="off")
+    runtime.http_handler = handler
+    return handler
