@@ -60,7 +60,7 @@ from engine.events.records import (
     FAILED,
     PENDING,
     EventTables,
-    OutboxColumns,
+    outbox_tables_of,
     tables_for,
 )
 from engine.events.routing import RoutedRegistry
@@ -101,17 +101,13 @@ class DatabaseEventRegistry(RoutedRegistry):
         """The event tables this registry writes: its outbox's, or the connection's."""
         if self._outbox is not None:
             return tables_for(self._outbox)
-        found = [
-            info.cls
-            for info in current_connection().workflows
-            if issubclass(info.cls, OutboxColumns)
-        ]
-        if not found:
+        tables = outbox_tables_of(info.cls for info in current_connection().workflows)
+        if tables is None:
             raise ConfigurationError(
                 "No outbox table in the workflow database: map WorkflowOutbox, "
                 "WorkflowEventRecord and WorkflowDeliveryAttempt on your base and create them."
             )
-        return tables_for(found[-1])
+        return tables
 
     def deliveries(self, engine: AsyncEngine) -> DeliveryLog:
         """The delivery log of this registry's tables, writing through `engine`."""

@@ -134,6 +134,12 @@ def outbox_classes_on(metadatas: Iterable[MetaData]) -> list[type[Any]]:
     return [cls for cls in _outbox_classes if any(cls.metadata is m for m in wanted)]
 
 
+def outbox_tables_of(classes: Iterable[type[Any]]) -> EventTables | None:
+    """The event tables of the last outbox among `classes` (mapped workflow classes), or None."""
+    found = [cls for cls in classes if issubclass(cls, OutboxColumns)]
+    return tables_for(found[-1]) if found else None
+
+
 def tables_for(outbox: type[Any]) -> EventTables:
     """The event record and delivery classes mapped on the same metadata as `outbox`."""
     found = _tables.get(outbox)

@@ -51,11 +51,12 @@ def attempt_log_classes() -> list[type[Any]]:
 
 def run_key(row: object) -> str:
     """The run's primary key as the text the attempt log stores."""
-    return key_text(class_mapper(type(row)).primary_key_from_instance(row))
+    return logged_key(class_mapper(type(row)).primary_key_from_instance(row))
 
 
-def key_text(key: Sequence[Any]) -> str:
-    """A primary key's values (a claim's key) as the text the attempt log stores."""
+def logged_key(key: Sequence[Any]) -> str:
+    """A primary key's values (a claim's key) as the attempt log stores them: JSON text
+    (a run's key as a URL spells it is `engine.views.runs.key_text`)."""
     return json.dumps(key[0] if len(key) == 1 else list(key), default=str)
 
 

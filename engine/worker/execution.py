@@ -24,7 +24,7 @@ from engine.base.errors import InternalError, StepError
 from engine.claims.claim import Claim
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
 from engine.model import telemetry
-from engine.model.attempt_log import key_text
+from engine.model.attempt_log import logged_key
 from engine.model.companions import Collecting
 from engine.model.rows import refresh_row, user_changes
 from engine.model.steps import RetryPolicy, Step, decode_arguments
@@ -112,7 +112,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         outcome,
         # The record's key is text the attempt log keeps; a workflow without a log needs none.
         AttemptRecord(
-            key_text(claim.key) if info.logged else "", name, failures + 1, "ok", None, took
+            logged_key(claim.key) if info.logged else "", name, failures + 1, "ok", None, took
         ),
         announce=isinstance(directive, RunNow) and not keep,
         fan_out=directive if isinstance(directive, FanOut) else None,
@@ -189,7 +189,7 @@ async def _record_failure(
             recent_event_keys=_taken_keys(row),
         )
         verdict = "retry"
-    record = AttemptRecord(key_text(claim.key), name, failures, verdict, error, took)
+    record = AttemptRecord(logged_key(claim.key), name, failures, verdict, error, took)
     log.warning(
         "%s %s attempt %d %s: %s",
         _label(claim),

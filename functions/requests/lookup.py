@@ -16,7 +16,13 @@ from sqlalchemy import MetaData
 
 from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
 from engine.base.errors import ConfigurationError, NotFoundError
-from engine.events.records import EventTables, OutboxColumns, outbox_classes_on, tables_for
+from engine.events.records import (
+    EventTables,
+    OutboxColumns,
+    outbox_classes_on,
+    outbox_tables_of,
+    tables_for,
+)
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
 from engine.model.steps import Step
@@ -72,13 +78,13 @@ def find_step(info: WorkflowInfo, name: Any) -> Step[Any, Any]:
 
 def event_tables(workflows: Iterable[WorkflowInfo]) -> EventTables:
     """The outbox's event tables among `workflows`; NotFoundError when there is no outbox."""
-    found = [info.cls for info in workflows if is_outbox(info)]
-    if not found:
-        raise NotFoundError(NO_OUTBOX)
     try:
-        return tables_for(found[-1])
+        tables = outbox_tables_of(info.cls for info in workflows)
     except ConfigurationError as exc:  # the outbox is there, its record or delivery class not
         raise NotFoundError(str(exc)) from None
+    if tables is None:
+        raise NotFoundError(NO_OUTBOX)
+    return tables
 
 
 def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
