@@ -153,3 +153,37 @@ async def stored(
             [edge_values(graph.template_id, e) for e in graph.edges],
         )
     return graph
+
+
+DEADLINE = 3600  # seconds a reviewer has
+
+
+def escalating(deadline: int = DEADLINE, manager_deadline: int | None = None) -> Graph:
+    nodes: dict[str, Any] = {
+        "start": START,
+        "review": {
+            "type": STATE,
+            "state_code": "review",
+            "assignee_users": ["ann", "abe"],
+            "deadline_seconds": deadline,
+        },
+        "manager": {
+            "type": STATE,
+            "state_code": "manager",
+            "assignee_users": ["max"],
+            "deadline_seconds": manager_deadline,
+        },
+        "director": (STATE, "director", ["dee"]),
+        "done": (STATE, "done", ["ann"]),
+        "end": END,
+    }
+    edges = [
+        ("start", "review"),
+        ("review", "done"),
+        ("review", "manager", {"escalation": True}),
+        ("manager", "director", {"escalation": True}),
+        ("manager", "done"),
+        ("director", "done"),
+        ("done", "end"),
+    ]
+    return graph_of(nodes, edges, name="escalating")

@@ -7,6 +7,7 @@ instance the way every graph test needs.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
 from engine.graphs.design.model import Graph
@@ -22,12 +23,13 @@ from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.directory import StaticDirectory
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot
-from engine.graphs.tables import GraphTables, graph_tables
+from engine.graphs.tables import END, START, STATE, GraphTables, graph_tables
 from engine.model.connection import session_engine
 from infra.pytest_plugin import Database
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
-from tests.graph_helpers import stored
+from tests.graph_helpers import graph_of, stored
+from tests.helpers import sessions_waiting_for_a_lock, wait_until
 
 Sessions = async_sessionmaker[AsyncSession]
 TABLES = graph_tables(app.Base)
@@ -108,3 +110,60 @@ async def make_world(
     )
     async with connect_workflows(Session):
         yield World(Session, runtime, registry, chosen)
+
+
+LINEAR_NODES: dict[str, Any] = {
+    "start": START,
+    "review": (STATE, "review", ["ann"]),
+    "rework": (STATE, "rework", ["bob"]),
+    "approved": (STATE, "approved", ["cat"]),
+    "end": END,
+}
+LINEAR_EDGES: list[Any] = [
+    ("start", "review"),
+    ("review", "approved", {"label": "Approve"}),
+    ("review", "rework", {"label": "Send back", "comment_required": True}),
+    ("rework", "review"),
+    ("approved", "end"),
+]
+
+
+async def until_a_lock_is_awaited(world: World, timeout: float = 5.0) -> None:
+    """Until some session of this test's database waits for a lock (another's write)."""
+    engine = session_engine(world.Session)
+    await wait_until(lambda: sessions_waiting_for_a_lock(engine), timeout, what="a lock awaited")
+
+
+async def submitted(world: World, nodes: Any = None, edges: Any = None) -> tuple[Graph, Any, Any]:
+    """A stored linear graph (or the one given), a claim, and its submitted instance."""
+    graph = await world.store(graph_of(nodes or LINEAR_NODES, edges or LINEAR_EDGES, name="claims"))
+    claim = await world.claim()
+    instance = await world.runtime.submit(claim, "sam", template_name="claims")
+    return graph, claim, instance
+
+
+@dataclass
+class OneConnection:
+    """A runtime on an engine of one pooled connection, and a linear claim submitted to it."""
+
+    engine: AsyncEngine
+    runtime: GraphRuntime
+    world: World
+    graph: Graph
+    instance: Any
+    branch: uuid.UUID
+
+
+@contextlib.asynccontextmanager
+async def one_connection(
+    db: Database, events: DatabaseEventRegistry | None = None
+) -> AsyncIterator[OneConnection]:
+    """Every call of the runtime on the one connection, so what one leaves on it (a
+    transaction, prepared statements) is what the next one finds."""
+    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
+    engine = db.engine(pool_size=1, max_overflow=0)
+    runtime = GraphRuntime(TABLES, engine=engine, events=events)
+    async with connect_workflows(Session):
+        world = World(Session, runtime, events or DatabaseEventRegistry(), ConditionRegistry())
+        graph, _, instance = await submitted(world)
+        yield OneConnection(engine, runtime, world, graph, instance, only_branch(instance))

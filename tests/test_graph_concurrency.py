@@ -48,9 +48,17 @@ from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
-from tests.graph_world import TABLES, World, make_world, node_id, only_branch
+from tests.graph_world import (
+    TABLES,
+    World,
+    make_world,
+    node_id,
+    one_connection,
+    only_branch,
+    submitted,
+    until_a_lock_is_awaited,
+)
 from tests.helpers import sessions_waiting_for_a_lock, wait_until
-from tests.test_graph_runtime import one_connection, submitted, until_a_lock_is_awaited
 
 ROUNDS = 4  # each race is run this many times
 WAIT = 5.0  # seconds a writer may take to start waiting

@@ -28,16 +28,8 @@ from engine.model.connection import session_engine
 from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of
-from tests.test_graph_runtime import (
-    TABLES,
-    World,
-    make_world,
-    node_id,
-    one_connection,
-    only_branch,
-)
-from tests.test_graph_timers import escalating
+from tests.graph_helpers import escalating, graph_of
+from tests.graph_world import TABLES, World, make_world, node_id, one_connection, only_branch
 
 
 def registry() -> DatabaseEventRegistry:

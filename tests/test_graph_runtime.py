@@ -76,10 +76,8 @@ A move's transaction and its connection:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -88,7 +86,6 @@ import pytest
 from sqlalchemy import insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import (
     DatabaseEventRegistry,
@@ -102,7 +99,6 @@ from engine.base.errors import (
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
 )
-from engine.graphs.design.model import Graph
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.write_statement import write_statement
@@ -119,71 +115,25 @@ from tests.apps import graphs as app
 from tests.apps import outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
-from tests.graph_world import TABLES, World, make_world, node_id, only_branch
-from tests.helpers import sessions_waiting_for_a_lock, wait_until
+from tests.graph_world import (
+    LINEAR_EDGES,
+    LINEAR_NODES,
+    TABLES,
+    World,
+    make_world,
+    node_id,
+    one_connection,
+    only_branch,
+    submitted,
+    until_a_lock_is_awaited,
+)
+
 
 # A plain approval: draft -> review (ann) -> approved (end), with a way back.
-LINEAR_NODES: dict[str, Any] = {
-    "start": START,
-    "review": (STATE, "review", ["ann"]),
-    "rework": (STATE, "rework", ["bob"]),
-    "approved": (STATE, "approved", ["cat"]),
-    "end": END,
-}
-LINEAR_EDGES: list[Any] = [
-    ("start", "review"),
-    ("review", "approved", {"label": "Approve"}),
-    ("review", "rework", {"label": "Send back", "comment_required": True}),
-    ("rework", "review"),
-    ("approved", "end"),
-]
-
-
-async def until_a_lock_is_awaited(world: World, timeout: float = 5.0) -> None:
-    """Until some session of this test's database waits for a lock (another's write)."""
-    engine = session_engine(world.Session)
-    await wait_until(lambda: sessions_waiting_for_a_lock(engine), timeout, what="a lock awaited")
-
-
 @pytest.fixture
 async def world(db: Database) -> AsyncIterator[World]:
     async for made in make_world(db, groups={"finance": ["fay", "fred"]}):
         yield made
-
-
-async def submitted(world: World, nodes: Any = None, edges: Any = None) -> tuple[Graph, Any, Any]:
-    """A stored linear graph (or the one given), a claim, and its submitted instance."""
-    graph = await world.store(graph_of(nodes or LINEAR_NODES, edges or LINEAR_EDGES, name="claims"))
-    claim = await world.claim()
-    instance = await world.runtime.submit(claim, "sam", template_name="claims")
-    return graph, claim, instance
-
-
-@dataclass
-class OneConnection:
-    """A runtime on an engine of one pooled connection, and a linear claim submitted to it."""
-
-    engine: AsyncEngine
-    runtime: GraphRuntime
-    world: World
-    graph: Graph
-    instance: Any
-    branch: uuid.UUID
-
-
-@contextlib.asynccontextmanager
-async def one_connection(
-    db: Database, events: DatabaseEventRegistry | None = None
-) -> AsyncIterator[OneConnection]:
-    """Every call of the runtime on the one connection, so what one leaves on it (a
-    transaction, prepared statements) is what the next one finds."""
-    Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
-    engine = db.engine(pool_size=1, max_overflow=0)
-    runtime = GraphRuntime(TABLES, engine=engine, events=events)
-    async with connect_workflows(Session):
-        world = World(Session, runtime, events or DatabaseEventRegistry(), ConditionRegistry())
-        graph, _, instance = await submitted(world)
-        yield OneConnection(engine, runtime, world, graph, instance, only_branch(instance))
 
 
 # -- submit and start ------------------------------------------------------------------------

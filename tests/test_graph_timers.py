@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -33,47 +32,13 @@ from engine import run_workflows
 from engine.claims.next_due import next_due
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.snapshots import InstanceSnapshot
-from engine.graphs.tables import END, START, STATE
 from engine.model.connection import session_engine
 from engine.model.registry import workflow_info
 from engine.testing import drain, move_clock
 from tests.apps import graphs as app
 from tests.conftest import Database
-from tests.graph_helpers import graph_of
+from tests.graph_helpers import DEADLINE, escalating
 from tests.graph_world import World, make_world, node_id, only_branch
-
-DEADLINE = 3600  # seconds a reviewer has
-
-
-def escalating(deadline: int = DEADLINE, manager_deadline: int | None = None) -> Graph:
-    nodes: dict[str, Any] = {
-        "start": START,
-        "review": {
-            "type": STATE,
-            "state_code": "review",
-            "assignee_users": ["ann", "abe"],
-            "deadline_seconds": deadline,
-        },
-        "manager": {
-            "type": STATE,
-            "state_code": "manager",
-            "assignee_users": ["max"],
-            "deadline_seconds": manager_deadline,
-        },
-        "director": (STATE, "director", ["dee"]),
-        "done": (STATE, "done", ["ann"]),
-        "end": END,
-    }
-    edges = [
-        ("start", "review"),
-        ("review", "done"),
-        ("review", "manager", {"escalation": True}),
-        ("manager", "director", {"escalation": True}),
-        ("manager", "done"),
-        ("director", "done"),
-        ("done", "end"),
-    ]
-    return graph_of(nodes, edges, name="escalating")
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from functions.http.app import create_app
 from functions.lambdas import handlers as lambda_handlers
 from functions.requests.errors import Problem
 from tests.apps.serverless_app import SIGNUP, Outbox, Signup
+from tests.aws_fakes import create_tables, function, settings_for
 from tests.conftest import Database
 from tests.helpers import serving
-from tests.test_lambda_handlers import create_tables, function, settings_for
 
 CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 LONG = "x" * 100_000  # characters: a hundred times what any name may hold
