@@ -1,9 +1,9 @@
 """The example graph workflow `duly dev` ships: expense approval, drawn as the designer saves it.
 
     start → manager review ─approve→ fork ─→ finance review ─┐
-              │    └─reject→ rejected      └─→ legal review ───┴→ join → over 1,000?
-              └─(2 days, no decision) → director review         yes → director sign-off
-                                                                 no  → approved
+              │   └─reject→ rejected     └─→ legal review ───┴→ join → over 1,000?
+              └─2 days, no decision→ director review              yes → director sign-off
+                  (approve → fork, reject → rejected)             no  → approved
 
 People are opaque ids: `mia` is the manager, the `finance` group (`fred`,
 `fay`, `flo`) decides by majority, `lee` is legal, `dana` the director.

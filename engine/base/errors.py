@@ -1,40 +1,8 @@
-"""The errors duly raises, drawn once.
+"""The errors duly raises: one tree under `DulyError`, drawn in docs/architecture.md ("Errors").
 
-    DulyError
-    ├── NotConnectedError     no connect_workflows()/run_workflows() is active
-    ├── NotRunningError       wake() with no run_workflows() worker in the process
-    ├── ConfigurationError    a workflow, limit or worker is declared so that it
-    │                         cannot run (also a ValueError)
-    ├── NotFoundError         a workflow, run, table or history named does not exist
-    │                         (also a LookupError)
-    ├── StepError             a step or its arguments cannot be used as given
-    │                         (also a TypeError: it is a mistake in the call)
-    ├── NotADirectiveError    a step returned something that is not a directive
-    ├── EventError            an event that cannot be published as given (also a
-    │                         TypeError: its payload or metadata is not JSON)
-    ├── InvalidArgumentError  a value outside what the call accepts (also a ValueError)
-    ├── UnsupportedTypeError  an object of a kind the call cannot use (also a TypeError)
-    ├── NotAWorkflowError     a class that is not a mapped workflow (also a TypeError)
-    ├── NotInStepError        a step body's call made outside a step attempt (also a
-    │                         RuntimeError)
-    ├── InternalError         something duly relies on did not hold: a bug in duly
-    │                         (also a RuntimeError)
-    ├── ActionError           a named side effect (engine.events.actions)
-    │   ├── ActionAlreadyRegisteredError   the name is taken (also a ValueError)
-    │   ├── ActionNotFoundError            no action has the name (also a NotFoundError)
-    │   └── ActionExecutionError           the action raised; the cause is chained
-    ├── WorkflowExecutionError    an execution engine's refusal (engine.executions)
-    │   ├── WorkflowExecutionNotFoundError   no execution has the id (also a NotFoundError)
-    │   └── InvalidWorkflowStateError        the operation needs another state
-    └── WorkflowTransitionError   a graph workflow refused an action (engine.graphs); each
-        │                         carries a stable `code`
-        ├── StateWorkflowError             STATE_WORKFLOW_ERROR: not allowed now
-        ├── WorkflowAlreadyCompletedError  WORKFLOW_COMPLETED: the instance has ended
-        ├── WorkflowSubmissionError        SUBMISSION_ERROR: the subject is in a workflow
-        └── TemplateInvalidError           TEMPLATE_INVALID: activation of an invalid graph
-
-Messages are complete sentences that name the step or workflow involved; a
-class docstring is the message when none is given.
+Each class is also the builtin its contract names (a bad declaration is a ValueError, a
+mistake in a call a TypeError). Messages are complete sentences that name the step or
+workflow involved; a class docstring is the message when none is given.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Stranded runs: due for longer than a grace period, and no worker has taken them.
 
-A row names its next step by name. After a deploy that renamed or removed a
-step, or while a rolling deploy runs two releases side by side, a row may
-name a step that some workers' code does not have. Such a worker hands the
-row back unrun (`engine.worker.leases.hand_back_unrun`) and from then on claims that
-table by the step names it knows, so a worker that has the step takes it. If
-none does, the row stays due and grows old: once it has been due for longer
-than the grace period (`DULY_STRANDED_AFTER_SECONDS`, 15 minutes unless set)
-it is *stranded*, until a deploy brings its step back or an operator resolves
-it with `Model.by(...).run(...)` or `cancel()`.
-
-The report (`stranded_runs`) reads the rows alone, so it needs no code of
-the steps: due rows whose `wake_at` is older than the database clock minus
-the grace, counted by step, through each table's partial due index. Any row
-due that long counts, whatever the reason: a backlog that no worker reached
-in the grace period (too few workers, a limit holding a group back) shows up
-as well, which is why the grace is an operator's setting.
-
-A worker keeps a `StrandedWatch` of the steps it handed back: it warns once
-per workflow and step when it first meets one, and only then, one grace
-period later and every grace period after, asks about those steps alone,
-logs each one still stranded and sets the `duly_stranded_runs` gauge. A
-worker that never met an unknown step sends no query of this module.
+`stranded_runs` reads the rows alone, through each table's partial due index, so it needs
+no code of the steps: due rows older than the database clock minus the grace
+(`DULY_STRANDED_AFTER_SECONDS`), counted by step. A worker's `StrandedWatch` asks only about
+the steps it handed back, one grace period after it met them and every grace period after,
+and sets the `duly_stranded_runs` gauge. Why rows strand: docs/architecture.md, "Rolling
+deploys".
 """
 
 from __future__ import annotations

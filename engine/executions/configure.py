@@ -1,19 +1,11 @@
 """The process's workflow engine: which one `get_workflow_engine()` answers.
 
-`configure_workflow_engine(engine)` sets the process's active engine, and
-None clears it. `get_workflow_engine()` reuses the active engine; without
-one it reads the settings and installs one default for later calls:
-`DULY_WORKFLOW_ENGINE` (an instance, dotted path, class, factory or
-`{"class", "options"}` JSON, as `engine.base.resolve` reads them) or, when that
-is unset, by `DULY_MODE`: a `DurableWorkflowEngine` in production, a
-`LocalWorkflowEngine` otherwise. A value that names something other than a
-workflow engine is a `ConfigurationError`; import, factory and constructor
-errors propagate.
-
-The settings are anything with `workflow_engine` and `production` (the event
-layer's `EventSettings` is one); without any, the two variables are read
-here (through `engine.base.settings`), since the execution engines do not import
-the event layer.
+`configure_workflow_engine(engine)` sets it (None clears it); without one,
+`get_workflow_engine()` installs the one `DULY_WORKFLOW_ENGINE` names (read by
+`engine.base.resolve`), else by `DULY_MODE` a `DurableWorkflowEngine` in production and a
+`LocalWorkflowEngine` otherwise. A value that is no workflow engine is a
+`ConfigurationError`. The settings are anything with `workflow_engine` and `production`
+(`EventSettings` is one), since the execution engines do not import the event layer.
 """
 
 from __future__ import annotations

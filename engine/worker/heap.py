@@ -1,20 +1,9 @@
 """The garbage collector, set once per process for a worker's steady stream of short objects.
 
-A worker allocates a few dozen container objects per step (its row, its
-claim, its write, the futures between them) and frees nearly all of them by
-reference counting a moment later. CPython's defaults still run a young
-collection every 700 net allocations, and now and then a full one that walks
-every object the process holds: the imported modules, SQLAlchemy's mappers,
-the app. Measured on the no-op and outbox benchmarks, collections took
-7-22 us of a step's ~120-140 us of CPU, most of it in full collections.
-
-`settle()` does two things, once per process, when the first worker starts:
-it freezes what is alive then (everything imported and configured) into the
-collector's permanent generation, so full collections skip it; and it raises
-the young generation's threshold (700 to 7,000, only if nobody changed it),
-so the objects of steps in flight are seldom scanned before they are freed.
-Garbage in reference cycles is still collected, a little later. Set
-`DULY_GC_TUNING=0` to leave the collector as it is.
+`settle()`, when the first worker starts, freezes what is alive then (everything imported
+and configured) so full collections skip it, and raises the young generation's threshold
+from 700 to 7,000 (only if nobody changed it). Cycles are still collected, a little later.
+`DULY_GC_TUNING=0` leaves the collector alone. Why: docs/architecture.md, "Speed".
 """
 
 from __future__ import annotations

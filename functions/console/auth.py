@@ -1,21 +1,11 @@
 """Who may use the console: the API's token, typed once into a login form, and a CSRF token.
 
-- With `DULY_API_TOKEN` set, every console page needs a session. The login
-  form (`/console/login`) takes the token and sets the `duly_session`
-  cookie (HttpOnly, SameSite=Strict, Secure over https, 12 hours): a time
-  and a nonce signed with a key derived from the token, never the token
-  itself, so changing the token ends every session.
-- Without it, pages are open (local development), and so are writes, as
-  the API's are; with only `DULY_WEBHOOK_SECRET` set, the API takes signed
-  writes alone, which a browser cannot make, so the console reads only.
-- Every console write carries a CSRF token, in the form field `csrf_token`
-  or the header `X-CSRF-Token`: HMAC(key, "csrf" + the session's nonce).
-  A page of another site can neither read it nor, SameSite=Strict, send
-  the session cookie. The app's `WriteGuard` checks it (`write_refusal`)
-  before any console route runs, the same guard every API write passes.
-
-`csrf_token(request)` and `signed_in(request)` are template globals, so
-every console page (the graph pages too) renders its forms with the token.
+With `DULY_API_TOKEN` set, every page needs the `duly_session` cookie the login form sets:
+a time and a nonce signed with a key derived from the token (never the token), so changing
+the token ends every session. Every write carries `csrf_token` (a form field, or the
+`X-CSRF-Token` header), an HMAC of the session's nonce, which the app's `WriteGuard` checks
+(`write_refusal`). `csrf_token(request)` and `signed_in(request)` are template globals.
+Who may do what without a token: docs/architecture.md, "The console".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The console's graph pages: templates drawn, instances moved by their buttons.
 
-Pages read through the process's `GraphRuntime`, the version functions the
-JSON API uses (`engine.graphs.design.versions`) and the request layer's reads.
-Every form is read into the request layer's model and done by its function
-(`functions.requests.graphs`), as `POST /graphs/...` is, so a form is
-checked and refused exactly as the API would, then answers with a redirect
-(Post/Redirect/Get) or with the page again and the refusal. The designer
-is `functions.console.graph_designer`.
-
-Writes are guarded before they reach these routes: the app's `WriteGuard`
-checks the console's session and CSRF token (`functions.console.auth`),
-which every form here carries as a hidden field and the designer's fetch
-as the `X-CSRF-Token` header. Who acts is the `user` field ("acting as"):
-duly's user ids are opaque, and the console's login says that someone may
-operate the console, not who they are in the application's directory.
+Pages read through the process's `GraphRuntime`, `engine.graphs.design.versions` and the
+request layer's reads; every form is read into the request layer's model and done by its
+function (`functions.requests.graphs`), as `POST /graphs/...` is, then answers with a
+redirect or with the page again and the refusal. Forms carry the CSRF token as a hidden
+field, the designer's fetch as the `X-CSRF-Token` header. Who acts is the `user` field:
+duly's user ids are opaque. The designer is `functions.console.graph_designer`.
 """
 
 from __future__ import annotations

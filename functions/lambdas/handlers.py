@@ -1,22 +1,11 @@
 """duly's four Lambda entries (template.yaml): publish, wake, drain and deliver.
 
-Each takes its direct event (the scheduler's target input `{"duly": "wake"}`,
-an invoke) or an HTTP event (a Function URL or HTTP API payload 2.0), which
-goes to the one FastAPI app (`functions.http.app`) through mangum; FastAPI,
-mangum and boto3 are imported only when an event needs them, so a direct
-entry's cold start pays for SQLAlchemy, psycopg and the engine alone.
-
-Direct results (see `functions.lambdas.work`):
-
-- publish  `{"ids", "stored", "duplicates", "kicked"}`
-- wake     `{"steps", "caught_up", "slot", "invoked"}` (+ `"reason"` when it did not work)
-- drain    `{"routed", "caught_up", "kicked"}`
-- deliver  `{"accepted", "workflow", "step"}`
-
-A mistake in the input answers `{"error": message, "type": exception name}`
-and writes nothing, so a Lambda retry does not repeat it; a real failure
-(the database down) raises, so the retry applies. Per-container state (the
-loop, engine, app, clients) is `functions.lambdas.runtime`.
+A direct event runs its operation (`functions.lambdas.work`), whose results are
+publish `{"ids", "stored", "duplicates", "kicked"}`, wake `{"steps", "caught_up", "slot",
+"invoked"}` (and `"reason"` when it did not work), drain `{"routed", "caught_up",
+"kicked"}`, deliver `{"accepted", "workflow", "step"}`; a mistake in it answers `{"error",
+"type"}` and writes nothing. An HTTP event (Function URL, HTTP API 2.0) goes to the one app
+through `functions.lambdas.http_events`. Why: docs/architecture.md, "On AWS Lambda".
 """
 
 from __future__ import annotations

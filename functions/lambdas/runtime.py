@@ -1,25 +1,10 @@
 """What a Lambda container keeps between invocations: one event loop, one engine, the app.
 
-Everything here is made on first use and kept for the container's life, so
-a warm invocation pays for none of it:
-
-- one `asyncio.Runner` per container. An AsyncEngine's pool belongs to the
-  loop it first ran on, so one loop for the container's life lets a warm
-  invocation reuse the pooled connection; `asyncio.run` per invocation would
-  need a new engine (and connection) every time. Mangum runs the HTTP app on
-  this same loop (made the thread's current loop before it is called).
-- the engine: a pool of `POOL_SIZE` kept connections (overflow up to the
-  worker's concurrency, closed when returned), `pool_pre_ping` because a
-  frozen container's connection may have been closed by the server or the
-  pooler meanwhile, and `prepare_threshold=None`: no server-side prepared
-  statements, which PgBouncer in transaction mode cannot route.
-- the app module (DULY_APP), imported once, and the event registry its
-  outbox routes with (`functions.app_config.configure_app_events`, as `duly drain`).
-- the workflow connection (which tables exist), the wake slots, the scheduler.
-- boto3 clients, each made on first use (boto3 itself is imported then):
-  `wake`, `drain` and `deliver` reach AWS only to move a schedule or invoke.
-- the HTTP app (FastAPI through mangum, `functions.lambdas.http_events`), built on the
-  first HTTP event only.
+Each is made on first use and kept for the container's life: one `asyncio.Runner` (mangum
+runs the HTTP app on it too); an engine of `POOL_SIZE` kept connections with
+`pool_pre_ping` and `prepare_threshold=None`; the app module (DULY_APP) and its event
+registry; the workflow connection, the wake slots and the scheduler; boto3 clients; the
+HTTP app, on the first HTTP event only. Why each: docs/architecture.md, "On AWS Lambda".
 """
 
 from __future__ import annotations

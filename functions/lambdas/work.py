@@ -1,20 +1,11 @@
 """What the four Lambda functions do, as coroutines on a `Runtime`: publish, wake, drain, deliver.
 
-Each takes its direct event (already known not to be HTTP) and answers a
-small JSON-able dict. The events of a publish and a delivery are parsed and
-checked by the request layer (`functions.requests`), as HTTP's are. A
-mistake in the input is one of duly's errors, which the entry answers as
-`{"error", "type"}`; anything else (the database down, a ConfigurationError)
-raises, so Lambda's retry applies.
-
-wake: take a slot (`infra.wake_slots`), run a worker over every table
-(`suspends_when_idle`, `on_idle` = the scheduler's, a lease no longer than
-the invocation) until `worker.wake()` says caught up or claiming must stop
-`wake_margin_seconds` before the deadline; the worker's stop hands back what
-it could not finish. While it works it invokes one more wake when work is
-due that it has no room for and a slot is free; when it stops before
-catching up it invokes its own successor, so a backlog is never left to the
-next schedule.
+Each takes its direct event and answers a small JSON-able dict; a publish's and a
+delivery's events are parsed by the request layer (`functions.requests`), as HTTP's are.
+A mistake in the input is one of duly's errors; anything else raises, so Lambda retries.
+wake takes a slot (`infra.wake_slots`) and runs a worker until caught up or
+`wake_margin_seconds` before the deadline, invoking one more wake while due work waits
+for room, and its successor when it stops behind. The loop: docs/architecture.md.
 """
 
 from __future__ import annotations

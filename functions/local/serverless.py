@@ -1,34 +1,12 @@
 """`duly dev --serverless`: the AWS loop on this machine, with moto for EventBridge Scheduler.
 
-No worker runs in the HTTP app's lifespan. Instead, as on AWS:
-
-- the HTTP app is configured as the Lambda runtime configures it
-  (`app.state.wake`, `drain` and `kick` are a `Runtime`'s), so `POST /events`
-  or a start through the API kicks a wake;
-- the wake entry `functions.lambdas.handlers.wake` runs in a second `Runtime`
-  (a second "container", on a thread of its own: its engine lives on that
-  thread's loop), with the real `WakeScheduler` writing to moto;
-- a kick (the asynchronous invoke of the wake function) is delivered to the
-  local firer instead of Lambda, and the firer invokes `wake` with a fake
-  Lambda context (`INVOCATION_SECONDS` to its deadline);
-- moto never fires a schedule, so the firer reads the registered one
-  (`get_schedule`) every `POLL_SECONDS` and, when its `at()` instant has
-  passed, invokes `wake` with the schedule's own `Target.Input`.
-
-When has the instant passed? The scheduler registers instants measured on the
-database clock (`engine.base.clock.db_now`: PostgreSQL's time plus the shift that
-`POST /dev/clock` moves), so the firer compares on that clock too: moving the
-clock three days makes a schedule three days out due at once, as the runs it
-stands for are. On AWS the shift is always zero and the two clocks agree.
-
-A schedule is fired once: after it fired, it stays registered until a wake
-moves or deletes it (`ActionAfterCompletion` NONE), and the firer does not
-fire the same registration again. Invocations run one at a time (one wake
-container); a wake's own invokes of more wakes queue behind it. Each is
-logged: `wake (kick): 1 step, caught up, next at 2026-01-04 09:00:00 UTC`.
-
-moto comes with duly's dev extra only: `functions.local.command` imports this
-module only for `--serverless`, and the deployable modules never import it.
+No worker runs in the HTTP app: its `app.state.wake`, `drain` and `kick` are a `Runtime`'s,
+as on Lambda. The wake entry runs in a second `Runtime` on a thread of its own, with the
+real `WakeScheduler` writing to moto. Kicks go to the local firer, which also reads the
+registered schedule every `POLL_SECONDS` (moto never fires one) and invokes `wake` once its
+instant has passed on the database clock, once per registration, one wake at a time, with
+a fake context of `INVOCATION_SECONDS`. Why: docs/architecture.md, "On AWS Lambda".
+moto is the dev extra's: only `functions.local.command` imports this module.
 """
 
 from __future__ import annotations

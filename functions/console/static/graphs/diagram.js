@@ -5,8 +5,9 @@
  *
  * Each node type has its own shape and colour and is labelled: a state with its code and
  * approval threshold, a condition with its predicate. Nodes sit where the stored designer
- * layout put them while it still matches the graph (`data.preset`, decided by the server as
- * the seed's loader decides); otherwise cytoscape-dagre lays the graph out top to bottom.
+ * layout put them while it still matches the graph (`data.preset`, decided by the server:
+ * the same nodes and edges as when it was saved); otherwise cytoscape-dagre lays the graph
+ * out top to bottom.
  * An instance's page adds marks: where each branch stands, what was visited, which edges
  * were taken. Validation problems mark the nodes and edges they name.
  *
