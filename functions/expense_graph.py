@@ -79,7 +79,7 @@ NODES = [
         stateCode="director_signoff",
         assigneeGroupIds=["directors"],
     ),
-    # An END may name the code its subject ends with (beyond the seed, which keeps the last).
+    # An END may name the code its subject ends with (else the subject keeps its last).
     _node("approved", "end", "Approved", 7, stateCode="approved"),
     _node("rejected", "end", "Rejected", 2, 2, stateCode="rejected"),
 ]
