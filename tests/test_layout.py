@@ -1,4 +1,4 @@
-"""The tree's shape: no import circle, no module past 500 lines, and a map that matches it.
+"""The tree's shape: no import circle, short modules, and a map and prose that match it.
 
 `lint-imports` checks the layers the contracts name; this walks the whole import
 graph of `engine` and `functions` (imports under `TYPE_CHECKING` aside, lazy
@@ -8,6 +8,7 @@ module tables of docs/architecture.md are checked against the files.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,9 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_FOLDERS = ("engine", "functions", "infra")
 MAX_LINES = 500
+MAX_DOCSTRING_LINES = 15
+READ_SUFFIXES = {".py", ".md", ".html", ".js", ".css", ".toml", ".yaml"}
+PLANNING_REFERENCE = re.compile(r"\bseeds?\b|\bseed's\b|\bissues?\s+#?\d+", re.IGNORECASE)
 # Alembic revisions are data Alembic loads by path, not modules of ours.
 NOT_MODULES = ("infra/migrations/",)
 
@@ -102,3 +106,26 @@ def test_the_architecture_names_every_module_and_only_modules_that_exist() -> No
         if relative not in named:
             unnamed.append(relative)
     assert unnamed == []
+
+
+def test_module_docstrings_say_what_the_module_is_for_in_a_few_lines() -> None:
+    """The why goes in docs/architecture.md; a module opens with at most 15 lines."""
+    long = {}
+    for path in source_modules():
+        docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        if docstring and len(docstring.splitlines()) > MAX_DOCSTRING_LINES:
+            long[path.relative_to(ROOT).as_posix()] = len(docstring.splitlines())
+    assert long == {}
+
+
+def test_the_code_and_docs_read_on_their_own() -> None:
+    """No reference to planning documents or tickets a reader of the repository cannot follow."""
+    found = []
+    for folder in (*SOURCE_FOLDERS, "docs"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in READ_SUFFIXES or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if PLANNING_REFERENCE.search(line):
+                    found.append(f"{path.relative_to(ROOT).as_posix()}:{number}: {line.strip()}")
+    assert found == []

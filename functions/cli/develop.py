@@ -1,4 +1,4 @@
-"""`duly dev` and `duly db-url` (functions/local.py, imported only when one runs) and
+"""`duly dev` and `duly db-url` (functions/local/, imported only when one runs) and
 `duly version`.
 
 The local extra is imported only by these commands, so `duly version` and a
@@ -28,13 +28,13 @@ def print_version(args: argparse.Namespace) -> int:
 
 
 def run_dev(args: argparse.Namespace) -> int:
-    """`duly dev` (functions/local.py)."""
+    """`duly dev` (functions/local/command.py)."""
     local = import_local("duly dev")
     return USAGE_ERROR if local is None else int(local.run_dev(args))
 
 
 def print_db_url(args: argparse.Namespace) -> int:
-    """`duly db-url` (functions/local.py)."""
+    """`duly db-url` (functions/local/command.py)."""
     local = import_local("duly db-url")
     return USAGE_ERROR if local is None else int(local.print_db_url(args))
 
