@@ -290,6 +290,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         subject=ExpenseClaim,
         timers_new=False,
         timers_cancelled=False,
+        events=tables,  # the notification, stored and queued by the same statement
     )
     yield (
         "Graph workflows: a transition",

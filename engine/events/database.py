@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     Connection,
     DateTime,
     Float,
@@ -259,10 +260,24 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
     their outbox rows; only the rows queued are announced. `in_hand` queues them leased
     for :lease seconds instead of due now (publish_sync), unannounced.
     """
-    records, outbox = tables.record_table, tables.outbox_table
     arrays = [array_parameter(name, type_) for name, type_ in EVENT_FIELDS]
     given = func.unnest(*arrays).table_valued(*(name for name, _ in EVENT_FIELDS))
-    given = given.render_derived(name="given", with_types=False)
+    queued = queue_events(tables, given.render_derived(name="given", with_types=False), in_hand)
+    if in_hand:
+        return select(queued.c.event_id)
+    announced = announcement(tables.outbox_table.name).label("duly_notified")
+    return select(queued.c.event_id, announced)
+
+
+def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
+    """The CTEs that store the events of `given` and queue their outbox rows: `queued`,
+    whose rows are the ids of the events queued (a duplicate id is skipped).
+
+    `given` is any FROM with the columns of EVENT_FIELDS, payload and metadata
+    as JSON text: the arrays of `publish_statement`, or the rows of a larger
+    statement that publishes its events itself (a graph move's write).
+    """
+    records, outbox = tables.record_table, tables.outbox_table
     c = given.c
     stored = (
         insert(records)
@@ -293,7 +308,7 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
     now = db_now()
     # A row in hand is leased to its publisher: due (to a drain) only once the lease ends.
     until = now + SECOND * bindparam("lease", type_=Float)
-    queued = (
+    return (
         insert(outbox)
         .from_select(
             [
@@ -329,9 +344,6 @@ def publish_statement(tables: EventTables, in_hand: bool) -> Executable:
         .returning(outbox.c.event_id)
         .cte("queued")
     )
-    if in_hand:
-        return select(queued.c.event_id)
-    return select(queued.c.event_id, announcement(outbox.name).label("duly_notified"))
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)

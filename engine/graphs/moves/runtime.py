@@ -32,6 +32,7 @@ from engine.base.errors import (
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
 )
+from engine.events.database import DatabaseEventRegistry
 from engine.events.routing import EventRegistry
 from engine.graphs.design.model import Edge, Graph, Node, load_graph
 from engine.graphs.moves.conditions import ConditionRegistry
@@ -480,11 +481,15 @@ def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
 
 
 async def save_with_events(unit: Unit, registry: EventRegistry) -> bool:
-    """Write what `unit` decided, and its notifications when `registry` stores them, in the
-    unit's transaction (never committing it); whether the notifications were stored (else
-    they are told after the commit)."""
+    """Write what `unit` decided, and its notifications when `registry` stores them, in one
+    statement of the unit's transaction (never committing it); whether the notifications
+    were stored (else they are told after the commit)."""
+    if not (isinstance(registry, DatabaseEventRegistry) and unit.events):
+        await save(unit)
+        return False
+    unit.writes.publish(registry.tables(), unit.events)
     await save(unit)
-    return await publish_in_transaction(unit.conn, registry, unit.events)
+    return True
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from engine.events.database import event_values
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.subjects import key_values
 from engine.graphs.moves.write_statement import (
@@ -19,6 +20,7 @@ from engine.graphs.moves.write_statement import (
 )
 from engine.graphs.moves.writes import Shape, Writes
 from engine.graphs.tables import GraphTables
+from engine.model.telemetry import duplicates_ignored
 
 
 async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> datetime | None:
@@ -31,8 +33,10 @@ async def write(conn: AsyncConnection, tables: GraphTables, writes: Writes) -> d
     shape = Shape.of(writes)
     if shape.empty:
         return None
-    result = await conn.execute(write_statement(tables, shape), parameters(writes, shape))
-    now: datetime = result.one().written_at
+    result = (await conn.execute(write_statement(tables, shape), parameters(writes, shape))).one()
+    if shape.events is not None:
+        duplicates_ignored("database", len(writes.events) - result.events_queued)
+    now: datetime = result.written_at
     instance = writes.instance
     if instance.new:
         instance.submitted_at = now
@@ -132,6 +136,8 @@ def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
         ]
     if shape.timers_cancelled:
         document["timers_cancelled"] = [{"visit_id": visit} for visit in writes.timers_cancelled]
+    if shape.events is not None:
+        document["events"] = [event_values(event) for event in writes.events]
     keys: dict[str, Any] = {}
     for part, key in KEYED_PARTS:
         if part in document:

@@ -36,11 +36,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import TypeEngine, to_instance
 
 from engine.base.clock import db_now
 from engine.base.literals import SECOND, int_constant, text_constant
 from engine.base.notify import announcement
+from engine.events.database import EVENT_FIELDS, queue_events
 from engine.graphs.moves.subjects import state_column
 from engine.graphs.moves.writes import Shape
 from engine.graphs.tables import APPROVED, PENDING, GraphTables
@@ -49,7 +50,6 @@ from engine.runs.handles import cancel_statement
 
 EXPIRE_STEP = "expire"  # the timers' one step (engine.graphs.moves.timers.GraphTimer.expire)
 NO_ARGUMENTS: dict[str, Any] = {"args": [], "kwargs": {}}  # `expire` takes none
-
 
 DOCUMENT = "move_document"  # the one document parameter: every row to write, as JSON
 INSTANCE_ID = "move_instance_id"  # the instance's id (parameters are named unlike any column: an
@@ -120,6 +120,7 @@ HISTORY: Columns = (
 )
 TIMER_NEW: Columns = (("visit_id", Uuid()), ("branch_id", Uuid()), ("seconds", Float()))
 TIMER_CANCELLED: Columns = (("visit_id", Uuid()),)
+EVENT_COLUMNS: Columns = tuple((name, to_instance(type_)) for name, type_ in EVENT_FIELDS)
 
 
 def _rows(document: Any, part: str, columns: Columns) -> Any:
@@ -426,13 +427,23 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     if shape.timers_cancelled and tables.timer is not None:
         rows = _rows(document_value, "timers_cancelled", TIMER_CANCELLED)
         info = workflow_info(tables.timer)
-        ctes.append(timer_cancel(info, select(rows.c.visit_id)).cte("timers_cancelled"))
+        ended = cancel_statement(info, [info.table.c.visit_id.in_(select(rows.c.visit_id))])
+        ctes.append(typing_cast(Update, ended).cte("timers_cancelled"))
     if shape.timers_new and tables.timer is not None:
         rows = _rows(document_value, "timers_new", TIMER_NEW)
         info = workflow_info(tables.timer)
         ctes.append(timer_insert(info, rows, instance_id, now_value).cte("timers_new"))
         # The workers recompute their next instant (the deadline) when this commits.
         announced.append(announcement(info.name).label("duly_notified"))
+    if shape.events is not None:
+        # The notifications, stored and queued in the outbox as `publish_many` stores them.
+        queued = queue_events(shape.events, _rows(document_value, "events", EVENT_COLUMNS))
+        told = select(announcement(shape.events.outbox_table.name)).select_from(queued).limit(1)
+        ctes.append(queued)
+        announced += [
+            select(func.count()).select_from(queued).scalar_subquery().label("events_queued"),
+            told.scalar_subquery().label("outbox_notified"),  # as `publish_many` announces
+        ]
     return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
 
 
@@ -487,8 +498,3 @@ def deadline(seconds: ColumnElement[Any], now: ColumnElement[Any] | None = None)
     """`now` (the database clock) plus `seconds`: a visit's deadline and its timer's alike."""
     start = db_now() if now is None else now
     return start + seconds * SECOND
-
-
-def timer_cancel(info: WorkflowInfo, visits: Select[Any]) -> Update:
-    """End the live timers of `visits` (a SELECT of visit ids) where they stand."""
-    return typing_cast(Update, cancel_statement(info, [info.table.c.visit_id.in_(visits)]))

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.events.event import WorkflowEvent
+from engine.events.records import EventTables
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.history import HistoryRow
 from engine.graphs.moves.states import BranchState, InstanceState
@@ -79,6 +81,12 @@ class Writes:
     timers_new: list[tuple[uuid.UUID, uuid.UUID, float]] = field(default_factory=list)
     timers_cancelled: list[uuid.UUID] = field(default_factory=list)
     instance_changed: bool = False
+    events: Sequence[WorkflowEvent] = ()  # the notifications this write stores itself
+    outbox: EventTables | None = None  # the event tables they are stored in
+
+    def publish(self, outbox: EventTables, events: Sequence[WorkflowEvent]) -> None:
+        """Store `events` in `outbox`'s tables with the rest of this write (one statement)."""
+        self.outbox, self.events = outbox, events
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ class Shape:
     timers_new: bool
     timers_cancelled: bool
     single_keys: bool = False  # each part found by key has one row: its key is a scalar
+    events: EventTables | None = None  # the event tables the notifications are stored in
 
     @property
     def empty(self) -> bool:
@@ -126,4 +135,5 @@ class Shape:
             timers_new=bool(writes.timers_new),
             timers_cancelled=bool(writes.timers_cancelled),
             single_keys=all(count <= 1 for count in keyed),
+            events=writes.outbox if writes.events else None,
         )
