@@ -4,6 +4,8 @@
   committed by then: test_a_moves_events_are_announced_when_they_are_committed
 - a new deadline's timer and the submit's events are announced as the submit
   commits: test_a_new_timer_is_announced_as_it_commits
+- a move's events are stored and queued by its write: the move sends two
+  statements, the lock and the write: test_a_moves_write_stores_its_events
 
 The assignment template an assignment names:
 - an in-flight instance pinned to an older version, whose state names none,
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from sqlalchemy import event as sa_event
 from sqlalchemy import update
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
@@ -55,6 +58,29 @@ async def test_a_moves_events_are_announced_when_they_are_committed(db: Database
         assert heard.payload == outbox_app.Outbox.__table__.name
         # The events were committed when the workers were told.
         assert len(await world.events("duly.graph.state_assignment")) == 2
+
+
+async def test_a_moves_write_stores_its_events(db: Database) -> None:
+    async with one_connection(db, registry()) as one:
+        sent: list[str] = []
+
+        def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            sent.append(statement.split(None, 2)[1] if statement.startswith("WITH") else "lock")
+
+        sa_event.listen(one.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            await one.runtime.transition_branch(
+                one.instance.id, one.branch, node_id(one.graph, "rework"), "ann", "again"
+            )
+        finally:
+            sa_event.remove(one.engine.sync_engine, "before_cursor_execute", record)
+        assert sent == ["lock", "move"]  # the write's first CTE is the document, "move"
+        [_, moved] = await one.world.events("duly.graph.state_assignment")
+        assert moved.payload["node_id"] == str(node_id(one.graph, "rework"))
+        queued = await one.world.rows(
+            outbox_app.Outbox, outbox_app.Outbox.event_id == moved.event_id
+        )
+        assert [(row.event_type, row.status) for row in queued] == [(moved.event_type, "pending")]
 
 
 async def test_a_new_timer_is_announced_as_it_commits(db: Database) -> None:
