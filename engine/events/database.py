@@ -3,23 +3,10 @@
     await registry.publish(event, session=session)   # written with the business change
     await session.commit()                           # ...and announced when it commits
 
-An event and its outbox row are one statement (one for a whole batch, which
-is what `publish_many` writes), so an event is published exactly when the
-transaction that made it commits, and a rolled-back one publishes nothing.
-The outbox row is due work of the engine's own (`engine.events.outbox`):
-whichever worker serves the outbox routes it, with the registrations of
-the registry configured in that process (`get_event_registry()`).
-
-- `publish(event)` returns False: no handler has completed in this call.
-  With `DULY_ASYNC` off and no session given, it is `publish_sync`.
-- `publish_sync(event)` commits the event (its outbox row in hand, leased
-  for `DULY_OUTBOX_CLAIM_TTL_SECONDS`, so a crash mid-route leaves it for a
-  drain) and routes it inline, then settles the row as a drain would.
-- A duplicate `event_id` stores nothing: `publish` returns False without a
-  new outbox row; `publish_sync` still routes the event given (a route that
-  already succeeded for that id is not run again).
-- `replay_dead_letters()` makes dead-lettered rows due again, their
-  dead-lettered routes with them.
+An event and its outbox row are one statement (`queue_events`' CTEs; one for a whole batch),
+so an event is published exactly when the transaction that made it commits. The outbox row is
+due work of the engine's own (`engine.events.outbox`); `publish_sync` commits it in hand and
+routes it inline; `replay_dead_letters` makes dead letters due again.
 """
 
 from __future__ import annotations
