@@ -66,18 +66,19 @@ def subject_ref(row: Any) -> tuple[str, str]:
     identity = inspect(row).identity
     if identity is None:
         raise ConfigurationError(f"This {cls.__name__} row has no primary key yet: flush it first.")
-    return cls.__table__.name, key_text(identity)
+    return cls.__table__.name, stored_subject_key(identity)
 
 
-def key_text(identity: tuple[Any, ...]) -> str:
-    """A primary key as the text an instance stores."""
+def stored_subject_key(identity: tuple[Any, ...]) -> str:
+    """A subject's primary key as a graph instance stores it: every part as text (a run's key
+    in a URL is `engine.views.runs.key_text`; in the attempt log, `logged_key`)."""
     if len(identity) == 1:
         return str(identity[0])
     return json.dumps([str(part) for part in identity])
 
 
 def key_values(cls: type[Any], key: str) -> tuple[Any, ...]:
-    """The primary key values of `cls` that `key_text` wrote as `key`."""
+    """The primary key values of `cls` that `stored_subject_key` wrote as `key`."""
     columns = list(cls.__table__.primary_key.columns)
     parts = [key] if len(columns) == 1 else json.loads(key)
     return tuple(
