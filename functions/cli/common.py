@@ -64,8 +64,13 @@ async def on_database(url: str, command: DatabaseCommand) -> int:
         print(f"duly: {exc} Create the app's tables first.", file=sys.stderr)
         return USAGE_ERROR
     except (SQLAlchemyError, OSError) as exc:
-        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
-        print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
-        return FAILURE
+        return unreachable(exc)
     finally:
         await engine.dispose()
+
+
+def unreachable(exc: Exception) -> int:
+    """Say the database refused or cannot be reached (its first line only); FAILURE."""
+    reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
+    print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
+    return FAILURE

@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 
 from engine import ConfigurationError
 from engine.base import settings as variables
-from functions.cli.common import CommandError
+from functions.cli.common import CommandError, unreachable
 from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.settings import database_url
 
@@ -157,8 +157,6 @@ async def migrate_database(migrations: Migrations, url: str, args: argparse.Name
         print(f"duly: {exc}{hint}", file=sys.stderr)
         return USAGE_ERROR
     except (SQLAlchemyError, OSError) as exc:
-        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
-        print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
-        return FAILURE
+        return unreachable(exc)
     finally:
         await engine.dispose()
