@@ -395,3 +395,29 @@ async def test_a_save_with_errors_answers_the_example_response(
     # Saved, inactive, and loadable with its layout.
     loaded = await ok(await graph_client.get(f"/graphs/templates/{body['template_id']}"))
     assert (loaded["version"], loaded["is_active"], len(loaded["nodes"])) == (2, False, 14)
+
+
+async def test_the_engines_own_tables_take_no_runs_through_the_workflow_routes(
+    example_client: httpx.AsyncClient,
+) -> None:
+    """A graph deadline, the outbox and durable executions are moved through their own API:
+    `/workflows/{name}/...` refuses to start, run, deliver to or cancel their rows."""
+    await new_claim(example_client, 5000)  # submitted: the manager's two-day deadline is armed
+    before = await ok(await example_client.get("/runs/duly_graph_timers"))
+    [timer] = before["runs"]
+    key = timer["visit_id"]
+    writes = [
+        ("run", {"key": key, "step": "expire"}),
+        ("deliver", {"key": key, "step": "expire", "args": {}}),
+        ("cancel", {"key": key}),
+        ("start", {"step": "expire", "row": {}}),
+    ]
+    for action, body in writes:
+        refused = await example_client.post(f"/workflows/duly_graph_timers/{action}", json=body)
+        assert refused.status_code == 404, (action, refused.text)
+        assert "a table of the engine's own" in refused.json()["detail"], action
+    outbox = await example_client.post("/workflows/duly_outbox/start", json={"step": "route"})
+    assert outbox.status_code == 404
+    assert "publish events with POST /events" in outbox.json()["detail"]
+    after = await ok(await example_client.get("/runs/duly_graph_timers"))
+    assert after["runs"] == before["runs"]  # the deadline still two days off, unrun

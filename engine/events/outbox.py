@@ -18,6 +18,7 @@ from engine.events.draining import drain_event, event_from_json
 from engine.events.records import OutboxColumns, tables_for
 from engine.model.companions import commit_with
 from engine.model.connection import current_connection
+from engine.model.registry import EngineOwned
 from engine.model.steps import step
 from engine.model.telemetry import deliveries_recorded
 from engine.runs.directives import WakeIn, wake_in
@@ -27,7 +28,7 @@ FIRST_CLAIM = 1  # a row's version once claimed for the first time: nothing reco
 BOOKKEEPING_RETRIES = 40  # attempts a drain's own database errors get (1 s, 2 s, ... 2 min)
 
 
-class WorkflowOutbox(OutboxColumns, Workflow):
+class WorkflowOutbox(OutboxColumns, Workflow, EngineOwned):
     """Map onto your base: the outbox, whose rows the workers route to their handlers."""
 
     # Its delivery attempts are its log: a route step's attempt log row would say less.

@@ -47,6 +47,7 @@ from engine.executions.state import (
     require_state,
 )
 from engine.model.connection import current_connection
+from engine.model.registry import EngineOwned
 from engine.model.steps import step
 from engine.runs.directives import WaitFor, wait_for
 from engine.runs.workflow import Workflow
@@ -58,7 +59,7 @@ STEP_RETRIES = 3
 JSON_COLUMN = JSONB(none_as_null=True)
 
 
-class WorkflowExecutionRecord(Workflow):
+class WorkflowExecutionRecord(Workflow, EngineOwned):
     """Map onto your base: one row per execution, its state, and the run that moves it."""
 
     execution_id: Mapped[str] = mapped_column(Text, primary_key=True)

@@ -39,6 +39,12 @@ ENGINE_COLUMNS = (
 INDEX_NAME_LENGTH = 63  # PostgreSQL truncates longer identifiers
 
 
+class EngineOwned:
+    """The mark of a mixin whose rows are the engine's own due work (the outbox, graph
+    deadlines, durable executions): reached through their own API, never started or
+    addressed as runs by a caller."""
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per mapped class
 class WorkflowInfo:
     """What the engine needs to know about one mapped workflow class."""
@@ -56,6 +62,11 @@ class WorkflowInfo:
     def name(self) -> str:
         """The table name, which is how runs and notifications name a workflow."""
         return self.table.name
+
+    @property
+    def engine_owned(self) -> bool:
+        """Whether its rows are the engine's own (an `EngineOwned` mixin's), not callers' runs."""
+        return issubclass(self.cls, EngineOwned)
 
     def resolve(self, name: str | None) -> Step[Any, Any] | None:
         """The step a row naming `name` runs (by its name or an alias), or None if none has it."""

@@ -41,7 +41,7 @@ from functions.console.forms import errors_by_field, fields_of, raw_values, valu
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render
 from functions.requests import runs
 from functions.requests.errors import from_validation, problems_of
-from functions.requests.lookup import find_step, find_workflow, find_writable, is_outbox
+from functions.requests.lookup import find_step, find_workflow, find_writable
 from functions.requests.runs import (
     CancelRequest,
     DeliverRequest,
@@ -122,7 +122,7 @@ async def runs_page(
         "next_url": next_url,
         "window": SCAN_WINDOW,
         "first_url": f"?{urlencode(query)}" if after else None,
-        "startable": not is_outbox(info),
+        "startable": not info.engine_owned,
         "run_url": run_url,
     }
     return render(request, "runs/list.html", context)
@@ -317,7 +317,7 @@ async def _run_context(request: Request, workflow: str, key: str) -> dict[str, A
         "live": summary.state in LIVE_STATES,
         "now": detail.now,
         "steps": list(info.steps),
-        "actionable": not is_outbox(info),
+        "actionable": not info.engine_owned,
         "parent_url": parent_url,
         "deadline": deadline,
         "run_url": run_url,

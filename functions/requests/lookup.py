@@ -56,10 +56,16 @@ def is_outbox(info: WorkflowInfo) -> bool:
 
 
 def find_writable(connection: WorkflowConnection, name: str) -> WorkflowInfo:
-    """The workflow `name`, if runs of it may be started and addressed (not the outbox)."""
+    """The workflow `name`, if runs of it may be started and addressed: not a table of the
+    engine's own (the outbox, graph deadlines, durable executions), which NotFoundError."""
     info = find_workflow(connection, name)
     if is_outbox(info):
         raise NotFoundError(f"{info.name} is the outbox: publish events with POST /events instead.")
+    if info.engine_owned:
+        raise NotFoundError(
+            f"{info.name} is a table of the engine's own: its rows are moved through their own "
+            "API (graph instances, executions), never started or addressed as runs."
+        )
     return info
 
 

@@ -23,7 +23,7 @@ from engine.graphs.moves.history import state_name
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.unit import Unit
 from engine.graphs.tables import BRANCHES, COMPLETED, INSTANCES, STATUS_CHANGE, TIMERS, VISITS
-from engine.model.registry import workflow_info
+from engine.model.registry import EngineOwned, workflow_info
 from engine.model.steps import step
 from engine.runs.workflow import Workflow
 
@@ -37,7 +37,7 @@ Escalation = Callable[[uuid.UUID, uuid.UUID, uuid.UUID], Awaitable[object]]
 _escalations: dict[str, Escalation] = {}
 
 
-class GraphTimer(Workflow):
+class GraphTimer(Workflow, EngineOwned):
     """Map onto your base: one approval deadline, due work for the engine's workers."""
 
     __tablename__ = TIMERS
