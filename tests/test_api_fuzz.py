@@ -147,6 +147,11 @@ async def test_a_good_signature_is_taken_and_a_bad_or_stale_one_is_401(
         "stale": signed(body, at=time.time() - 310),  # whole seconds: clear of the edge
         "from the future": signed(body, at=time.time() + 310),
         "not a time": {**signed(body), "X-Duly-Timestamp": "yesterday"},
+        # str.isdigit() takes a superscript two; int() refuses it (this was a 500).
+        "not ASCII digits": {
+            **signed(body),
+            "X-Duly-Timestamp": b"\xb2",  # "²" as the server reads it (latin-1)
+        },
         "other body": signed(body.replace(b"Z-1", b"Z-2")),
         "no prefix": {**signed(body), "X-Duly-Signature": signed(body)["X-Duly-Signature"][7:]},
         "no timestamp": {k: v for k, v in signed(body).items() if k != "X-Duly-Timestamp"},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from engine.base import settings as variables
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
+DIGITS = re.compile(r"[0-9]+")
 DEFAULT_MAX_BODY_BYTES = variables.MAX_BODY_BYTES.default
 SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -102,7 +105,7 @@ class WriteGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         limit = self.settings.max_body_bytes
         length = headers.get("content-length", "")
-        if length.strip().isdigit() and int(length) > limit:
+        if DIGITS.fullmatch(length.strip()) and int(length) > limit:
             await _refuse(scope, receive, send, 413, _too_large(limit))
             return
         if scope["method"] in SAFE_METHODS:
@@ -161,7 +164,7 @@ class WriteGuard:
         signature = headers.get("x-duly-signature", "").strip()
         if not timestamp or not signature:
             return _unauthenticated(self.settings)
-        if not timestamp.isdigit() or len(timestamp) > 12:
+        if not DIGITS.fullmatch(timestamp) or len(timestamp) > 12:
             return "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
         if abs(time.time() - int(timestamp)) > SIGNATURE_WINDOW:
             return (
