@@ -10,6 +10,7 @@ another thread).
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -171,6 +172,31 @@ async def test_publish_answers_duplicates_and_refuses_bad_input_writing_nothing(
     async with Session() as session:
         ids = (await session.execute(select(Outbox.event_id).order_by(Outbox.event_id))).scalars()
         assert list(ids) == ["a", "b"], "the refused batches wrote nothing"
+
+
+async def test_a_value_the_database_refuses_is_answered_and_logged_without_the_statement(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NUL byte in the second event: nothing is written, and neither the answer nor the log
+    line holds the SQL or its parameters (the first event's payload), only the reason."""
+    Session = await create_tables(db)
+    private = "Jane Doe, diagnosis confidential"
+    batch = {
+        "events": [
+            {"event_type": SIGNUP, "event_id": "ok", "payload": {"note": private}},
+            {"event_type": SIGNUP, "event_id": "nul", "payload": {"note": "a\u0000b"}},
+        ]
+    }
+    async with function(settings_for(db)) as fn:
+        with caplog.at_level(logging.INFO, logger="duly"):
+            answer = await fn.call(lambda_handlers.publish, batch)
+    assert answer["type"] == "DataError", answer
+    assert answer["error"].startswith("The database refused a value in this request:"), answer
+    for said in (answer["error"], caplog.text):
+        assert private not in said and "INSERT" not in said and "SELECT" not in said, said
+    assert "refused its input" in caplog.text
+    async with Session() as session:
+        assert (await session.execute(select(Outbox.event_id))).first() is None, "nothing written"
 
 
 # -- deliver -------------------------------------------------------------------------------

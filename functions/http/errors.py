@@ -34,6 +34,7 @@ from functions.requests.errors import (
     InputError,
     Problem,
     problems_of,
+    refusal_of,
     shortened,
 )
 
@@ -73,12 +74,7 @@ def message_of(exc: BaseException) -> str:
     """The sentence a refusal answers with; a 500 says only that the log has it."""
     if status_of(exc) >= 500:
         return SERVER_ERROR
-    if isinstance(exc, DataError):
-        # A data exception (SQLSTATE class 22, or psycopg refusing to send a value, such as
-        # a NUL byte in text) comes from a value in the request; its statement wrote nothing.
-        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["invalid"])[0]
-        return f"The database refused a value in this request: {reason.rstrip('.')}."
-    return str(exc)
+    return refusal_of(exc)
 
 
 def problem_body(problem: Problem) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from engine.base.errors import ConfigurationError
 from functions.lambdas import http_events, work
 from functions.lambdas.runtime import Budget, Runtime, runtime
+from functions.requests.errors import refusal_of
 
 log = logging.getLogger("duly.lambda")
 
@@ -67,5 +68,6 @@ def handle(
     except ConfigurationError:
         raise  # the deployment's mistake, not the input's: failed, and retried once it is fixed
     except work.CLIENT_ERRORS as exc:
-        log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), exc)
-        return {"error": str(exc), "type": type(exc).__name__}
+        said = refusal_of(exc)
+        log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), said)
+        return {"error": said, "type": type(exc).__name__}

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
+from sqlalchemy.exc import DataError
 
 from engine.base.errors import DulyError, StepError
 
@@ -91,3 +92,13 @@ def problems_of(exc: BaseException) -> tuple[Problem, ...] | None:
     if isinstance(exc, StepError) and isinstance(exc.__cause__, InputError):
         return exc.__cause__.problems
     return None
+
+
+def refusal_of(exc: BaseException) -> str:
+    """The sentence a client's mistake is answered and logged with at every door. A value
+    PostgreSQL refused (SQLSTATE class 22, or psycopg refusing to send a NUL byte) is said
+    by its first line: never the statement or its parameters, which hold the request's data."""
+    if isinstance(exc, DataError):
+        reason = (str(getattr(exc, "orig", None) or "invalid").splitlines() or ["invalid"])[0]
+        return f"The database refused a value in this request: {reason.rstrip('.')}."
+    return str(exc)
