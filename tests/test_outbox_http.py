@@ -21,6 +21,7 @@ from engine import (
     configure_event_registry,
     connect_workflows,
 )
+from engine.events import views
 from engine.events.views import VIEW_STATUSES
 from engine.testing import drain, move_clock
 from functions.http.app import create_app
@@ -193,10 +194,19 @@ async def test_events_are_listed_newest_first_by_status_a_page_at_a_time(
         bad_status = await client.get("/outbox/events", params={"status": "lost"})
         bad_limit = await client.get("/outbox/events", params={"limit": 0})
         bad_offset = await client.get("/outbox/events", params={"offset": -1})
+        # Past the bound a page goes on from `before`; 10**12 reached the database as a 4xx.
+        far_offset = await client.get("/outbox/events", params={"offset": 10**12})
+        schema = (await client.get("/openapi.json")).json()
         unknown_cursor = await client.get("/outbox/events", params={"before": "nope"})
     assert bad_status.status_code == 422
     assert bad_status.json()["detail"][0]["loc"] == ["query", "status"]
     assert (bad_limit.status_code, bad_offset.status_code) == (422, 422)
+    assert far_offset.status_code == 422
+    assert far_offset.json()["detail"][0]["loc"] == ["query", "offset"]
+    [offset] = [
+        p for p in schema["paths"]["/outbox/events"]["get"]["parameters"] if p["name"] == "offset"
+    ]
+    assert offset["schema"]["maximum"] == views.MAX_OFFSET
     assert unknown_cursor.status_code == 404
     assert unknown_cursor.json() == {"detail": "No outbox row 'nope' to page from."}
 

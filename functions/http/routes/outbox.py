@@ -40,7 +40,7 @@ async def list_outbox_events(
     status: OutboxStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     before: Annotated[str | None, Query(min_length=1, max_length=MAX_EVENT_ID)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=views.MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """Outbox rows newest first; `before` (the last id of a page) or `offset` pages on."""
     page = await views.list_outbox(
