@@ -33,8 +33,8 @@ from tests.apps import api
 from tests.conftest import Database
 from tests.helpers import serving
 
-TOKEN = "fuzz-token"
-SECRET = "fuzz-secret"
+TOKEN = "fuzz-token-of-the-api"
+SECRET = "fuzz-secret-of-the-webhook"
 EXAMPLES_PER_OPERATION = 6  # about 50 operations: a few hundred requests, well under 60 s
 START = {"row": {"number": "Z-1", "total": 1}, "step": "chase"}
 

@@ -391,7 +391,7 @@ async def test_the_csrf_token_is_bound_to_the_session(
 async def test_with_only_a_secret_the_console_reads_only(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DULY_WEBHOOK_SECRET", "hook-secret")
+    monkeypatch.setenv("DULY_WEBHOOK_SECRET", "hook-secret-of-sixteen")
     async with console(db) as (client, Session):
         page = await client.get("/console/runs/onboarding/start")
         assert page.status_code == 200

@@ -31,6 +31,11 @@ MAX_DAYS = 36_500  # a century: a cutoff further back leaves the calendar
 MAX_PORT = 65_535
 MAX_PRUNE_BATCH_SIZE = 100_000  # past it a batch is no longer a short transaction
 MAX_PAUSE_MS = 60_000  # a minute between batches at most
+MIN_KEY_LENGTH = 16  # characters of a token or signing secret: a guessable key is refused
+
+
+class RuleRefusal(ConfigurationError):
+    """A value refused by a rule whose sentence shows no part of it (a secret's length)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,8 @@ class Setting(Generic[T]):
             return self.default
         try:
             return self.parse(value)
-        except ConfigurationError:
-            if not self.secret:
+        except ConfigurationError as refused:
+            if not self.secret or isinstance(refused, RuleRefusal):
                 raise
             raise ConfigurationError(
                 f"{self.name} is not a value it takes (not shown here: it holds a secret)."
@@ -78,6 +83,20 @@ def optional_text(
 ) -> Setting[str | None]:
     """A variable read as text; None when unset."""
     return Setting[str | None](name, None, shown, meaning, str, secret=secret, exact=exact)
+
+
+def key(name: str, meaning: str) -> Setting[str | None]:
+    """A secret key, read as written; None when unset; at least MIN_KEY_LENGTH characters."""
+
+    def parse(raw: str) -> str:
+        if len(raw) < MIN_KEY_LENGTH:
+            raise RuleRefusal(
+                f"{name} must be at least {MIN_KEY_LENGTH} characters: a random key, such as "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))' prints."
+            )
+        return raw
+
+    return Setting[str | None](name, None, "unset", meaning, parse, secret=True, exact=True)
 
 
 def flag(name: str, meaning: str, default: bool) -> Setting[bool]:
@@ -300,14 +319,12 @@ PRUNE_DRAIN_BATCHES = whole(
 )
 
 # The HTTP app.
-API_TOKEN = optional_text(
-    "DULY_API_TOKEN", "writes need `Authorization: Bearer` this token", secret=True, exact=True
+API_TOKEN = key(
+    "DULY_API_TOKEN", "writes need `Authorization: Bearer` this token (16 characters or more)"
 )
-WEBHOOK_SECRET = optional_text(
+WEBHOOK_SECRET = key(
     "DULY_WEBHOOK_SECRET",
-    "writes may instead be signed: HMAC-SHA256 of the body under this secret",
-    secret=True,
-    exact=True,
+    "writes may instead be signed: HMAC-SHA256 of the body under this secret (16 or more)",
 )
 MAX_BODY_BYTES = whole(
     "DULY_MAX_BODY_BYTES", "the largest request body, in bytes (larger is 413)", 1 << 20, least=1
