@@ -11,6 +11,7 @@ from engine.testing import move_clock, read_clock_shift
 from functions import examples
 from functions.examples import Onboarding
 from functions.http.app import create_app
+from functions.local.command import exposure_warning
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
 from tests.helpers import onboarding, serving, wait_until
@@ -156,3 +157,15 @@ async def test_a_422_does_not_echo_a_large_body(
     [error] = big_field.json()["detail"]
     assert error["type"] == "extra_forbidden"
     assert error["loc"][1].startswith("xxx") and error["loc"][1].endswith("…")
+
+
+def test_duly_dev_warns_when_it_listens_beyond_this_machine_with_writes_open() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"):
+        assert exposure_warning(host, {}) is None, host
+    said = exposure_warning("0.0.0.0", {})
+    assert said is not None and "0.0.0.0" in said and "DULY_API_TOKEN" in said
+    assert exposure_warning("192.0.2.7", {}) is not None
+    assert exposure_warning("0.0.0.0", {"DULY_API_TOKEN": "a-key-of-sixteen-or-more"}) is None
+    assert (
+        exposure_warning("0.0.0.0", {"DULY_WEBHOOK_SECRET": "a-secret-of-sixteen-or-more"}) is None
+    )

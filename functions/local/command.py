@@ -11,11 +11,12 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from engine.events.records import outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.command_line import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
+from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
@@ -68,6 +70,8 @@ def run_dev(args: argparse.Namespace) -> int:
         host = settings.host if args.host is None else args.host
         port = settings.port if args.port is None else args.port
         listener = bind_port(host, port)
+        if (warning := exposure_warning(host)) is not None:
+            print(f"duly: warning: {warning}", file=sys.stderr)
     except (ValueError, LookupError, SetupError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -93,6 +97,27 @@ def run_dev(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
     return 0
+
+
+def exposure_warning(host: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """What to say when `duly dev` listens beyond this machine with writes open to anyone."""
+    if is_loopback(host) or not GuardSettings.from_env(environ).open:
+        return None
+    return (
+        f"duly dev listens on {host} with no DULY_API_TOKEN or DULY_WEBHOOK_SECRET: anyone "
+        "who reaches it can start runs, replay dead letters and move the clock. Set one, "
+        "or serve on 127.0.0.1."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine alone."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def import_serverless() -> ModuleType | None:
