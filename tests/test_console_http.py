@@ -450,3 +450,34 @@ async def test_pages_send_their_security_headers(db: Database) -> None:
     policy = reply.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
     assert "unsafe-eval" not in policy
+
+
+async def test_every_page_refusal_and_reply_carries_the_security_headers(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The login form, a refusal page and the docs are no more frameable than the
+    console's own pages; nothing is sniffed; pages are not cached; https adds HSTS."""
+    monkeypatch.setenv("DULY_API_TOKEN", TOKEN)
+    async with console(db) as (client, Session):
+        login = await client.get("/console/login")
+        refusal = await client.post("/console/runs/onboarding/start", data={"step": "welcome"})
+        docs = await client.get("/docs")
+        missing = await client.get("/console/no-such-page")
+        reply = await client.get("/workflows")
+        assert "text/html" in refusal.headers["content-type"], refusal.text
+        for page in (login, refusal, docs):
+            assert "frame-ancestors 'none'" in page.headers["content-security-policy"], page.url
+            assert page.headers["x-frame-options"] == "DENY", page.url
+            assert page.headers["cache-control"] == "no-store", page.url
+            assert page.headers["x-content-type-options"] == "nosniff", page.url
+            assert "strict-transport-security" not in page.headers  # plain http: none
+        for answer in (reply, missing):  # JSON, an unknown path's 404 too: no page policy
+            assert answer.headers["x-content-type-options"] == "nosniff", answer.url
+            assert "content-security-policy" not in answer.headers, answer.url
+        over_https = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(Session, run_worker=False)),
+            base_url="https://duly.example",
+        )
+        async with over_https:
+            secure = await over_https.get("/console/login")
+        assert secure.headers["strict-transport-security"] == "max-age=31536000"

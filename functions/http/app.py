@@ -24,6 +24,7 @@ from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
 from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
 from functions.http.errors import ServerErrors, install_handlers
 from functions.http.guard import GuardSettings, WriteGuard
+from functions.http.headers import SecurityHeaders
 from functions.http.routes import events, graphs, health, outbox, runs, writes
 from functions.http.routes.docs import (
     DOCS_ASSETS_PACKAGE,
@@ -62,6 +63,7 @@ def create_app(
     # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
     app.add_middleware(WriteGuard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)
+    app.add_middleware(SecurityHeaders)  # outermost: refusals and 500s carry them too
     for resource in (health, runs, outbox, events, writes, graphs):
         app.include_router(resource.router)
     app.include_router(docs_router)
