@@ -169,3 +169,23 @@ def test_duly_dev_warns_when_it_listens_beyond_this_machine_with_writes_open() -
     assert (
         exposure_warning("0.0.0.0", {"DULY_WEBHOOK_SECRET": "a-secret-of-sixteen-or-more"}) is None
     )
+
+
+async def test_with_writes_open_a_page_of_another_site_cannot_write(db: Database) -> None:
+    """No token, no secret: a page on another local port (or a sandboxed one, Origin null)
+    sending no-cors POSTs is refused; the same origin, and curl (no Origin), may write."""
+    Session = await db.create(examples.Base.metadata)
+    async with serving(create_dev_app(Session, run_worker=False)) as client:
+        here = f"http://{client.base_url.netloc.decode()}"
+        moved = await client.post("/dev/clock", json={"hours": 1})  # curl: no Origin
+        assert moved.status_code == 200, moved.text
+        for origin in ("http://127.0.0.1:1", "http://evil.example", "null"):
+            # What a page's fetch(url, {method: "POST", mode: "no-cors"}) sends.
+            headers = {"Origin": origin, "Content-Type": "text/plain"}
+            refused = await client.post("/dev/clock/reset", headers=headers)
+            assert refused.status_code == 403, (origin, refused.text)
+            assert "a page of another site may not send them" in refused.json()["detail"]
+            assert await read_clock_shift(Session) == timedelta(hours=1), origin
+        same = await client.post("/dev/clock/reset", headers={"Origin": here})
+        assert same.status_code == 200, same.text
+    assert await read_clock_shift(Session) == timedelta(0)

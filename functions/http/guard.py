@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
 # A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
 DIGITS = re.compile(r"[0-9]+")
 DEFAULT_MAX_BODY_BYTES = variables.MAX_BODY_BYTES.default
+FOREIGN_WRITE = (
+    "Writes are open here (no DULY_API_TOKEN or DULY_WEBHOOK_SECRET), so a page of another "
+    "site may not send them: this request's Origin is not this server."
+)
 SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -111,6 +116,9 @@ class WriteGuard:
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, _counted(receive, limit), send)
             return
+        if self.settings.open and _from_another_site(headers):
+            await _refuse(scope, receive, send, 403, FOREIGN_WRITE)
+            return
         if self.console is not None and self.console.owns(scope["path"]):
             await self._console_write(scope, receive, send, headers)
             return
@@ -175,6 +183,15 @@ class WriteGuard:
         if not hmac.compare_digest(signature.encode(), expected.encode()):
             return "X-Duly-Signature does not match the body and timestamp."
         return None
+
+
+def _from_another_site(headers: Mapping[str, str]) -> bool:
+    """Whether a browser sent this from a page of another origin (`Origin` names another
+    host and port than the request's `Host`, or is "null"): curl and servers send none."""
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    return origin == "null" or urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
 
 
 def _unauthenticated(settings: GuardSettings) -> str:
