@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select
 from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.types import JSON
 
 from engine.base.clock import db_now
 from engine.base.errors import DulyError, NotFoundError
+from engine.base.shown import loads_shown
 from engine.events.records import OutboxColumns
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
@@ -61,14 +64,41 @@ class RunDetail:
 async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str) -> Any:
     """The run with the key `key` (as its URL spells it); NotFoundError when there is none."""
     parts = parse_key(info, key)
+    too_deep = False
     async with connection.sessionmaker() as session:
         try:
             row = await session.get(info.cls, parts)
         except DataError as exc:  # a well-typed key the column still refuses: out of range
             reason = str(exc.orig).splitlines()[0] if exc.orig else "refused by the database"
             raise DulyError(f"{key!r} is not a valid key for {info.name}: {reason}.") from None
+        except RecursionError:  # a JSON value stored deeper than json.loads can decode
+            too_deep = True
+    if too_deep:
+        row = await read_run_shown(connection, info, parts)
     if row is None:
         raise NotFoundError(f"No {info.name} run has the key {key!r}.")
+    return row
+
+
+async def read_run_shown(
+    connection: WorkflowConnection, info: WorkflowInfo, parts: tuple[Any, ...]
+) -> Any:
+    """The run's row read for showing only: its JSON columns decoded by loads_shown.
+
+    A detached instance that is never flushed: a read's copy, its deepest JSON TRUNCATED.
+    """
+    columns = [cast(c, Text).label(c.name) if isinstance(c.type, JSON) else c for c in info.table.c]
+    keys = info.mapper.primary_key
+    statement = select(*columns).where(*(c == v for c, v in zip(keys, parts, strict=True)))
+    async with connection.sessionmaker() as session:
+        found = (await session.execute(statement)).first()
+    if found is None:
+        return None
+    row = info.mapper.class_manager.new_instance()
+    for column in info.table.c:
+        value = found._mapping[column.name]
+        shown = loads_shown(value) if isinstance(column.type, JSON) else value
+        set_committed_value(row, info.mapper.get_property_by_column(column).key, shown)
     return row
 
 

@@ -16,7 +16,7 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_
@@ -24,6 +24,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql import util as sql_util
 
 from engine.base.errors import DulyError, NotFoundError
+from engine.base.shown import bounded_value, json_value
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.views.overview import RUN_STATES, run_state, state_condition
@@ -80,21 +81,6 @@ def key_text_of(values: Sequence[Any]) -> str:
         value = values[0]
         return value.isoformat() if isinstance(value, date | time) else str(value)
     return json.dumps([json_value(value) for value in values])
-
-
-def json_value(value: Any) -> Any:
-    """A value as JSON holds it: times in ISO 8601, other non-JSON types as their text."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, date | time):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, dict):
-        return {str(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_value(v) for v in value]
-    return str(value)
 
 
 def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
@@ -233,7 +219,7 @@ class RunPage:
 def summarize(info: WorkflowInfo, row: Any) -> RunSummary:
     """A run instance as a RunSummary."""
     shown = {
-        column.name: getattr(row, info.mapper.get_property_by_column(column).key)
+        column.name: bounded_value(getattr(row, info.mapper.get_property_by_column(column).key))
         for column in info.table.c
         if column.name not in HIDDEN_COLUMNS
     }
@@ -246,7 +232,7 @@ def summarize(info: WorkflowInfo, row: Any) -> RunSummary:
         row=shown,
         waiting_for=row.waiting_for,
         deadline=(row.next_args or {}).get("deadline") if waiting else None,
-        held_event=None if held is None else dict(held),
+        held_event=None if held is None else bounded_value(dict(held)),
         parent=row.parent,
         children_left=row.children_left,
     )
