@@ -34,6 +34,7 @@ from tests.test_request_layer import row_of, waiting_signup
 CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 STORED_LEVELS = 2_000  # twice Python's recursion limit: no recursive walk could read it
 DEEP_DESIGN_LEVELS = 300  # past the 255 levels that used to break a design's save
+PAST_RECURSIVE_WALKS = 700  # levels: past what jsonable_encoder and a recursive walk reach
 
 
 def nested(levels: int) -> dict[str, Any]:
@@ -230,3 +231,26 @@ async def test_a_body_nested_past_what_python_can_parse_is_refused_alike(db: Dat
     assert said_by_http(by_http) == TOO_DEEP
     assert answer == {"error": f"event.payload: {TOO_DEEP}", "type": "InputError"}
     assert await outbox_count(Session) == 0
+
+
+async def test_pages_of_runs_show_a_value_stored_too_deep_truncated(db: Database) -> None:
+    Session = await create_tables(db)
+    key = await waiting_signup(Session)
+    async with serving(create_app(Session, run_worker=False)) as client:
+        # Past every recursive walk, then past json.loads' own limit too.
+        for levels in (PAST_RECURSIVE_WALKS, STORED_LEVELS):
+            deep = nested_text(levels)
+            db.sql(
+                "UPDATE lambda_signup SET next_args = jsonb_build_object('deep', %s::jsonb)", deep
+            )
+            listed = await client.get("/workflows/lambda_signup/runs")
+            soonest = await client.get("/workflows/lambda_signup/runs?order=soonest&offset=0")
+            page = await client.get("/console/runs/lambda_signup")
+            for reply in (listed, soonest):
+                assert reply.status_code == 200, (levels, reply.text[:2000])
+                [shown] = reply.json()["runs"]
+                assert shown["key"] == str(key)
+                stored_args = shown["row"]["next_args"]["deep"]
+                assert levels_shown(stored_args) == (SHOWN_NESTING - 1, TRUNCATED), levels
+            assert page.status_code == 200, (levels, page.text[:2000])
+            assert f"/console/runs/lambda_signup/{key}" in page.text

@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import select
 from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.types import JSON
 
 from engine.base.clock import db_now
 from engine.base.errors import DulyError, NotFoundError
-from engine.base.shown import loads_shown
 from engine.events.records import OutboxColumns
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
@@ -32,6 +29,7 @@ from engine.views.runs import (
     RunSummary,
     key_text_of,
     parse_key,
+    rows_of,
     summarize,
 )
 
@@ -83,23 +81,12 @@ async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str)
 async def read_run_shown(
     connection: WorkflowConnection, info: WorkflowInfo, parts: tuple[Any, ...]
 ) -> Any:
-    """The run's row read for showing only: its JSON columns decoded by loads_shown.
-
-    A detached instance that is never flushed: a read's copy, its deepest JSON TRUNCATED.
-    """
-    columns = [cast(c, Text).label(c.name) if isinstance(c.type, JSON) else c for c in info.table.c]
+    """The run's row read for showing only, its JSON read as text (`shown_row`)."""
     keys = info.mapper.primary_key
-    statement = select(*columns).where(*(c == v for c, v in zip(keys, parts, strict=True)))
+    statement = select(info.cls).where(*(c == v for c, v in zip(keys, parts, strict=True)))
     async with connection.sessionmaker() as session:
-        found = (await session.execute(statement)).first()
-    if found is None:
-        return None
-    row = info.mapper.class_manager.new_instance()
-    for column in info.table.c:
-        value = found._mapping[column.name]
-        shown = loads_shown(value) if isinstance(column.type, JSON) else value
-        set_committed_value(row, info.mapper.get_property_by_column(column).key, shown)
-    return row
+        found = await rows_of(session, info, statement, as_text=True)
+    return found[0] if found else None
 
 
 async def run_history(
