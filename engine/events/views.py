@@ -27,6 +27,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     null,
     or_,
@@ -39,6 +40,7 @@ from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
 from engine.base.errors import EventError, NotFoundError
+from engine.base.shown import loads_shown
 from engine.events.records import (
     CLAIMED,
     DEAD_LETTER,
@@ -226,7 +228,7 @@ async def event_detail(
     if record is None and row is None:
         raise NotFoundError(f"No event {event_id!r}.")
     return EventDetail(
-        event=None if record is None else EventRecordView(**record._asdict()),
+        event=None if record is None else record_view(record),
         outbox=None if row is None else outbox_row(row),
         deliveries=[DeliveryView(**delivery._asdict()) for delivery in deliveries],
     )
@@ -264,6 +266,13 @@ async def drain_progress(
         failed=settled(FAILED),
         dead_letter=settled(DEAD_LETTER),
     )
+
+
+def record_view(record: Any) -> EventRecordView:
+    """An event record read by record_statement, its JSON nested at most SHOWN_NESTING deep."""
+    given = record._asdict()
+    payload, metadata = loads_shown(given.pop("payload")), loads_shown(given.pop("metadata"))
+    return EventRecordView(**given, payload=payload or {}, metadata=metadata or {})
 
 
 def outbox_row(row: Any) -> OutboxRow:
@@ -389,8 +398,9 @@ def record_statement(tables: EventTables) -> Executable:
         records.c.event_name,
         records.c.source,
         records.c.occurred_at,
-        records.c.payload,
-        records.c.metadata.label("metadata"),
+        # As text, decoded by loads_shown: a value stored too deep for json.loads still reads.
+        cast(records.c.payload, Text).label("payload"),
+        cast(records.c.metadata, Text).label("metadata"),
         records.c.created_at,
     ).where(records.c.event_id == bindparam("event_id", type_=Text))
 

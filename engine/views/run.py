@@ -29,6 +29,7 @@ from engine.views.runs import (
     RunSummary,
     key_text_of,
     parse_key,
+    rows_of,
     summarize,
 )
 
@@ -61,15 +62,31 @@ class RunDetail:
 async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str) -> Any:
     """The run with the key `key` (as its URL spells it); NotFoundError when there is none."""
     parts = parse_key(info, key)
+    too_deep = False
     async with connection.sessionmaker() as session:
         try:
             row = await session.get(info.cls, parts)
         except DataError as exc:  # a well-typed key the column still refuses: out of range
             reason = str(exc.orig).splitlines()[0] if exc.orig else "refused by the database"
             raise DulyError(f"{key!r} is not a valid key for {info.name}: {reason}.") from None
+        except RecursionError:  # a JSON value stored deeper than json.loads can decode
+            too_deep = True
+    if too_deep:
+        row = await read_run_shown(connection, info, parts)
     if row is None:
         raise NotFoundError(f"No {info.name} run has the key {key!r}.")
     return row
+
+
+async def read_run_shown(
+    connection: WorkflowConnection, info: WorkflowInfo, parts: tuple[Any, ...]
+) -> Any:
+    """The run's row read for showing only, its JSON read as text (`shown_row`)."""
+    keys = info.mapper.primary_key
+    statement = select(info.cls).where(*(c == v for c, v in zip(keys, parts, strict=True)))
+    async with connection.sessionmaker() as session:
+        found = await rows_of(session, info, statement, as_text=True)
+    return found[0] if found else None
 
 
 async def run_history(

@@ -14,16 +14,30 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, literal, or_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Text,
+    and_,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.orm import aliased
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import util as sql_util
+from sqlalchemy.types import JSON
 
 from engine.base.errors import DulyError, NotFoundError
+from engine.base.shown import bounded_value, json_value, loads_shown
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.views.overview import RUN_STATES, run_state, state_condition
@@ -80,21 +94,6 @@ def key_text_of(values: Sequence[Any]) -> str:
         value = values[0]
         return value.isoformat() if isinstance(value, date | time) else str(value)
     return json.dumps([json_value(value) for value in values])
-
-
-def json_value(value: Any) -> Any:
-    """A value as JSON holds it: times in ISO 8601, other non-JSON types as their text."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, date | time):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, dict):
-        return {str(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_value(v) for v in value]
-    return str(value)
 
 
 def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
@@ -233,7 +232,7 @@ class RunPage:
 def summarize(info: WorkflowInfo, row: Any) -> RunSummary:
     """A run instance as a RunSummary."""
     shown = {
-        column.name: getattr(row, info.mapper.get_property_by_column(column).key)
+        column.name: bounded_value(getattr(row, info.mapper.get_property_by_column(column).key))
         for column in info.table.c
         if column.name not in HIDDEN_COLUMNS
     }
@@ -246,7 +245,7 @@ def summarize(info: WorkflowInfo, row: Any) -> RunSummary:
         row=shown,
         waiting_for=row.waiting_for,
         deadline=(row.next_args or {}).get("deadline") if waiting else None,
-        held_event=None if held is None else dict(held),
+        held_event=None if held is None else bounded_value(dict(held)),
         parent=row.parent,
         children_left=row.children_left,
     )
@@ -280,23 +279,29 @@ async def list_runs(
     walks = ("n",) if order == "newest" else soonest_walks(filters.state)
     if cursor is not None:
         walks = walks[walks.index(cursor.walk) :] if cursor.walk in walks else ()
-    found: list[tuple[Any, str]] = []
-    stopped: Cursor | None = None  # where a search ran out of its window
-    async with connection.sessionmaker() as session:
-        if offset:
-            found = await _offset_page(session, info, where, walks, limit, offset)
-        else:
+
+    async def read(as_text: bool) -> tuple[list[tuple[Any, str]], Cursor | None]:
+        found: list[tuple[Any, str]] = []
+        async with connection.sessionmaker() as session:
+            if offset:
+                return await _offset_page(session, info, where, walks, limit, offset, as_text), None
             for walk in walks:
                 start = cursor if cursor is not None and cursor.walk == walk else None
                 want = limit + 1 - len(found)
                 statement = walk_statement(info, walk, where, start, want, windowed=True)
-                found += [(row, walk) for row in (await session.scalars(statement)).all()]
+                found += [(row, walk) for row in await rows_of(session, info, statement, as_text)]
                 if len(found) > limit:
                     break
                 end = (await session.execute(window_end_statement(info, walk, start))).first()
                 if end is not None:  # the window ran out before the walk did: stop here
-                    stopped = Cursor(order, walk, tuple(end)[1:], end[0] if walk == "s" else None)
-                    break
+                    at = end[0] if walk == "s" else None
+                    return found, Cursor(order, walk, tuple(end)[1:], at)
+        return found, None
+
+    try:
+        found, stopped = await read(as_text=False)
+    except RecursionError:  # a JSON value stored deeper than json.loads can decode
+        found, stopped = await read(as_text=True)
     more = len(found) > limit
     shown = found[:limit]
     next_after = stopped.encode() if stopped is not None and not more else None
@@ -321,6 +326,7 @@ async def _offset_page(
     walks: Sequence[str],
     limit: int,
     offset: int,
+    as_text: bool,
 ) -> list[tuple[Any, str]]:
     """A page by offset, as the API always allowed: it reads every row it skips."""
     found: list[tuple[Any, str]] = []
@@ -333,11 +339,36 @@ async def _offset_page(
                 offset -= scheduled_rows
                 continue
         statement = walk_statement(info, walk, where, None, limit + 1 - len(found), offset=offset)
-        found += [(row, walk) for row in (await session.scalars(statement)).all()]
+        found += [(row, walk) for row in await rows_of(session, info, statement, as_text)]
         offset = 0
         if len(found) > limit:
             break
     return found
+
+
+async def rows_of(session: Any, info: WorkflowInfo, statement: Any, as_text: bool) -> list[Any]:
+    """The runs `statement` selects; with `as_text`, each one's JSON read as text (shown_row)."""
+    if not as_text:
+        return list((await session.scalars(statement)).all())
+    columns = [  # the statement's own columns: a walk's window names them on its subquery
+        cast(c, Text).label(c.name) if isinstance(c.type, JSON) else c
+        for c in statement.selected_columns
+    ]
+    rows = await session.execute(statement.with_only_columns(*columns))
+    return [shown_row(info, found._mapping) for found in rows]
+
+
+def shown_row(info: WorkflowInfo, values: Mapping[str, Any]) -> Any:
+    """A run built from its columns' values, its JSON text decoded by loads_shown.
+
+    A transient instance, never added to a session: a read's copy, its deepest JSON TRUNCATED.
+    """
+    row = info.mapper.class_manager.new_instance()
+    for column in info.table.c:
+        value = values[column.name]
+        shown = loads_shown(value) if isinstance(column.type, JSON) else value
+        set_committed_value(row, info.mapper.get_property_by_column(column).key, shown)
+    return row
 
 
 def soonest_walks(state: str | None) -> tuple[str, ...]:

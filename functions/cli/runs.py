@@ -14,11 +14,12 @@ from typing import TextIO
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
+from engine.base.shown import json_value
 from engine.events.records import EventTables
 from engine.model.registry import ENGINE_COLUMNS
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
-from engine.views.runs import RunFilter, RunPage, find_workflow, json_value, list_runs
+from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
 from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import aligned, refused
 from functions.command_line import USAGE_ERROR

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from functions.requests.nesting import TOO_DEEP, too_deep_at
+
 TEXT_KINDS = {"integer": "integer", "number": "number", "string": "text", "boolean": "boolean"}
 MAX_FIELD_TEXT = 100_000  # characters of one field; the app's body limit bounds the form anyway
 
@@ -110,9 +112,17 @@ def values_of(
             continue  # left empty: the default, or the API's "missing"
         if field.kind == "json":
             try:
-                values[field.label] = json.loads(text, parse_constant=_refuse_constant)
+                value = json.loads(text, parse_constant=_refuse_constant)
             except ValueError as exc:
                 errors[field.name] = f"This is not JSON: {exc}."
+                continue
+            except RecursionError:  # nested past what Python's parser can hold
+                errors[field.name] = TOO_DEEP
+                continue
+            if too_deep_at(value) is not None:
+                errors[field.name] = TOO_DEEP
+                continue
+            values[field.label] = value
             continue
         values[field.label] = _typed(field.kind, text)
     return values, errors

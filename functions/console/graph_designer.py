@@ -16,13 +16,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import Design, design_matches
+from engine.graphs.design.document import design_matches
 from engine.graphs.design.model import load_graph
 from engine.graphs.design.versions import load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.requests.graphs import stored_layout
+from functions.requests.nesting import DesignBody
 
 PAGES = "/console/graphs"
 # Pages: a client's mistake (an unknown version, no graph runtime) is a page saying so.
@@ -79,7 +80,7 @@ def _designer(
 
 
 @designer_api.post("/designer/save")
-async def save_from_designer(design: Design) -> dict[str, Any]:
+async def save_from_designer(design: DesignBody) -> dict[str, Any]:
     """Save the designer's JSON as a new inactive version, as `POST /graphs/templates` does.
 
     The API's response, plus each problem with the node (and edge) it names,

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
 from engine.base.errors import ConfigurationError, DulyError
-from engine.views.runs import json_value
+from engine.base.shown import json_value
 from functions.console.auth import LoginRequired, can_write, console_auth
 from functions.console.templating import templates
 from functions.http.errors import message_of, status_of

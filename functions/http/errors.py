@@ -14,9 +14,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException
 
 from engine.base.errors import (
     ConfigurationError,
@@ -37,6 +39,7 @@ from functions.requests.errors import (
     refusal_of,
     shortened,
 )
+from functions.requests.nesting import TOO_DEEP
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -121,11 +124,22 @@ async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": errors}, status_code=422)
 
 
+async def unparsed_body(request: Request, exc: Exception) -> Response:
+    """An HTTPException as FastAPI answers it, but for a JSON body nested past what Python's
+    parser holds (FastAPI's 400 raised from a RecursionError): the request layer's 422."""
+    assert isinstance(exc, HTTPException)
+    if isinstance(exc.__cause__, RecursionError):
+        problem = Problem((), TOO_DEEP, "json_too_deep")
+        return JSONResponse({"detail": [problem_body(problem)]}, status_code=422)
+    return await http_exception_handler(request, exc)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Answer every error a route raises by this module's mapping."""
     app.add_exception_handler(DulyError, refused)
     app.add_exception_handler(DataError, refused)
     app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, unparsed_body)
 
 
 class ServerErrors:

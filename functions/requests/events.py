@@ -30,6 +30,7 @@ from engine.events.database import event_values
 from engine.events.records import EventTables
 from functions.requests.errors import ConflictError, InputError, from_validation
 from functions.requests.lookup import MAX_TEXT, database_registry
+from functions.requests.nesting import JsonObject
 
 MAX_EVENTS = 1000  # events in one publish
 MAX_EVENT_ID = 200  # characters of an event id in a request
@@ -43,11 +44,11 @@ class EventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     event_type: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
     event_name: Annotated[str, Field(max_length=MAX_TEXT)] = ""
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: JsonObject = Field(default_factory=dict)
     event_id: EventId | None = None
     occurred_at: AwareDatetime | None = None
     source: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
     @field_validator("event_type")
     @classmethod

@@ -42,6 +42,7 @@ from functions.requests.errors import (
     from_validation,
 )
 from functions.requests.lookup import MAX_TEXT, find_step
+from functions.requests.nesting import JsonObject, check_nesting
 
 MAX_IDEMPOTENCY_KEY = 200  # characters
 # A key in a body: the value of a one-column primary key, or a list for a composite one.
@@ -55,9 +56,9 @@ class StartRequest(BaseModel):
     """A new run: its row's columns (by column name), its first step and that step's arguments."""
 
     model_config = ConfigDict(extra="forbid")
-    row: dict[str, Any] = Field(default_factory=dict)
+    row: JsonObject = Field(default_factory=dict)
     step: StepName
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObject = Field(default_factory=dict)
 
 
 class Addressed(BaseModel):
@@ -65,7 +66,7 @@ class Addressed(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     key: BodyKey | None = None
-    where: dict[str, Any] | None = None
+    where: JsonObject | None = None
 
 
 class CancelRequest(Addressed):
@@ -76,7 +77,7 @@ class RunRequest(Addressed):
     """The runs to run a step on now, replacing what they had scheduled."""
 
     step: StepName
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObject = Field(default_factory=dict)
 
 
 class DeliverRequest(RunRequest):
@@ -105,6 +106,7 @@ def build_call(step: Step[Any, Any], args: dict[str, Any]) -> Call[Any]:
     The StepError is raised from an InputError placing each refusal under
     `args`, which the doors that show places (HTTP, the console) read.
     """
+    check_nesting(args, "args")
     try:
         step.arguments.validate(args)
     except ValidationError as exc:

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import Design
 from engine.graphs.design.versions import list_templates, load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
+from functions.requests.nesting import DesignBody
 
 router = APIRouter(prefix="/graphs", tags=["graph workflows"])
 
@@ -41,7 +41,7 @@ async def graph_templates() -> dict[str, Any]:
 
 
 @router.post("/templates")
-async def save_graph_template(design: Design) -> dict[str, Any]:
+async def save_graph_template(design: DesignBody) -> dict[str, Any]:
     """Save the designer's graph as a new inactive version; its validation errors come back."""
     runtime = _runtime()
     async with runtime.engine.begin() as conn:
