@@ -25,6 +25,8 @@ import psycopg
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from engine import connect_workflows
+from engine.testing import drain as drain_steps
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas import work as lambda_work
 from functions.lambdas.runtime import WAKE_INPUT, Runtime, Scheduler, install
@@ -309,3 +311,26 @@ def function_url_event(method: str, path: str, body: Any = None, query: str = ""
         "body": None if body is None else json.dumps(body),
         "isBase64Encoded": False,
     }
+
+
+async def row_of(Session: async_sessionmaker[AsyncSession]) -> tuple[Any, ...]:
+    """What a delivery would change on the one run: every engine column that moves."""
+    async with Session() as session:
+        signup = (await session.execute(select(Signup))).scalar_one()
+        return (
+            signup.status,
+            signup.next_step,
+            signup.waiting_for,
+            signup.pending_event,
+            signup.wf_version,
+            signup.recent_event_keys,
+        )
+
+
+async def waiting_signup(Session: async_sessionmaker[AsyncSession]) -> int:
+    """A signup run waiting for `confirm`; its key."""
+    async with connect_workflows(Session):
+        signup = Signup(email="same@example.com")
+        await signup.start(Signup.nudge)
+    await drain_steps(Session, [Signup])
+    return signup.id

@@ -26,10 +26,9 @@ from functions.local.dev import create_dev_app, install_example_graph
 from functions.requests.errors import Problem
 from functions.requests.nesting import MAX_NESTING, TOO_DEEP
 from tests.apps.serverless_app import SIGNUP, Outbox, Signup
-from tests.aws_fakes import create_tables, function, settings_for
+from tests.aws_fakes import create_tables, function, row_of, settings_for, waiting_signup
 from tests.conftest import Database
 from tests.helpers import serving
-from tests.test_request_layer import row_of, waiting_signup
 
 CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 STORED_LEVELS = 2_000  # twice Python's recursion limit: no recursive walk could read it

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import httpx
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import connect_workflows
-from engine.testing import drain as drain_steps
 from functions.http.app import create_app
 from functions.lambdas import handlers as lambda_handlers
 from functions.requests.errors import Problem
-from tests.apps.serverless_app import SIGNUP, Outbox, Signup
-from tests.aws_fakes import create_tables, function, settings_for
+from tests.apps.serverless_app import SIGNUP, Outbox
+from tests.aws_fakes import create_tables, function, row_of, settings_for, waiting_signup
 from tests.conftest import Database
 from tests.helpers import serving
 
@@ -46,29 +42,6 @@ def said_by_console(page: httpx.Response) -> str:
     found = re.search(r'<p class="refusal" role="alert">(.*?)</p>', page.text, re.S)
     assert found is not None, page.text[:2000]
     return html.unescape(found.group(1).strip())
-
-
-async def row_of(Session: async_sessionmaker[AsyncSession]) -> tuple[Any, ...]:
-    """What a delivery would change on the one run: every engine column that moves."""
-    async with Session() as session:
-        signup = (await session.execute(select(Signup))).scalar_one()
-        return (
-            signup.status,
-            signup.next_step,
-            signup.waiting_for,
-            signup.pending_event,
-            signup.wf_version,
-            signup.recent_event_keys,
-        )
-
-
-async def waiting_signup(Session: async_sessionmaker[AsyncSession]) -> int:
-    """A signup run waiting for `confirm`; its key."""
-    async with connect_workflows(Session):
-        signup = Signup(email="same@example.com")
-        await signup.start(Signup.nudge)
-    await drain_steps(Session, [Signup])
-    return signup.id
 
 
 async def test_a_bad_delivery_gets_the_same_refusal_from_every_door(db: Database) -> None:
