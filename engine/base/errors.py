@@ -8,6 +8,12 @@ workflow involved; a class docstring is the message when none is given.
 from __future__ import annotations
 
 
+def first_line(said: object, fallback: str) -> str:
+    """The first line of an error's text, or `fallback` when it has none: what a database
+    said, without the statement and parameters SQLAlchemy writes below it."""
+    return (str(said).splitlines() or [fallback])[0] if said is not None else fallback
+
+
 class DulyError(Exception):
     """Something went wrong in duly."""
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.base.clock import db_now
-from engine.base.errors import DulyError, NotFoundError
+from engine.base.errors import DulyError, NotFoundError, first_line
 from engine.events.records import OutboxColumns
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
@@ -67,7 +67,7 @@ async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str)
         try:
             row = await session.get(info.cls, parts)
         except DataError as exc:  # a well-typed key the column still refuses: out of range
-            reason = str(exc.orig).splitlines()[0] if exc.orig else "refused by the database"
+            reason = first_line(exc.orig, "refused by the database")
             raise DulyError(f"{key!r} is not a valid key for {info.name}: {reason}.") from None
         except RecursionError:  # a JSON value stored deeper than json.loads can decode
             too_deep = True

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 
 from engine import NotFoundError
 from engine.base import settings as variables
+from engine.base.errors import first_line
 from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.schema import load_app
 from infra.settings import database_url
@@ -71,6 +72,6 @@ async def on_database(url: str, command: DatabaseCommand) -> int:
 
 def unreachable(exc: Exception) -> int:
     """Say the database refused or cannot be reached (its first line only); FAILURE."""
-    reason = (str(getattr(exc, "orig", None) or exc).splitlines() or ["unknown"])[0]
+    reason = first_line(getattr(exc, "orig", None) or exc, "unknown")
     print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
     return FAILURE

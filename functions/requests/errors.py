@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import DulyError, StepError
+from engine.base.errors import DulyError, StepError, first_line
 
 MAX_PROBLEMS = 20  # problems kept in one InputError
 MAX_PROBLEM_TEXT = 200  # characters of one problem's message or place part
@@ -99,6 +99,6 @@ def refusal_of(exc: BaseException) -> str:
     PostgreSQL refused (SQLSTATE class 22, or psycopg refusing to send a NUL byte) is said
     by its first line: never the statement or its parameters, which hold the request's data."""
     if isinstance(exc, DataError):
-        reason = (str(getattr(exc, "orig", None) or "invalid").splitlines() or ["invalid"])[0]
+        reason = first_line(getattr(exc, "orig", None), "invalid")
         return f"The database refused a value in this request: {reason.rstrip('.')}."
     return str(exc)

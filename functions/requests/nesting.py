@@ -13,10 +13,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator
 from pydantic_core import PydanticCustomError
 
+from engine.base.shown import SHOWN_NESTING
 from engine.graphs.design.document import Design
 from functions.requests.errors import InputError, Place, spelled
 
-MAX_NESTING = 64  # levels of arrays and objects inside one another in one JSON value
+# Levels of arrays and objects inside one another in one JSON value: the levels a read shows,
+# so whatever a door takes reads back whole.
+MAX_NESTING = SHOWN_NESTING
 TOO_DEEP = f"JSON may nest arrays and objects at most {MAX_NESTING} levels deep."
 
 

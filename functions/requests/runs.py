@@ -30,7 +30,7 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import JSON
 
-from engine.base.errors import DulyError, StepError
+from engine.base.errors import DulyError, StepError, first_line
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Call, Step
 from engine.views.runs import key_text, parse_key
@@ -244,7 +244,7 @@ async def start_run(info: WorkflowInfo, body: StartRequest) -> dict[str, Any]:
     try:
         started = await row.start(call)
     except IntegrityError as exc:  # NOT NULL, CHECK or a foreign key: the row's values
-        reason = (str(exc.orig).splitlines() or ["refused"])[0] if exc.orig else "refused"
+        reason = first_line(exc.orig, "refused")
         raise RowRefusedError(f"The database refused this {info.name} row: {reason}") from None
     if not started:
         raise ConflictError(

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from engine.base.errors import first_line
 from engine.model.telemetry import latest_metrics
 from functions.http.state import connection_of
 
@@ -26,7 +27,7 @@ async def healthz(request: Request) -> Any:
             async with connection_of(request).engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = first_line(exc, type(exc).__name__)
         detail = f"The database is unreachable: {reason}"
         return JSONResponse({"ok": False, "detail": detail}, status_code=503)
     return {"ok": True}
