@@ -41,13 +41,12 @@ from functions.requests.errors import (
     RowRefusedError,
     from_validation,
 )
-from functions.requests.lookup import MAX_TEXT, find_step
+from functions.requests.lookup import StepName, find_step
 from functions.requests.nesting import JsonObject, check_nesting
 
 MAX_IDEMPOTENCY_KEY = 200  # characters
 # A key in a body: the value of a one-column primary key, or a list for a composite one.
 BodyKey = StrictInt | StrictStr | list[StrictInt | StrictStr]
-StepName = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 Model = TypeVar("Model", bound=BaseModel)
 NAME_THE_RUNS = "Name the runs with key (the run's primary key) or where, one of them, not both."
 
