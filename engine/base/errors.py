@@ -34,6 +34,10 @@ class ConfigurationError(DulyError, ValueError):
     """A workflow, limit or worker is declared in a way duly cannot run."""
 
 
+class NotAllowedError(DulyError, PermissionError):
+    """The caller is known but may not do this: a role it lacks, or acting as someone else."""
+
+
 class NotFoundError(DulyError, LookupError):
     """Something that was named does not exist."""
 

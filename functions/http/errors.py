@@ -2,7 +2,8 @@
 
 A client's mistake is a 4xx: a value refused where it sits (422, each
 problem placed), something named that does not exist (404), a state that
-refuses the request (409), any other DulyError or a value PostgreSQL
+refuses the request (409), a known caller without the role or right
+to do it (403), any other DulyError or a value PostgreSQL
 refused (400). A ConfigurationError met while serving is the deployment's
 fault, not the client's: a 500, logged, its message kept out of the reply.
 The console's pages take their statuses from here too.
@@ -23,6 +24,7 @@ from starlette.exceptions import HTTPException
 from engine.base.errors import (
     ConfigurationError,
     DulyError,
+    NotAllowedError,
     NotFoundError,
     StateWorkflowError,
     TemplateInvalidError,
@@ -51,6 +53,7 @@ SERVER_ERROR = "Internal server error: the traceback is in the server's log."
 STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (ConfigurationError, 500),
     (InputError, 422),
+    (NotAllowedError, 403),
     (NotFoundError, 404),
     (ConflictError, 409),
     (WorkflowAlreadyCompletedError, 409),

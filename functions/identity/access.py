@@ -1,0 +1,69 @@
+"""Who may call a route: each route's declared role, and the request's principal.
+
+The app's guard names the principal of every request (`PRINCIPAL_SCOPE` in
+the ASGI scope) before a route runs; a route's `allow(role)` dependency
+then answers 403 when that principal lacks the role, or is held to other
+routes. `allow(None)` marks a route anyone may call (`/healthz`, the login).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi import Depends, Request
+from fastapi.routing import APIRoute
+
+from engine.base.errors import NotAllowedError
+from functions.identity.principal import LOCAL, Principal, Role
+
+PRINCIPAL_SCOPE = "duly.principal"  # where the guard leaves a request's principal
+ROLE_ATTRIBUTE = "duly_role"  # on an allow() dependency: the role it asks for
+PUBLIC = "public"  # how the route table shows a route anyone may call
+
+
+def principal_in(scope: Mapping[str, Any]) -> Principal | None:
+    """The principal the guard named for this request's scope, if any."""
+    found = scope.get(PRINCIPAL_SCOPE)
+    return found if isinstance(found, Principal) else None
+
+
+def principal_of(request: Request) -> Principal:
+    """The request's principal (LOCAL when no guard ran, as in an app built without one)."""
+    return principal_in(request.scope) or LOCAL
+
+
+def refusal(principal: Principal, role: Role, method: str, route: str) -> str | None:
+    """Why `principal` may not call `method route` that needs `role`; None when it may."""
+    if not principal.route_allowed(method, route):
+        return f"{principal.shown}'s credential is held to other routes than {method} {route}."
+    if not principal.has(role):
+        held = ", ".join(sorted(principal.roles)) or "no role"
+        return f"This route needs the {role.value} role; {principal.shown} has {held}."
+    return None
+
+
+def allow(role: Role | None) -> Any:
+    """The dependency a route declares: the least role that may call it (None: anyone)."""
+
+    async def check(request: Request) -> None:
+        if role is None:
+            return
+        route = request.scope.get("route")
+        path = route.path if isinstance(route, APIRoute) else request.url.path
+        refused = refusal(principal_of(request), role, request.method, path)
+        if refused is not None:
+            raise NotAllowedError(refused)
+
+    setattr(check, ROLE_ATTRIBUTE, PUBLIC if role is None else role.value)
+    return Depends(check)
+
+
+def declared_role(route: APIRoute) -> str | None:
+    """The role `route` declares through allow() ("public" for anyone), or None if none."""
+    for dependant in route.dependant.dependencies:
+        call: Callable[..., Any] | None = dependant.call
+        role = getattr(call, ROLE_ATTRIBUTE, None)
+        if isinstance(role, str):
+            return role
+    return None

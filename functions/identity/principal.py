@@ -1,0 +1,96 @@
+"""A principal (who a credential names) and the four roles a route may ask of it.
+
+A role implies the ones below it: admin takes everything, operator and
+designer each take viewer's reads. A principal may also be held to named
+routes (a scoped signing secret, the metrics token): `route_allowed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """What a principal may do; each route names the least role it takes."""
+
+    VIEWER = "viewer"  # reads
+    OPERATOR = "operator"  # start, run, cancel, deliver, replay, wake, drain, publish
+    DESIGNER = "designer"  # save and activate graph templates
+    ADMIN = "admin"  # all of it, and acting on behalf of another user
+
+
+IMPLIED: dict[Role, frozenset[Role]] = {
+    Role.VIEWER: frozenset({Role.VIEWER}),
+    Role.OPERATOR: frozenset({Role.OPERATOR, Role.VIEWER}),
+    Role.DESIGNER: frozenset({Role.DESIGNER, Role.VIEWER}),
+    Role.ADMIN: frozenset(Role),
+}
+ROLE_WORDS = ", ".join(role.value for role in Role)
+
+
+class Via(StrEnum):
+    """How a principal was named: which kind of credential."""
+
+    OPEN = "open"  # no credential is configured: local development
+    TOKEN = "token"  # the shared DULY_API_TOKEN
+    API_KEY = "api-key"  # a named key of DULY_API_KEYS
+    OIDC = "oidc"  # a bearer JWT of the configured issuer
+    IAM = "iam"  # a SigV4-signed Lambda Function URL call
+    SIGNATURE = "signature"  # an HMAC-signed webhook
+    SESSION = "session"  # the console's login
+
+
+def role_of(word: str) -> Role:
+    """The role a word names; ValueError listing the roles for any other word."""
+    try:
+        return Role(word.strip().lower())
+    except ValueError:
+        raise ValueError(f"{word!r} is not a role: one of {ROLE_WORDS}.") from None
+
+
+def granted(roles: Iterable[Role]) -> frozenset[Role]:
+    """`roles` with every role they imply."""
+    return frozenset(implied for role in roles for implied in IMPLIED[role])
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is acting: an id (what the audit trail records), roles, groups and the door used.
+
+    `routes`, when set, holds the principal to those routes (`"POST /events"`,
+    route templates as the app declares them) whatever its roles allow.
+    """
+
+    id: str
+    roles: frozenset[Role]
+    via: Via
+    groups: frozenset[str] = frozenset()
+    name: str | None = None  # a person's display name, when the credential says one
+    routes: frozenset[str] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", granted(self.roles))
+
+    def has(self, role: Role) -> bool:
+        """Whether the principal holds `role` (or a role implying it)."""
+        return role in self.roles
+
+    def route_allowed(self, method: str, route: str) -> bool:
+        """Whether a route held principal may call `method route` (any route when unheld)."""
+        return self.routes is None or f"{method.upper()} {route}" in self.routes
+
+    @property
+    def may_act_for_others(self) -> bool:
+        """Whether the principal may name another user as the one acting (admin only)."""
+        return self.has(Role.ADMIN)
+
+    @property
+    def shown(self) -> str:
+        """How pages and logs name the principal."""
+        return self.name or self.id
+
+
+# With no credential configured anywhere (duly dev on loopback), everyone is this.
+LOCAL = Principal(id="local", roles=frozenset({Role.ADMIN}), via=Via.OPEN)
