@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.requests import cookie_parser
 
 from functions.console.templating import templates
+from functions.identity.access import allow
 
 CONSOLE_PREFIX = "/console"
 LOGIN_PATH = "/console/login"
@@ -224,7 +225,7 @@ templates.env.globals["csrf_field_name"] = CSRF_FIELD
 router = APIRouter()
 
 
-@router.get("/login", response_class=HTMLResponse)
+@router.get("/login", response_class=HTMLResponse, dependencies=[allow(None)])
 async def login_form(
     request: Request, next: Annotated[str | None, Query(max_length=2000)] = None
 ) -> HTMLResponse:
@@ -232,7 +233,7 @@ async def login_form(
     return _login_page(request, safe_next(next))
 
 
-@router.post("/login")
+@router.post("/login", dependencies=[allow(None)])
 async def log_in(
     request: Request,
     token: Annotated[str, Form(max_length=MAX_TOKEN)] = "",
@@ -262,7 +263,7 @@ async def log_in(
     return response
 
 
-@router.post("/logout")
+@router.post("/logout", dependencies=[allow(None)])
 async def log_out(request: Request) -> Response:
     """End the session (the cookie is dropped) and go to the login form."""
     response = RedirectResponse(LOGIN_PATH, status_code=303)

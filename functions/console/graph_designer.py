@@ -22,6 +22,8 @@ from engine.graphs.design.versions import load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests.graphs import stored_layout
 from functions.requests.nesting import DesignBody
 
@@ -32,7 +34,7 @@ router = APIRouter(prefix="/graphs", route_class=ConsolePage)
 designer_api = APIRouter()
 
 
-@router.get("/designer", response_class=HTMLResponse)
+@router.get("/designer", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def new_design(request: Request) -> Response:
     """The designer on an empty template."""
     runtime = get_graph_runtime()
@@ -40,7 +42,9 @@ async def new_design(request: Request) -> Response:
     return _designer(request, runtime, blank, preset=True, based_on=None)
 
 
-@router.get("/designer/{template_id}", response_class=HTMLResponse)
+@router.get(
+    "/designer/{template_id}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def edit_design(request: Request, template_id: uuid.UUID) -> Response:
     """The designer on a copy of one version: saving makes a new version of its name."""
     runtime = get_graph_runtime()

@@ -33,6 +33,8 @@ from engine.graphs.moves.subjects import subject_types
 from functions.console.graph_diagrams import instance_marks, problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import graphs
 from functions.requests.graphs import (
     CancelRequest,
@@ -67,7 +69,7 @@ NOTES = {
 # -- the index --------------------------------------------------------------------------------
 
 
-@router.get("", response_class=HTMLResponse)
+@router.get("", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def graphs_index(request: Request, user: UserField = "") -> Response:
     """Templates by name with their versions, a submit form, and the recent instances."""
     return await _index_page(request, form={"user": user})
@@ -100,7 +102,7 @@ async def _index_page(
     return _page(request, "graphs/index.html", context, status=status)
 
 
-@router.post("/instances")
+@router.post("/instances", dependencies=[allow(Role.VIEWER)])
 async def submit_instance(
     request: Request,
     subject_type: FormText,
@@ -128,7 +130,9 @@ async def submit_instance(
 # -- a template version -----------------------------------------------------------------------
 
 
-@router.get("/templates/{template_id}", response_class=HTMLResponse)
+@router.get(
+    "/templates/{template_id}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def template_page(request: Request, template_id: uuid.UUID, done: str = "") -> Response:
     """One version drawn, its validation problems, and its activation."""
     return await _template_page(request, template_id, note=NOTES.get(done))
@@ -170,7 +174,7 @@ async def _template_page(
     return _page(request, "graphs/template.html", context, status=status)
 
 
-@router.post("/templates/{template_id}/activate")
+@router.post("/templates/{template_id}/activate", dependencies=[allow(Role.DESIGNER)])
 async def activate_version(request: Request, template_id: uuid.UUID) -> Response:
     """Activate a version, as `POST /graphs/templates/{id}/activate` does."""
     try:
@@ -186,7 +190,9 @@ async def activate_version(request: Request, template_id: uuid.UUID) -> Response
 # -- an instance ------------------------------------------------------------------------------
 
 
-@router.get("/instances/{instance_id}", response_class=HTMLResponse)
+@router.get(
+    "/instances/{instance_id}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def instance_page(
     request: Request, instance_id: uuid.UUID, user: UserField = "", done: str = ""
 ) -> Response:
@@ -257,7 +263,7 @@ async def _branches(
     return shown
 
 
-@router.post("/instances/{instance_id}/transitions")
+@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
 async def take_transition(
     request: Request,
     instance_id: uuid.UUID,
@@ -288,7 +294,7 @@ async def take_transition(
     return _redirect(f"{PAGES}/instances/{instance_id}", user=user, done=done)
 
 
-@router.post("/instances/{instance_id}/cancel")
+@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
 async def cancel_instance(
     request: Request, instance_id: uuid.UUID, user: FormText = "", reason: FormText = ""
 ) -> Response:

@@ -20,6 +20,8 @@ from engine.events.records import EventTables
 from engine.views.overview import open_outbox
 from engine.views.run import database_now
 from functions.console.rendering import ConsolePage, connection_of, render
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import events
 from functions.requests.errors import ConflictError
 from functions.requests.lookup import event_tables
@@ -38,7 +40,7 @@ def event_url(event_id: str) -> str:
     return f"/console/outbox/events/{quote(event_id, safe='')}"
 
 
-@router.get("", response_class=HTMLResponse)
+@router.get("", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def outbox_page(
     request: Request,
     status: Annotated[OutboxStatus | None, Query()] = None,
@@ -73,7 +75,7 @@ async def outbox_page(
     return render(request, "outbox/list.html", context)
 
 
-@router.post("/replay", response_model=None)
+@router.post("/replay", response_model=None, dependencies=[allow(Role.OPERATOR)])
 async def replay_all(request: Request) -> Response:
     """Replay every dead letter, after a confirmation (`POST /outbox/dead-letters/replay`)."""
     tables = _tables(request)
@@ -87,7 +89,7 @@ async def replay_all(request: Request) -> Response:
     return _replayed("/console/outbox", len(replayed))
 
 
-@router.post("/events/{event_id}/replay", response_model=None)
+@router.post("/events/{event_id}/replay", response_model=None, dependencies=[allow(Role.OPERATOR)])
 async def replay_one(request: Request, event_id: str) -> Response:
     """Replay one dead-lettered event, after a confirmation (`POST /outbox/events/{id}/replay`)."""
     tables = _tables(request)
@@ -109,7 +111,9 @@ async def replay_one(request: Request, event_id: str) -> Response:
     return _replayed(event_url(event_id), len(replayed))
 
 
-@router.get("/events/{event_id:path}", response_class=HTMLResponse)
+@router.get(
+    "/events/{event_id:path}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def event_page(
     request: Request,
     event_id: str,

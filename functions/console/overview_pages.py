@@ -25,6 +25,8 @@ from engine.views.activity import activity
 from engine.views.overview import RUN_STATES, overview
 from functions.console.charts import activity_chart
 from functions.console.rendering import ConsolePage, connection_of, render
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests.lookup import event_tables
 
 router = APIRouter(route_class=ConsolePage)
@@ -35,7 +37,7 @@ async def overview_page(request: Request) -> HTMLResponse:
     return render(request, "overview/page.html", await overview_context(request))
 
 
-@router.get("/overview/live", response_class=HTMLResponse)
+@router.get("/overview/live", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def overview_live(request: Request) -> HTMLResponse:
     """The part of the overview that updates itself."""
     return render(request, "overview/live.html", await overview_context(request))

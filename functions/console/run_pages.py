@@ -39,6 +39,8 @@ from engine.views.runs import (
 from functions.console.charts import timeline
 from functions.console.forms import errors_by_field, fields_of, raw_values, values_of
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import runs
 from functions.requests.errors import from_validation, problems_of
 from functions.requests.lookup import find_step, find_workflow, find_writable
@@ -80,7 +82,7 @@ def _writable(request: Request, workflow: str) -> WorkflowInfo:
 # -- the list ------------------------------------------------------------------------------------
 
 
-@router.get("/{workflow}", response_class=HTMLResponse)
+@router.get("/{workflow}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def runs_page(
     request: Request,
     workflow: str,
@@ -131,7 +133,7 @@ async def runs_page(
 # -- starting a run ------------------------------------------------------------------------------
 
 
-@router.get("/{workflow}/start", response_class=HTMLResponse)
+@router.get("/{workflow}/start", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def start_form(
     request: Request, workflow: str, step: Annotated[str | None, Query(max_length=200)] = None
 ) -> HTMLResponse:
@@ -141,7 +143,7 @@ async def start_form(
     return _start_page(request, info, chosen, {}, {}, [])
 
 
-@router.post("/{workflow}/start", response_model=None)
+@router.post("/{workflow}/start", response_model=None, dependencies=[allow(Role.OPERATOR)])
 async def start_run(request: Request, workflow: str) -> Response:
     """Start the run the form describes, through the API's `POST /workflows/{name}/start`."""
     info = _writable(request, workflow)
@@ -188,13 +190,17 @@ def _start_page(
 # -- one run -------------------------------------------------------------------------------------
 
 
-@router.get("/{workflow}/{key}/live", response_class=HTMLResponse)
+@router.get(
+    "/{workflow}/{key}/live", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def run_live(request: Request, workflow: str, key: str) -> HTMLResponse:
     """The part of a run's page that redraws itself while the run can change."""
     return render(request, "runs/live.html", await _run_context(request, workflow, key))
 
 
-@router.get("/{workflow}/{key}/{action}", response_class=HTMLResponse)
+@router.get(
+    "/{workflow}/{key}/{action}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def action_form(
     request: Request,
     workflow: str,
@@ -211,7 +217,7 @@ async def action_form(
     return _action_page(request, info, detail, action, chosen, {}, {}, [])
 
 
-@router.post("/{workflow}/{key}/{action}", response_model=None)
+@router.post("/{workflow}/{key}/{action}", response_model=None, dependencies=[allow(Role.OPERATOR)])
 async def act_on_run(request: Request, workflow: str, key: str, action: str) -> Response:
     """Run a step now, deliver an event, or cancel: first a confirmation, then the API's route."""
     if action not in (*ACTIONS, "cancel"):
@@ -267,7 +273,9 @@ def _refusal(exc: Exception) -> tuple[dict[str, str], list[str], int]:
     return {}, [message], status
 
 
-@router.get("/{workflow}/{key:path}", response_class=HTMLResponse)
+@router.get(
+    "/{workflow}/{key:path}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
+)
 async def run_page(
     request: Request,
     workflow: str,

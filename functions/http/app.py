@@ -53,8 +53,9 @@ def create_app(
                 app.state.connection = connection
                 yield
 
-    # docs_url and redoc_url None: FastAPI's own pages load their scripts from a CDN.
-    app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # docs_url and redoc_url None: FastAPI's own pages load their scripts from a CDN;
+    # openapi_url None: docs_router serves the schema behind a role.
+    app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.Session = Session
     install_handlers(app)
     settings = GuardSettings.from_env()

@@ -34,6 +34,8 @@ from functions.console.overview_pages import clock_of
 from functions.console.rendering import ConsolePage, error_page, render, shift_text
 from functions.http.app import create_app
 from functions.http.state import connection_of
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests.lookup import database_registry, event_tables
 
 if TYPE_CHECKING:
@@ -48,12 +50,12 @@ DEMO_EMAIL = "demo@example.com"
 EXPENSE_SUBMITTED = "expense.submitted"  # the examples' event, named like the module
 MAX_EXPENSE_ID = 2**31 - 1  # the expense table's integer key
 
-dev_router = APIRouter(prefix="/dev", tags=["dev"])
+dev_router = APIRouter(prefix="/dev", tags=["dev"], dependencies=[allow(Role.OPERATOR)])
 # The console's clock control: a console page's form, so its session and CSRF rules apply.
 console_clock_router = APIRouter(
     prefix="/console",
     route_class=ConsolePage,
-    dependencies=[Depends(require_reader)],
+    dependencies=[Depends(require_reader), allow(Role.OPERATOR)],
     include_in_schema=False,
 )
 ClockUnit = Literal["minutes", "hours", "days"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic.json_schema import models_json_schema
 
 from engine.model.steps import Step
@@ -24,11 +24,14 @@ from functions.requests.runs import MAX_IDEMPOTENCY_KEY, columns_of
 
 if TYPE_CHECKING:
     from engine.model.registry import WorkflowInfo
+from functions.identity.access import allow
+from functions.identity.principal import Role
 
 DOCS_ASSETS_URL = "/docs/assets"
 # Swagger UI 5 and ReDoc, shipped in a wheel so /docs works offline.
 DOCS_ASSETS_PACKAGE = ("fastapi_offline", "static")
 
+OPENAPI_URL = "/openapi.json"
 docs_router = APIRouter(include_in_schema=False)
 
 
@@ -128,12 +131,18 @@ def _step_body(action: str, step: Step[Any, Any], args_ref: dict[str, Any]) -> d
 # -- API docs, served from a wheel rather than a CDN -----------------------------------
 
 
-@docs_router.get("/docs")
+@docs_router.get(OPENAPI_URL, dependencies=[allow(Role.VIEWER)])
+async def openapi_schema(request: Request) -> JSONResponse:
+    """This app's OpenAPI schema (FastAPI's own route is off: it would take no role)."""
+    return JSONResponse(request.app.openapi())
+
+
+@docs_router.get("/docs", dependencies=[allow(Role.VIEWER)])
 async def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI over this app's OpenAPI schema, every asset served by the app itself."""
     root = request.scope.get("root_path", "")
     return get_swagger_ui_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
+        openapi_url=f"{root}{OPENAPI_URL}",
         title="duly: API",
         swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
         swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
@@ -141,12 +150,12 @@ async def swagger_ui(request: Request) -> HTMLResponse:
     )
 
 
-@docs_router.get("/redoc")
+@docs_router.get("/redoc", dependencies=[allow(Role.VIEWER)])
 async def redoc(request: Request) -> HTMLResponse:
     """ReDoc over the same schema, also without a CDN (or Google's fonts)."""
     root = request.scope.get("root_path", "")
     return get_redoc_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
+        openapi_url=f"{root}{OPENAPI_URL}",
         title="duly: API",
         redoc_js_url=f"{root}{DOCS_ASSETS_URL}/redoc.standalone.js",
         redoc_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",

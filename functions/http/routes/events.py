@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse
 
 from engine import NotRunningError, wake
 from functions.http.state import call_state, connection_of, maybe_await
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests.events import Publish, events_of
 from functions.requests.lookup import database_registry, event_tables
 
@@ -26,7 +28,7 @@ DEFAULT_WAKE_SECONDS = 25.0
 router = APIRouter()
 
 
-@router.post("/events")
+@router.post("/events", dependencies=[allow(Role.OPERATOR)])
 async def publish_events(request: Request, body: Publish) -> dict[str, Any]:
     """Publish one event or a batch through the outbox in one transaction; the ids stored.
 
@@ -45,7 +47,11 @@ async def publish_events(request: Request, body: Publish) -> dict[str, Any]:
     return {"stored": stored, "duplicates": duplicates}
 
 
-@router.post("/wake", responses={503: {"description": "Not caught up in time, or no worker"}})
+@router.post(
+    "/wake",
+    responses={503: {"description": "Not caught up in time, or no worker"}},
+    dependencies=[allow(Role.OPERATOR)],
+)
 async def wake_up(
     request: Request,
     timeout: Annotated[float, Query(ge=0, le=MAX_WAKE_SECONDS)] = DEFAULT_WAKE_SECONDS,
@@ -69,7 +75,11 @@ async def wake_up(
     return {"caught_up": True}
 
 
-@router.post("/drain", responses={503: {"description": "No drain configured in this app"}})
+@router.post(
+    "/drain",
+    responses={503: {"description": "No drain configured in this app"}},
+    dependencies=[allow(Role.OPERATOR)],
+)
 async def drain_outbox(request: Request) -> Any:
     """Route the outbox now, through the drain the Lambda runtime sets (`app.state.drain`)."""
     drain = getattr(request.app.state, "drain", None)

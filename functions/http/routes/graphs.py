@@ -18,6 +18,8 @@ from fastapi import APIRouter, Query, Request
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import list_templates, load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 from functions.requests.nesting import DesignBody
@@ -32,7 +34,7 @@ def _runtime() -> GraphRuntime:
 # -- templates ------------------------------------------------------------------------------
 
 
-@router.get("/templates")
+@router.get("/templates", dependencies=[allow(Role.VIEWER)])
 async def graph_templates() -> dict[str, Any]:
     """Every version of every graph template."""
     runtime = _runtime()
@@ -40,7 +42,7 @@ async def graph_templates() -> dict[str, Any]:
         return {"templates": await list_templates(conn, runtime.tables)}
 
 
-@router.post("/templates")
+@router.post("/templates", dependencies=[allow(Role.DESIGNER)])
 async def save_graph_template(design: DesignBody) -> dict[str, Any]:
     """Save the designer's graph as a new inactive version; its validation errors come back."""
     runtime = _runtime()
@@ -49,7 +51,7 @@ async def save_graph_template(design: DesignBody) -> dict[str, Any]:
     return saved.response()
 
 
-@router.get("/templates/{template_id}")
+@router.get("/templates/{template_id}", dependencies=[allow(Role.VIEWER)])
 async def load_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
     """The designer's graph of one version (its stored layout while it still matches)."""
     runtime = _runtime()
@@ -57,7 +59,7 @@ async def load_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
         return await load_design(conn, runtime.tables, template_id)
 
 
-@router.post("/templates/{template_id}/activate")
+@router.post("/templates/{template_id}/activate", dependencies=[allow(Role.DESIGNER)])
 async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
     """Make this version the one new instances start on; refused while it is invalid."""
     return await graphs.activate_version(_runtime(), template_id)
@@ -66,19 +68,19 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 # -- instances ------------------------------------------------------------------------------
 
 
-@router.post("/instances", status_code=201)
+@router.post("/instances", status_code=201, dependencies=[allow(Role.VIEWER)])
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
     """Submit a subject to a workflow: its instance, started."""
     return await graphs.submit_subject(_runtime(), request.app.state.Session, body)
 
 
-@router.get("/instances/{instance_id}")
+@router.get("/instances/{instance_id}", dependencies=[allow(Role.VIEWER)])
 async def graph_instance(instance_id: uuid.UUID) -> dict[str, Any]:
     """An instance with its active branches."""
     return (await _runtime().instance(instance_id)).to_dict()
 
 
-@router.get("/instances/{instance_id}/transitions")
+@router.get("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
 async def available_transitions(
     instance_id: uuid.UUID, user: Annotated[str, Query(min_length=1, max_length=200)]
 ) -> dict[str, Any]:
@@ -87,19 +89,19 @@ async def available_transitions(
     return {"transitions": [choice.to_dict() for choice in found]}
 
 
-@router.post("/instances/{instance_id}/transitions")
+@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
 async def transition(instance_id: uuid.UUID, body: TransitionRequest) -> dict[str, Any]:
     """Move a branch (or vote toward a move, under a threshold)."""
     return await graphs.take_transition(_runtime(), instance_id, body)
 
 
-@router.post("/instances/{instance_id}/cancel")
+@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
 async def cancel_instance(instance_id: uuid.UUID, body: CancelRequest) -> dict[str, Any]:
     """Cancel an active instance."""
     return await graphs.cancel_instance(_runtime(), instance_id, body)
 
 
-@router.get("/instances/{instance_id}/history")
+@router.get("/instances/{instance_id}/history", dependencies=[allow(Role.VIEWER)])
 async def instance_history(instance_id: uuid.UUID) -> dict[str, Any]:
     """The instance's audit trail, in the order it happened."""
     entries = await _runtime().history(instance_id)

@@ -13,13 +13,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from engine.base.errors import first_line
 from engine.model.telemetry import latest_metrics
 from functions.http.state import connection_of
+from functions.identity.access import allow
+from functions.identity.principal import Role
 
 HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1
 
 router = APIRouter()
 
 
-@router.get("/healthz")
+@router.get("/healthz", dependencies=[allow(None)])
 async def healthz(request: Request) -> Any:
     """{"ok": true} once the database answers; 503 when it cannot be reached."""
     try:
@@ -33,7 +35,7 @@ async def healthz(request: Request) -> Any:
     return {"ok": True}
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[allow(Role.VIEWER)])
 async def metrics() -> Response:
     """Step attempts and durations in Prometheus' text format (needs duly[metrics])."""
     found = latest_metrics()

@@ -17,6 +17,8 @@ from engine.events import views
 from engine.events.records import EventTables
 from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
 from functions.http.state import connection_of
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import events
 from functions.requests.events import MAX_EVENT_ID, ReplayRequest
 from functions.requests.lookup import event_tables
@@ -27,14 +29,14 @@ OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter
 router = APIRouter()
 
 
-@router.get("/outbox")
+@router.get("/outbox", dependencies=[allow(Role.VIEWER)])
 async def outbox_summary(request: Request) -> dict[str, Any]:
     """Outbox rows by status, the next due instant, and handlers with failing routes."""
     summary = await views.outbox_summary(_tables(request), engine=_reads(request))
     return jsonable_encoder(summary)
 
 
-@router.get("/outbox/events")
+@router.get("/outbox/events", dependencies=[allow(Role.VIEWER)])
 async def list_outbox_events(
     request: Request,
     status: OutboxStatus | None = None,
@@ -54,14 +56,14 @@ async def list_outbox_events(
     return {"events": jsonable_encoder(page.rows), "next_before": page.next_before}
 
 
-@router.get("/outbox/events/{event_id}")
+@router.get("/outbox/events/{event_id}", dependencies=[allow(Role.VIEWER)])
 async def outbox_event(request: Request, event_id: str) -> dict[str, Any]:
     """One event as published, its outbox row and each route's delivery record."""
     detail = await views.event_detail(_tables(request), event_id, engine=_reads(request))
     return jsonable_encoder(detail)
 
 
-@router.post("/outbox/dead-letters/replay")
+@router.post("/outbox/dead-letters/replay", dependencies=[allow(Role.OPERATOR)])
 async def replay_dead_letters(
     request: Request, body: ReplayRequest | None = None
 ) -> dict[str, Any]:
@@ -71,7 +73,7 @@ async def replay_dead_letters(
     return {"replayed": replayed, "count": len(replayed)}
 
 
-@router.post("/outbox/events/{event_id}/replay")
+@router.post("/outbox/events/{event_id}/replay", dependencies=[allow(Role.OPERATOR)])
 async def replay_event(request: Request, event_id: str) -> dict[str, Any]:
     """Make one dead-lettered event due again; 409 when it is not dead-lettered."""
     replayed = await events.replay_event(_tables(request), _reads(request), event_id)

@@ -21,6 +21,8 @@ from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
 
 if TYPE_CHECKING:
     from engine.model.registry import WorkflowInfo
+from functions.identity.access import allow
+from functions.identity.principal import Role
 
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
@@ -30,14 +32,14 @@ RunOrder = Literal["newest", "soonest"]
 router = APIRouter()
 
 
-@router.get("/workflows")
+@router.get("/workflows", dependencies=[allow(Role.VIEWER)])
 async def list_workflows(request: Request) -> dict[str, Any]:
     """The workflow tables this app serves: their steps, the lanes they need, their limit."""
     infos = connection_of(request).workflows
     return {"workflows": [_describe(info) for info in infos]}
 
 
-@router.get("/overview")
+@router.get("/overview", dependencies=[allow(Role.VIEWER)])
 async def overview(request: Request) -> dict[str, Any]:
     """Every workflow table's runs by state, due now, stranded and the next due instant;
     the outbox's summary when the app maps one. Counted when asked (whole tables)."""
@@ -66,7 +68,7 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{workflow}")
+@router.get("/runs/{workflow}", dependencies=[allow(Role.VIEWER)])
 async def list_runs(
     request: Request,
     workflow: str,
@@ -80,7 +82,7 @@ async def list_runs(
     return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
 
 
-@router.get("/runs/{workflow}/{key}/history")
+@router.get("/runs/{workflow}/{key}/history", dependencies=[allow(Role.VIEWER)])
 async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
     """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
     connection = connection_of(request)
@@ -92,7 +94,7 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
     return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
 
 
-@router.get("/workflows/{name}/runs")
+@router.get("/workflows/{name}/runs", dependencies=[allow(Role.VIEWER)])
 async def list_workflow_runs(
     request: Request,
     name: str,
@@ -127,7 +129,7 @@ async def list_workflow_runs(
     }
 
 
-@router.get("/workflows/{name}/runs/{key}")
+@router.get("/workflows/{name}/runs/{key}", dependencies=[allow(Role.VIEWER)])
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)

@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from functions.http.state import call_state, connection_of
+from functions.identity.access import allow
+from functions.identity.principal import Role
 from functions.requests import runs
 from functions.requests.lookup import find_writable
 from functions.requests.runs import CancelRequest, DeliverRequest, RunRequest, StartRequest
@@ -26,7 +28,12 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 router = APIRouter()
 
 
-@router.post("/workflows/{name}/start", status_code=201, responses=WRITE_RESPONSES)
+@router.post(
+    "/workflows/{name}/start",
+    status_code=201,
+    responses=WRITE_RESPONSES,
+    dependencies=[allow(Role.OPERATOR)],
+)
 async def start_workflow(request: Request, name: str, body: StartRequest) -> dict[str, Any]:
     """Insert a run and its first step; 409 when a unique key of the row already has a run."""
     started = await runs.start_run(find_writable(connection_of(request), name), body)
@@ -34,7 +41,9 @@ async def start_workflow(request: Request, name: str, body: StartRequest) -> dic
     return started
 
 
-@router.post("/workflows/{name}/deliver", responses=WRITE_RESPONSES)
+@router.post(
+    "/workflows/{name}/deliver", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
+)
 async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest) -> dict[str, Any]:
     """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it)."""
     info = find_writable(connection_of(request), name)
@@ -44,7 +53,9 @@ async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest)
     return {"workflow": info.name, "accepted": accepted}
 
 
-@router.post("/workflows/{name}/run", responses=WRITE_RESPONSES)
+@router.post(
+    "/workflows/{name}/run", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
+)
 async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict[str, Any]:
     """Run a step now on the addressed runs, replacing what was scheduled; how many."""
     info = find_writable(connection_of(request), name)
@@ -54,7 +65,9 @@ async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict
     return {"workflow": info.name, "addressed": addressed}
 
 
-@router.post("/workflows/{name}/cancel", responses=WRITE_RESPONSES)
+@router.post(
+    "/workflows/{name}/cancel", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
+)
 async def cancel_workflow(request: Request, name: str, body: CancelRequest) -> dict[str, Any]:
     """End the addressed runs where they stand; how many were live."""
     info = find_writable(connection_of(request), name)
