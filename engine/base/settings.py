@@ -320,14 +320,73 @@ PRUNE_DRAIN_BATCHES = whole(
 
 # The HTTP app.
 API_TOKEN = key(
-    "DULY_API_TOKEN", "writes need `Authorization: Bearer` this token (16 characters or more)"
+    "DULY_API_TOKEN", "an admin key: `Authorization: Bearer` this token (16 characters or more)"
 )
 WEBHOOK_SECRET = key(
     "DULY_WEBHOOK_SECRET",
-    "writes may instead be signed: HMAC-SHA256 of the body under this secret (16 or more)",
+    "requests may be signed instead: HMAC-SHA256 under this secret, as an operator (16 or more)",
 )
 MAX_BODY_BYTES = whole(
     "DULY_MAX_BODY_BYTES", "the largest request body, in bytes (larger is 413)", 1 << 20, least=1
+)
+BODY_TIMEOUT_SECONDS = seconds(
+    "DULY_BODY_TIMEOUT_SECONDS", "how long a request body may take to arrive (then 408)", 10.0
+)
+ALLOWED_HOSTS = optional_text(
+    "DULY_ALLOWED_HOSTS",
+    "the `Host` names served, comma-separated (others are 421); `duly dev` serves its own",
+    shown="any",
+)
+
+# Who is calling: principals and their roles (docs/architecture.md, "Who is acting").
+API_KEYS = optional_text(
+    "DULY_API_KEYS",
+    "named API keys: a JSON list of {name, roles, groups, sha256}; `duly keys new` makes one",
+)
+ROLES = optional_text(
+    "DULY_ROLES",
+    'roles by user id, group or IAM ARN: a JSON object such as {"finance": ["operator"]}',
+)
+DEFAULT_ROLE = text(
+    "DULY_DEFAULT_ROLE",
+    "the role a token or IAM principal holds that no DULY_ROLES entry names (`none`: none)",
+    "viewer",
+)
+METRICS_TOKEN = key(
+    "DULY_METRICS_TOKEN", "a bearer token that may read /metrics only, for a scraper (16 or more)"
+)
+WEBHOOK_SECRETS = optional_text(
+    "DULY_WEBHOOK_SECRETS",
+    "signing secrets held to routes: a JSON list of {name, secret, routes}",
+    secret=True,
+    exact=True,
+)
+OIDC_ISSUER = optional_text(
+    "DULY_OIDC_ISSUER", "an OpenID Connect issuer whose bearer JWTs name principals"
+)
+OIDC_AUDIENCE = optional_text(
+    "DULY_OIDC_AUDIENCE", "the `aud` those tokens must carry (unset: DULY_OIDC_CLIENT_ID)"
+)
+OIDC_JWKS_URL = optional_text(
+    "DULY_OIDC_JWKS_URL",
+    "where the issuer's signing keys are (unset: its discovery document says)",
+)
+OIDC_USER_CLAIM = text(
+    "DULY_OIDC_USER_CLAIM", "the claim that names the user (Cognito: `cognito:username`)", "sub"
+)
+OIDC_GROUPS_CLAIM = text(
+    "DULY_OIDC_GROUPS_CLAIM",
+    "the claim that lists the user's groups (Cognito: `cognito:groups`)",
+    "groups",
+)
+OIDC_CLIENT_ID = optional_text(
+    "DULY_OIDC_CLIENT_ID", "the console's OAuth client: logging in goes through the issuer"
+)
+OIDC_CLIENT_SECRET = optional_text(
+    "DULY_OIDC_CLIENT_SECRET",
+    "that client's secret, for issuers that give one (PKCE is used either way)",
+    secret=True,
+    exact=True,
 )
 
 # The AWS functions.
