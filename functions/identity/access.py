@@ -33,10 +33,10 @@ def principal_of(request: Request) -> Principal:
     return principal_in(request.scope) or LOCAL
 
 
-def refusal(principal: Principal, role: Role, method: str, route: str) -> str | None:
-    """Why `principal` may not call `method route` that needs `role`; None when it may."""
-    if not principal.route_allowed(method, route):
-        return f"{principal.shown}'s credential is held to other routes than {method} {route}."
+def refusal(principal: Principal, role: Role, method: str, path: str) -> str | None:
+    """Why `principal` may not send `method path` to a route needing `role`; None if it may."""
+    if not principal.route_allowed(method, path):
+        return f"{principal.shown}'s credential is held to other routes than {method} {path}."
     if not principal.has(role):
         held = ", ".join(sorted(principal.roles)) or "no role"
         return f"This route needs the {role.value} role; {principal.shown} has {held}."
@@ -49,9 +49,7 @@ def allow(role: Role | None) -> Any:
     async def check(request: Request) -> None:
         if role is None:
             return
-        route = request.scope.get("route")
-        path = route.path if isinstance(route, APIRoute) else request.url.path
-        refused = refusal(principal_of(request), role, request.method, path)
+        refused = refusal(principal_of(request), role, request.method, request.url.path)
         if refused is not None:
             raise NotAllowedError(refused)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fnmatch import fnmatchcase
 
 
 class Role(StrEnum):
@@ -59,8 +60,9 @@ def granted(roles: Iterable[Role]) -> frozenset[Role]:
 class Principal:
     """Who is acting: an id (what the audit trail records), roles, groups and the door used.
 
-    `routes`, when set, holds the principal to those routes (`"POST /events"`,
-    route templates as the app declares them) whatever its roles allow.
+    `routes`, when set, holds the principal to those requests whatever its
+    roles allow: `"METHOD /path"` patterns, where `*` stands for any text
+    (`"POST /workflows/refund/deliver"`, `"GET /metrics"`, `"POST /workflows/*"`).
     """
 
     id: str
@@ -77,9 +79,12 @@ class Principal:
         """Whether the principal holds `role` (or a role implying it)."""
         return role in self.roles
 
-    def route_allowed(self, method: str, route: str) -> bool:
-        """Whether a route held principal may call `method route` (any route when unheld)."""
-        return self.routes is None or f"{method.upper()} {route}" in self.routes
+    def route_allowed(self, method: str, path: str) -> bool:
+        """Whether the principal may send `method` to `path` (any request when unheld)."""
+        if self.routes is None:
+            return True
+        request = f"{method.upper()} {path}"
+        return any(fnmatchcase(request, pattern) for pattern in self.routes)
 
     @property
     def may_act_for_others(self) -> bool:
