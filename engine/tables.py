@@ -22,6 +22,7 @@ from sqlalchemy.orm import MappedAsDataclass
 import engine.dataclass as dataclass_mixins
 from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError
+from engine.base.sessions import declare_sessions_table
 from engine.events.outbox import WorkflowOutbox
 from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.executions.durable import WorkflowExecutionRecord
@@ -183,6 +184,7 @@ def declare_engine_tables(
         classes[role] = _map(base, _mixin(role, dataclass_base), table_name)
     for role, mixin in graph_mixins.items():
         classes[role] = _map(base, mixin, None)
+    declare_sessions_table(base.metadata)  # the console's logins, as the clock: always
     declared = EngineTables(
         base=base,
         clock=declare_clock_table(base.metadata),

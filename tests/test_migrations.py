@@ -31,6 +31,7 @@ from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import make_url
 
 from engine.base.clock import CLOCK_TABLE, declare_clock_table
+from engine.base.sessions import SESSIONS_TABLE
 from functions.cli import build_parser
 from infra import scheduler, wake_slots
 from infra.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata
@@ -40,7 +41,7 @@ from tests.conftest import Database, Server, fresh_database
 from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly
 
 EXAMPLES = "functions.examples"
-DULY_TABLES = {CLOCK_TABLE, scheduler.TABLE, wake_slots.TABLE}
+DULY_TABLES = {CLOCK_TABLE, SESSIONS_TABLE, scheduler.TABLE, wake_slots.TABLE}
 
 # The schema as pg_catalog has it: every column (position, type, NOT NULL, default), every
 # constraint and index as PostgreSQL prints its definition, every sequence; alembic's own
@@ -82,7 +83,7 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
-HEAD = "duly_0003"  # duly's newest own revision (the attempt log by finished_at)
+HEAD = "duly_0004"  # duly's newest own revision (the console's sessions)
 
 
 async def test_upgrading_an_empty_database_gives_what_create_all_makes(
@@ -174,9 +175,10 @@ def test_the_target_holds_each_table_once() -> None:
     assert sorted(keys) == sorted({"orders", "invoices", *DULY_TABLES})
     assert target[0] is first  # kept as it is; the second is copied without the clock
     assert set(target[1].tables) == {"invoices"}
-    assert target[2:] == [scheduler.metadata, wake_slots.metadata]
+    assert target[2:4] == [scheduler.metadata, wake_slots.metadata]
+    assert set(target[4].tables) == {SESSIONS_TABLE}  # no base declared it: added alone
 
-    # An app that maps no workflow still gets the clock.
+    # An app that maps no workflow still gets the clock and the console's sessions.
     alone = MetaData()
     Table("plain", alone, Column("id", Integer, primary_key=True))
     keys = [key for metadata in deployable_metadata([alone]) for key in metadata.tables]

@@ -1,134 +1,173 @@
-"""Who may use the console: the API's token, typed once into a login form, and a CSRF token.
+"""Who is using the console: the session a login started, and the CSRF token of every form.
 
-With `DULY_API_TOKEN` set, every page needs the `duly_session` cookie the login form sets:
-a time and a nonce signed with a key derived from the token (never the token), so changing
-the token ends every session. Every write carries `csrf_token` (a form field, or the
-`X-CSRF-Token` header), an HMAC of the session's nonce, which the app's `WriteGuard` checks
-(`write_refusal`). `csrf_token(request)` and `signed_in(request)` are template globals.
-Who may do what without a token: docs/architecture.md, "The console".
+With any credential configured (DULY_API_TOKEN, DULY_API_KEYS, DULY_OIDC_ISSUER) every page
+needs a session (`functions.console.sessions`; the login pages are `functions.console.login`);
+with none, the console is open. Every write carries `csrf_token` (a form field, or the
+`X-CSRF-Token` header): an HMAC of the session's cookie secret, or before a session of the
+browser's `duly_login` secret, which `WriteGuard` has `refused_write` check. Template globals:
+`csrf_token`, `signed_in`, `signed_in_as`. Why it is shaped so: docs/architecture.md, "The console".
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import secrets
-import time
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from fastapi import APIRouter, Form, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import cookie_parser
 
+from engine.base import settings as variables
+from functions.console.sessions import SESSION_SECONDS, Session, find_session
 from functions.console.templating import templates
-from functions.identity.access import allow
+from functions.identity.access import PRINCIPAL_SCOPE, principal_in
+from functions.identity.keys import KeyRing
+from functions.identity.oidc import OidcSettings, OidcVerifier
+from functions.identity.principal import Principal, Role, Via
+from functions.identity.roles import RoleMap
+from functions.identity.throttle import Throttle
 
 CONSOLE_PREFIX = "/console"
 LOGIN_PATH = "/console/login"
+OIDC_START_PATH = "/console/login/oidc"
+CALLBACK_PATH = "/console/login/callback"
 LOGOUT_PATH = "/console/logout"
-SESSION_COOKIE = "duly_session"
+# Pages anyone may open, signed in or not: the ways in and out.
+LOGIN_PATHS = frozenset({LOGIN_PATH, OIDC_START_PATH, CALLBACK_PATH, LOGOUT_PATH})
+SESSION_COOKIE = "duly_session"  # the session's random secret; the table keeps its SHA-256
+BROWSER_COOKIE = "duly_login"  # a random secret of a browser without a session: its forms' CSRF
+BROWSER_SECONDS = SESSION_SECONDS
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
-SESSION_SECONDS = 12 * 60 * 60  # a session's life
-CLOCK_SKEW = 60  # seconds a session's time may be ahead of this server's
-REFUSED_LOGIN_PAUSE = 0.25  # seconds a wrong token waits: guessing gets slow
-KEY_CONTEXT = b"duly console v1"  # what the signing key is derived for
-MAX_TOKEN = 1000  # characters typed into the login form
+CSRF_CONTEXT = b"duly console csrf v1"
+MAX_SECRET = 100  # characters of a cookie's secret worth reading
 FORM_TYPE = "application/x-www-form-urlencoded"
+TOKEN_ID = "api-token"  # the principal DULY_API_TOKEN names
+SESSION_SCOPE = "duly.console_session"  # the request's session, once looked up (None: none)
+BROWSER_SCOPE = "duly.console_browser"  # the browser's secret, and whether it is new
 
 
 class ConsoleAuth:
-    """The console's keys and rules, made once per app from the API's own settings."""
+    """The console's credentials and rules, made once per app from the app's settings."""
 
-    def __init__(self, token: str | None, secret: str | None) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        secret: str | None,
+        keys: KeyRing | None = None,
+        oidc: OidcVerifier | None = None,
+        throttle: Throttle | None = None,
+    ) -> None:
         self.token = token
         self.secret = secret
-        material = token if token is not None else secret
-        # Without either, a key of this process: its tokens are good until it restarts.
-        self._key = (
-            hmac.new(KEY_CONTEXT, material.encode(), hashlib.sha256).digest()
-            if material is not None
-            else secrets.token_bytes(32)
+        self.keys = keys or KeyRing()
+        self.oidc = oidc
+        self.throttle = throttle or Throttle()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ConsoleAuth:
+        """Every credential the console logs in with, read from the environment."""
+        settings = OidcSettings.from_env(environ)
+        roles = RoleMap.from_env(environ)
+        return cls(
+            token=variables.API_TOKEN.read(environ),
+            secret=variables.WEBHOOK_SECRET.read(environ)
+            or variables.WEBHOOK_SECRETS.read(environ),
+            keys=KeyRing.from_env(environ),
+            oidc=OidcVerifier(settings, roles) if settings is not None else None,
         )
 
     @property
     def login_required(self) -> bool:
-        """Whether every page needs a session (a token is set)."""
-        return self.token is not None
+        """Whether every page needs a session (a token, a key or an issuer is configured)."""
+        return self.token is not None or bool(self.keys.keys) or self.oidc is not None
 
     @property
     def writes_open(self) -> bool:
-        """Whether writes need no session (neither a token nor a secret is set: local dev)."""
-        return self.token is None and self.secret is None
+        """Whether writes need nothing (no credential of any kind is set: local dev)."""
+        return not self.login_required and self.secret is None
 
-    def _mac(self, *parts: str) -> str:
-        message = "\0".join(parts).encode()
-        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+    @property
+    def oidc_login(self) -> OidcVerifier | None:
+        """The issuer people log in at, when the console has a client there."""
+        return self.oidc if self.oidc is not None and self.oidc.settings.client_id else None
 
-    def new_session(self, now: float | None = None) -> str:
-        """A session cookie's value: its time, a nonce, and their signature."""
-        issued = str(int(time.time() if now is None else now))
-        nonce = secrets.token_urlsafe(18)
-        return f"{issued}.{nonce}.{self._mac('session', issued, nonce)}"
+    def typed_principal(self, typed: str) -> Principal | None:
+        """The principal a typed DULY_API_TOKEN or named API key names; None for anything else."""
+        if self.token is not None and hmac.compare_digest(typed.encode(), self.token.encode()):
+            return Principal(id=TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
+        key = self.keys.find(typed)
+        return key.principal() if key is not None else None
 
-    def session_nonce(self, cookie: str | None, now: float | None = None) -> str | None:
-        """The nonce of a good, unexpired session cookie; None for anything else."""
-        if not cookie or self.token is None:
-            return None
-        issued, _, rest = cookie.partition(".")
-        nonce, _, mac = rest.partition(".")
-        if not issued.isdigit() or not nonce or not mac:
-            return None
-        if not hmac.compare_digest(mac.encode(), self._mac("session", issued, nonce).encode()):
-            return None
-        age = (time.time() if now is None else now) - int(issued)
-        return nonce if -CLOCK_SKEW <= age <= SESSION_SECONDS else None
+    async def session(self, scope: Any, headers: Mapping[str, str]) -> Session | None:
+        """The request's good session, looked up once per request (kept in its scope)."""
+        if SESSION_SCOPE in scope:
+            found: Session | None = scope[SESSION_SCOPE]
+            return found
+        found = None
+        if self.login_required:
+            secret = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
+            if secret:
+                found = await find_session(engine_of(scope), secret)
+        scope[SESSION_SCOPE] = found
+        return found
 
-    def csrf_for(self, nonce: str | None) -> str:
-        """The CSRF token of the forms a session (or, before one, anyone) is given."""
-        return self._mac("csrf", nonce or "")
-
-    def token_matches(self, typed: str) -> bool:
-        """Whether `typed` is DULY_API_TOKEN (always False when none is set)."""
-        if self.token is None:
-            return False
-        return hmac.compare_digest(typed.encode(), self.token.encode())
-
-    def write_refusal(
-        self, path: str, headers: Mapping[str, str], body: bytes
-    ) -> tuple[int, str] | None:
-        """Why a console write may not go on, as (status, sentence); None when it may."""
-        cookies = cookie_parser(headers.get("cookie", ""))
-        nonce = self.session_nonce(cookies.get(SESSION_COOKIE))
-        given = headers.get(CSRF_HEADER) or _form_field(headers, body, CSRF_FIELD)
-        if path in (LOGIN_PATH, LOGOUT_PATH):
-            # Before a session, the token every login form carries; a logout, either.
-            good = {self.csrf_for(None), self.csrf_for(nonce)}
-            return None if given in good else _stale_form()
-        if self.login_required and nonce is None:
-            return 401, "Log in to the console first: your session is missing or has ended."
-        if not self.writes_open and self.token is None:
-            return 403, (
-                "The console writes with DULY_API_TOKEN, and only DULY_WEBHOOK_SECRET is set: "
-                "set the token to act from the console."
-            )
-        if not given or not hmac.compare_digest(given.encode(), self.csrf_for(nonce).encode()):
-            return _stale_form()
-        return None
+    async def principal(self, scope: Any, headers: Mapping[str, str]) -> Principal | None:
+        """The principal of the request's session cookie; None without a good session."""
+        found = await self.session(scope, headers)
+        return found.principal if found is not None else None
 
     def owns(self, path: str) -> bool:
         """Whether `path` is the console's (the guard leaves its writes to this class)."""
         return is_console_path(path)
 
-    def refused_write(
+    async def write_refusal(
+        self, scope: Any, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, str] | None:
+        """Why a console write may not go on, as (status, sentence); None when it may."""
+        found = await self.session(scope, headers)
+        browser = cookie_parser(headers.get("cookie", "")).get(BROWSER_COOKIE)
+        given = headers.get(CSRF_HEADER) or _form_field(headers, body, CSRF_FIELD)
+        if scope["path"] in LOGIN_PATHS:
+            # Logging in or out: the form a browser was given, with or without a session.
+            good = {csrf_of(s) for s in (browser, found.secret if found else None) if s}
+            return None if given in good else _stale_form()
+        if self.login_required and found is None:
+            return 401, "Log in to the console first: your session is missing or has ended."
+        if not self.writes_open and not self.login_required:
+            return 403, (
+                "The console writes as the one who logged in, and only a webhook secret is "
+                "set: set DULY_API_TOKEN, DULY_API_KEYS or DULY_OIDC_ISSUER to act from it."
+            )
+        expected = csrf_of(found.secret if found is not None else browser)
+        if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+            return _stale_form()
+        return None
+
+    async def refused_write(
         self, scope: Any, headers: Mapping[str, str], body: bytes
     ) -> HTMLResponse | None:
         """The page refusing a console write (`write_refusal`), or None when it may go on."""
-        refused = self.write_refusal(scope["path"], headers, body)
+        refused = await self.write_refusal(scope, headers, body)
         return None if refused is None else refusal_page(*refused, scope)
+
+
+def engine_of(scope: Any) -> AsyncEngine:
+    """The database engine of the app serving `scope` (its workflow connection's)."""
+    engine: AsyncEngine = scope["app"].state.connection.engine
+    return engine
+
+
+def csrf_of(secret: str | None) -> str:
+    """The CSRF token of the forms given to the holder of a cookie's secret ("" for none)."""
+    if not secret:
+        return ""
+    return hmac.new(secret.encode(), CSRF_CONTEXT, hashlib.sha256).hexdigest()
 
 
 def _stale_form() -> tuple[int, str]:
@@ -158,7 +197,9 @@ def refusal_page(status: int, detail: str, scope: Any) -> HTMLResponse:
     """A refused console write, as a page a person can read."""
     request = Request(scope)
     context = {"title": "Not done", "status": status, "message": detail, "login": status == 401}
-    return templates.TemplateResponse(request, "error.html", context, status_code=status)
+    response = templates.TemplateResponse(request, "error.html", context, status_code=status)
+    remember_browser(request, response)
+    return response
 
 
 # -- the request's view of it ------------------------------------------------------------------
@@ -170,14 +211,64 @@ def console_auth(request: Request) -> ConsoleAuth:
     return auth
 
 
-def session_of(request: Request) -> str | None:
-    """The nonce of the request's good session, or None."""
-    return console_auth(request).session_nonce(request.cookies.get(SESSION_COOKIE))
+def session_of(request: Request) -> Session | None:
+    """The request's good session, as `require_reader` (or the guard) looked it up."""
+    found: Session | None = request.scope.get(SESSION_SCOPE)
+    return found
+
+
+def browser_secret(request: Request) -> str:
+    """The browser's `duly_login` secret: its cookie's, or a new one `remember_browser` sets."""
+    known = request.scope.get(BROWSER_SCOPE)
+    if known is None:
+        given = request.cookies.get(BROWSER_COOKIE, "")
+        fresh = not (0 < len(given) <= MAX_SECRET)
+        known = (secrets.token_urlsafe(32) if fresh else given, fresh)
+        request.scope[BROWSER_SCOPE] = known
+    secret: str = known[0]
+    return secret
+
+
+def remember_browser(request: Request, response: Response) -> None:
+    """Set the `duly_login` cookie on a page whose forms were given a new browser secret."""
+    known = request.scope.get(BROWSER_SCOPE)
+    if known is not None and known[1]:
+        set_cookie(request, response, BROWSER_COOKIE, known[0], BROWSER_SECONDS)
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str, seconds: int) -> None:
+    """One of the console's cookies: HttpOnly, SameSite=Lax, Secure over https.
+
+    Lax, not Strict: the issuer sends the person back to the callback from another site,
+    and a Strict cookie is left out of that request and of its redirect on. A page of
+    another site still cannot post with them: every write needs the CSRF token.
+    """
+    response.set_cookie(
+        name,
+        value,
+        max_age=seconds,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=is_https(request),
+    )
+
+
+def drop_cookie(request: Request, response: Response, name: str) -> None:
+    """Remove one of the console's cookies."""
+    response.delete_cookie(name, path="/", httponly=True, samesite="lax", secure=is_https(request))
+
+
+def is_https(request: Request) -> bool:
+    """Whether the browser reached the app over https (directly, or through a proxy)."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
 
 
 def csrf_token(request: Request) -> str:
     """The CSRF token this request's forms carry."""
-    return console_auth(request).csrf_for(session_of(request))
+    found = session_of(request)
+    return csrf_of(found.secret if found is not None else browser_secret(request))
 
 
 def signed_in(request: Request) -> bool:
@@ -185,10 +276,15 @@ def signed_in(request: Request) -> bool:
     return session_of(request) is not None
 
 
+def signed_in_as(request: Request) -> Principal | None:
+    """Who the request's session is, for the header."""
+    found = session_of(request)
+    return found.principal if found is not None else None
+
+
 def can_write(request: Request) -> bool:
     """Whether this visitor's console forms can write (open, or signed in)."""
-    auth = console_auth(request)
-    return auth.writes_open or (auth.token is not None and signed_in(request))
+    return console_auth(request).writes_open or signed_in(request)
 
 
 def safe_next(target: str | None) -> str:
@@ -203,10 +299,13 @@ class LoginRequired(HTTPException):
 
 
 async def require_reader(request: Request) -> None:
-    """Every console page's dependency: with a token set, a session (the login form is free)."""
-    if request.url.path == LOGIN_PATH or not console_auth(request).login_required:
-        return
-    if signed_in(request):
+    """Every console page's dependency: the session looked up, and, when one is needed and
+    there is none, a redirect to the login form (the login pages are free)."""
+    auth = console_auth(request)
+    found = await auth.session(request.scope, request.headers)
+    if found is not None and principal_in(request.scope) is None:
+        request.scope[PRINCIPAL_SCOPE] = found.principal
+    if found is not None or request.url.path in LOGIN_PATHS or not auth.login_required:
         return
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"
@@ -217,76 +316,5 @@ async def require_reader(request: Request) -> None:
 
 templates.env.globals["csrf_token"] = csrf_token
 templates.env.globals["signed_in"] = signed_in
+templates.env.globals["signed_in_as"] = signed_in_as
 templates.env.globals["csrf_field_name"] = CSRF_FIELD
-
-
-# -- the login form ------------------------------------------------------------------------------
-
-router = APIRouter()
-
-
-@router.get("/login", response_class=HTMLResponse, dependencies=[allow(None)])
-async def login_form(
-    request: Request, next: Annotated[str | None, Query(max_length=2000)] = None
-) -> HTMLResponse:
-    """The form where DULY_API_TOKEN is typed."""
-    return _login_page(request, safe_next(next))
-
-
-@router.post("/login", dependencies=[allow(None)])
-async def log_in(
-    request: Request,
-    token: Annotated[str, Form(max_length=MAX_TOKEN)] = "",
-    next: Annotated[str, Form(max_length=2000)] = CONSOLE_PREFIX,
-) -> Response:
-    """Start a session when the token is DULY_API_TOKEN; the form again, refused, if not."""
-    auth = console_auth(request)
-    target = safe_next(next)
-    if not auth.token_matches(token):
-        await asyncio.sleep(REFUSED_LOGIN_PAUSE)
-        message = (
-            "That is not the API's token (DULY_API_TOKEN)."
-            if auth.login_required
-            else "No DULY_API_TOKEN is set here, so there is nothing to log in with."
-        )
-        return _login_page(request, target, message, status_code=401)
-    response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        auth.new_session(),
-        max_age=SESSION_SECONDS,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=_https(request),
-    )
-    return response
-
-
-@router.post("/logout", dependencies=[allow(None)])
-async def log_out(request: Request) -> Response:
-    """End the session (the cookie is dropped) and go to the login form."""
-    response = RedirectResponse(LOGIN_PATH, status_code=303)
-    response.delete_cookie(
-        SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=_https(request)
-    )
-    return response
-
-
-def _login_page(
-    request: Request, target: str, error: str | None = None, status_code: int = 200
-) -> HTMLResponse:
-    auth = console_auth(request)
-    context = {
-        "title": "Log in",
-        "next": target,
-        "error": error,
-        "login_required": auth.login_required,
-        "writes_open": auth.writes_open,
-    }
-    return templates.TemplateResponse(request, "login.html", context, status_code=status_code)
-
-
-def _https(request: Request) -> bool:
-    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-    return request.url.scheme == "https" or forwarded == "https"

@@ -28,7 +28,7 @@ from sqlalchemy.exc import DataError
 
 from engine.base.errors import ConfigurationError, DulyError
 from engine.base.shown import json_value
-from functions.console.auth import LoginRequired, can_write, console_auth
+from functions.console.auth import LoginRequired, can_write, console_auth, remember_browser
 from functions.console.templating import templates
 from functions.http.errors import message_of, status_of
 from functions.http.state import connection_of
@@ -66,6 +66,7 @@ def render(
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Referrer-Policy"] = "same-origin"
+    remember_browser(request, response)  # its forms' CSRF token, before any session
     return response
 
 

@@ -1,8 +1,8 @@
 """Every console page under /console, mounted by `functions.http.app.create_app`.
 
 One router gathers the page modules' routers, behind one dependency: with
-DULY_API_TOKEN set, every page needs a session (`auth.require_reader`; the
-login form excepted). `duly dev` adds the clock control beside it
+any credential configured, every page needs a session (`auth.require_reader`;
+the login pages excepted). `duly dev` adds the clock control beside it
 (`functions.local.dev`).
 """
 
@@ -15,6 +15,7 @@ from functions.console import (
     auth,
     graph_designer,
     graph_pages,
+    login,
     outbox_pages,
     overview_pages,
     run_pages,
@@ -31,7 +32,7 @@ console_router.add_api_route(
     response_class=HTMLResponse,
     route_class_override=ConsolePage,
 )
-console_router.include_router(auth.router)
+console_router.include_router(login.router)
 console_router.include_router(overview_pages.router)
 console_router.include_router(run_pages.router)
 console_router.include_router(outbox_pages.router)

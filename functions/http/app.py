@@ -59,8 +59,8 @@ def create_app(
     app.state.Session = Session
     install_handlers(app)
     settings = GuardSettings.from_env()
-    # The console's login and CSRF keys, derived from the same token and secret.
-    app.state.console_auth = ConsoleAuth(settings.token, settings.secret)
+    # The console's logins: the same token, keys and issuer as the API's.
+    app.state.console_auth = ConsoleAuth.from_env()
     # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
     app.add_middleware(WriteGuard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)

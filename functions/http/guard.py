@@ -45,7 +45,7 @@ class ConsoleGate(Protocol):
         """Whether `path` is one of the console's."""
         ...
 
-    def refused_write(
+    async def refused_write(
         self, scope: Scope, headers: Mapping[str, str], body: bytes
     ) -> ASGIApp | None:
         """The page that refuses this write, or None when it may go on."""
@@ -148,7 +148,7 @@ class WriteGuard:
         except BodyTooLarge:
             await _refuse(scope, receive, send, 413, _too_large(limit))
             return
-        refusal = self.console.refused_write(scope, headers, body)
+        refusal = await self.console.refused_write(scope, headers, body)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
