@@ -17,6 +17,7 @@ import pytest
 
 from infra import pytest_plugin
 from infra.pytest_plugin import Database, Server, fresh_database
+from tests.oidc_issuer import LocalIssuer
 
 __all__ = ["Database", "Server", "fresh_database"]
 
@@ -90,3 +91,13 @@ def fresh_lambda_runtime() -> Iterator[None]:
 
     install(None)
     configure_event_registry(None)
+
+
+@pytest.fixture
+def oidc_issuer() -> Iterator[LocalIssuer]:
+    """A local OpenID Connect issuer on loopback (tests/oidc_issuer.py), stopped after."""
+    issuer = LocalIssuer().start()
+    try:
+        yield issuer
+    finally:
+        issuer.stop()
