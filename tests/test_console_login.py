@@ -16,6 +16,8 @@
   used already starts no session: test_a_bad_callback_starts_no_session
 - expired sessions are no good, and `find_session` reads the database clock:
   test_an_expired_session_is_no_good
+- `duly prune` deletes sessions a day after they expired; a logged-out one that has not
+  expired yet stays: test_prune_deletes_sessions_a_day_past_their_expiry
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine import RetentionSettings, connect_workflows, count_prunable, prune
 from engine.testing import move_clock
 from functions import examples
-from functions.console.sessions import find_session, start_session
+from functions.console.sessions import end_session, find_session, start_session
 from functions.http.app import create_app
 from functions.identity.keys import digest_of, new_key
 from functions.identity.principal import Principal, Role, Via
@@ -243,3 +246,23 @@ async def test_an_expired_session_is_no_good(db: Database) -> None:
     await move_clock(Session, timedelta(hours=12, seconds=1))
     assert await find_session(engine, started.secret) is None
     await engine.dispose()
+
+
+async def test_prune_deletes_sessions_a_day_past_their_expiry(db: Database) -> None:
+    Session = await db.create(examples.Base.metadata)
+    engine = db.engine()
+    principal = Principal(id="ada", roles=frozenset({Role.VIEWER}), via=Via.OIDC)
+    old = await start_session(engine, principal)
+    await move_clock(Session, timedelta(hours=12 + 24, minutes=1))  # a day past its expiry
+    logged_out = await start_session(engine, principal)
+    assert await end_session(engine, logged_out.secret)
+    assert not await end_session(engine, logged_out.secret)  # ended once
+    async with connect_workflows(Session) as connection:
+        found = await count_prunable(connection, RetentionSettings())
+        [sessions_found] = [t for t in found.tables if t.table == "duly_console_sessions"]
+        assert (sessions_found.kind, sessions_found.rows, sessions_found.days) == ("sessions", 1, 1)
+        done = await prune(connection, RetentionSettings())
+    assert {t.table: t.rows for t in done.tables}["duly_console_sessions"] == 1
+    left = db.sql("SELECT id FROM duly_console_sessions")
+    assert left == [(hashlib.sha256(logged_out.secret.encode()).hexdigest(),)]
+    assert await find_session(engine, old.secret) is None

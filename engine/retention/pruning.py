@@ -33,9 +33,10 @@ from sqlalchemy import (
 )
 
 from engine.base.clock import db_now
+from engine.base.sessions import SESSIONS_TABLE
 from engine.model.connection import WorkflowConnection
 from engine.retention.scans import Scan, prune_scans
-from engine.retention.settings import KINDS, RetentionSettings
+from engine.retention.settings import KINDS, SESSIONS, RetentionSettings
 
 BEGINNING = datetime(1, 1, 1, tzinfo=UTC)  # where every walk starts: before any row
 
@@ -221,9 +222,15 @@ async def plan(
     """The walks to make, each with its cutoff from the database clock; the kinds kept."""
     async with connection.autocommit.connect() as conn:
         now = (await conn.execute(select(db_now()))).scalar_one()
+        # A database migrated before the console's sessions existed has no such table yet.
+        has_sessions = (
+            await conn.execute(select(func.to_regclass(SESSIONS_TABLE)))
+        ).scalar_one() is not None
     assert isinstance(now, datetime)
     walks = []
     for scan in prune_scans(connection):
+        if scan.kind == SESSIONS and not has_sessions:
+            continue
         days = settings.days_for(scan.kind)
         if days is not None:
             walks.append(Walk(scan, days, now - timedelta(days=days)))

@@ -2,9 +2,10 @@
 
 Attempt-log rows by when the attempt finished; outbox rows processed before the cutoff whose
 every delivery succeeded, with their event records and delivery attempts; durable executions
-that ended (completed, failed, cancelled) before it. Dead letters stay until replayed; the
-workflow tables themselves (the application's rows) are never pruned. Tables are found on a
-`WorkflowConnection`: its attempt log, and the outbox and execution tables among its workflows.
+that ended (completed, failed, cancelled) before it; the console's sessions a day after they
+expired. Dead letters stay until replayed; the workflow tables (the application's rows) are
+never pruned. Tables are found on a `WorkflowConnection`: its attempt log, and the outbox and
+execution tables among its workflows; the sessions' table is duly's own.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
 from sqlalchemy.sql.elements import BindParameter
 
+from engine.base.sessions import console_sessions
 from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
 from engine.model.connection import WorkflowConnection
-from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
+from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS, SESSIONS
 
 
 def cutoff_parameter() -> BindParameter[Any]:
@@ -57,7 +59,15 @@ def prune_scans(connection: WorkflowConnection) -> list[Scan]:
             )
         elif issubclass(info.cls, WorkflowExecutionRecord):
             scans.extend(execution_scans(info.table))
+    scans.append(sessions_scan())
     return scans
+
+
+def sessions_scan() -> Scan:
+    """Console sessions that expired before the cutoff (an ended one has expired by then too,
+    since a session lasts hours and the cutoff is a day back)."""
+    c = console_sessions.c
+    return Scan(SESSIONS, console_sessions, c.expires_at, c.id, ())
 
 
 def attempt_scan(log: Table) -> Scan:
