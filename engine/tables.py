@@ -2,9 +2,9 @@
 
 `declare_engine_tables(Base)` maps the event layer's three tables and the
 attempt log (and, when asked, the durable executions', the rate buckets' and
-the graph workflows' tables) as classes of `Base`, adds `duly_clock` to its
-metadata, and returns the classes; `create_all` and Alembic see them as
-tables the application declared itself.
+the graph workflows' tables) as classes of `Base`, adds `duly_clock` and the
+console's `duly_console_sessions` to its metadata, and returns the classes;
+`create_all` and Alembic see them as tables the application declared itself.
 """
 
 from __future__ import annotations
