@@ -1,6 +1,6 @@
 """OpenID Connect: a bearer JWT of the configured issuer, verified and turned into a principal.
 
-`OidcSettings.from_env()` reads the DULY_OIDC_* variables (None when no issuer
+`OidcSettings.from_env()` reads the OpenID Connect settings (None when no issuer
 is set); `OidcVerifier.principal(token)` checks the token's signature against
 the issuer's published keys (asymmetric algorithms only) and its iss, aud,
 exp, nbf and iat, then names the principal by its user and groups claims.
@@ -62,7 +62,7 @@ class OidcSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OidcSettings | None:
-        """The DULY_OIDC_* variables; None when DULY_OIDC_ISSUER is unset."""
+        """The issuer's settings from the environment; None when DULY_OIDC_ISSUER is unset."""
         issuer = variables.OIDC_ISSUER.read(environ)
         if issuer is None:
             return None
