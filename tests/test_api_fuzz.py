@@ -109,7 +109,14 @@ async def test_no_generated_request_is_answered_500(client: httpx.AsyncClient) -
     assert time.monotonic() - started < 60
 
 
-async def test_writes_without_a_token_or_signature_are_401(client: httpx.AsyncClient) -> None:
+async def test_requests_without_a_good_token_are_401_and_guessing_is_slowed(
+    client: httpx.AsyncClient,
+) -> None:
+    """No credential, a wrong one, a token without its scheme: 401 with the reason, reads
+    included. After ten wrong tokens from one address, it waits (429), good token or not."""
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    ok = await client.post("/workflows/invoice/start", json=START, headers=good)
+    assert ok.status_code == 201, ok.text
     for url, body in (
         ("/workflows/invoice/start", START),
         ("/events", {"event_type": "x.y"}),
@@ -123,10 +130,10 @@ async def test_writes_without_a_token_or_signature_are_401(client: httpx.AsyncCl
             assert reply.json()["detail"], reply.text  # why, in a sentence
             assert reply.headers["www-authenticate"] == "Bearer"
     assert (await client.get("/workflows/invoice/runs")).status_code == 401  # reads too
-    ok = await client.post(
-        "/workflows/invoice/start", json=START, headers={"Authorization": f"Bearer {TOKEN}"}
-    )
-    assert ok.status_code == 201, ok.text
+    for headers in ({"Authorization": "Bearer wrong"}, good):
+        slowed = await client.get("/workflows/invoice/runs", headers=headers)
+        assert slowed.status_code == 429, slowed.text
+        assert 1 <= int(slowed.headers["retry-after"]) <= 60
 
 
 def signed(body: bytes, at: float | None = None, secret: str = SECRET) -> dict[str, str]:
