@@ -28,7 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
 from functions.http.app import create_app
-from functions.http.guard import GuardSettings, WriteGuard, signature_of
+from functions.http.guard import GuardSettings, WriteGuard
+from functions.identity.signatures import signature_of
 from tests.apps import api
 from tests.conftest import Database
 from tests.helpers import serving
@@ -133,7 +134,9 @@ def signed(body: bytes, at: float | None = None, secret: str = SECRET) -> dict[s
     timestamp = str(int(time.time() if at is None else at))
     return {
         "X-Duly-Timestamp": timestamp,
-        "X-Duly-Signature": signature_of(secret, timestamp, body),
+        "X-Duly-Signature": signature_of(
+            secret, timestamp, "POST", "/workflows/invoice/start", "", body
+        ),
         "Content-Type": "application/json",
     }
 

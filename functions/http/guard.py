@@ -1,21 +1,17 @@
 """Who may write, and how much: the token, the webhook signature and the body limit.
 
 Every write (any method but GET, HEAD and OPTIONS) needs `Authorization:
-Bearer $DULY_API_TOKEN`, or an HMAC-SHA256 signature of the body under
-`DULY_WEBHOOK_SECRET`: `X-Duly-Timestamp: <unix seconds>` and
-`X-Duly-Signature: sha256=<hex of HMAC(secret, f"{timestamp}.{body}")>`,
-refused 5 minutes either side of now. With neither variable set, writes are
+Bearer $DULY_API_TOKEN`, or a signature of the request under a signing secret
+(`functions.identity.signatures`: `X-Duly-Timestamp` and `X-Duly-Signature`,
+taken once, within 5 minutes). With no token and no secret set, writes are
 open (local development). A body over `DULY_MAX_BODY_BYTES` (1 MiB) is 413.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import re
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
@@ -23,18 +19,18 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
 from engine.base import settings as variables
+from functions.identity.access import PRINCIPAL_SCOPE
+from functions.identity.roles import CredentialRefused
+from functions.identity.signatures import DIGITS, SIGNATURE_HEADER, Signers
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
-DIGITS = re.compile(r"[0-9]+")
 DEFAULT_MAX_BODY_BYTES = variables.MAX_BODY_BYTES.default
 FOREIGN_WRITE = (
     "Writes are open here (no DULY_API_TOKEN or DULY_WEBHOOK_SECRET), so a page of another "
     "site may not send them: this request's Origin is not this server."
 )
-SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -54,31 +50,33 @@ class ConsoleGate(Protocol):
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """Who may write, and the largest body any request may send."""
+    """Who may write, and the largest body any request may send.
+
+    `signers` are the signing secrets; `secret` is one of them (DULY_WEBHOOK_SECRET
+    first), what the console's keys derive from when no token is set.
+    """
 
     token: str | None = None
     secret: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    signers: Signers = field(default_factory=Signers)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardSettings:
-        """DULY_API_TOKEN, DULY_WEBHOOK_SECRET and DULY_MAX_BODY_BYTES; empty means unset."""
+        """DULY_API_TOKEN, the signing secrets and DULY_MAX_BODY_BYTES; empty means unset."""
+        signers = Signers.from_env(environ)
         return cls(
             token=variables.API_TOKEN.read(environ),
-            secret=variables.WEBHOOK_SECRET.read(environ),
+            # What the console's keys derive from without a token: any signing secret.
+            secret=signers.secrets[0].secret if signers else None,
             max_body_bytes=variables.MAX_BODY_BYTES.read(environ),
+            signers=signers,
         )
 
     @property
     def open(self) -> bool:
         """Whether writes need nothing (neither a token nor a secret is set: local dev)."""
-        return self.token is None and self.secret is None
-
-
-def signature_of(secret: str, timestamp: str, body: bytes) -> str:
-    """The X-Duly-Signature value of `body` sent at `timestamp`: `sha256=<hex>`."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return f"sha256={mac.hexdigest()}"
+        return self.token is None and self.secret is None and not self.signers
 
 
 class BodyTooLarge(Exception):
@@ -123,7 +121,7 @@ class WriteGuard:
             await self._console_write(scope, receive, send, headers)
             return
         bearer = self._bearer_ok(headers)
-        if not bearer and self.settings.secret is None and self.settings.token is not None:
+        if not bearer and not self.settings.signers and self.settings.token is not None:
             await _refuse(scope, receive, send, 401, _unauthenticated(self.settings))
             return
         try:
@@ -132,9 +130,20 @@ class WriteGuard:
             await _refuse(scope, receive, send, 413, _too_large(limit))
             return
         if not bearer and not self.settings.open:
-            refused = self._signature_refused(headers, body)
-            if refused is not None:
-                await _refuse(scope, receive, send, 401, refused)
+            if not self.settings.signers or SIGNATURE_HEADER not in headers:
+                await _refuse(scope, receive, send, 401, _unauthenticated(self.settings))
+                return
+            try:
+                scope[PRINCIPAL_SCOPE] = await self.settings.signers.principal(
+                    scope["app"].state.connection.engine,  # the replay table's database
+                    scope["method"],
+                    scope["path"],
+                    scope["query_string"].decode("latin-1"),
+                    headers,
+                    body,
+                )
+            except CredentialRefused as refused:
+                await _refuse(scope, receive, send, 401, str(refused))
                 return
         await self.app(scope, _replayed(body, receive), send)
 
@@ -163,27 +172,6 @@ class WriteGuard:
             given.strip().encode(), token.encode()
         )
 
-    def _signature_refused(self, headers: Mapping[str, str], body: bytes) -> str | None:
-        """Why the request's signature is not good, or None when it is."""
-        secret = self.settings.secret
-        if secret is None:
-            return _unauthenticated(self.settings)
-        timestamp = headers.get("x-duly-timestamp", "").strip()
-        signature = headers.get("x-duly-signature", "").strip()
-        if not timestamp or not signature:
-            return _unauthenticated(self.settings)
-        if not DIGITS.fullmatch(timestamp) or len(timestamp) > 12:
-            return "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
-        if abs(time.time() - int(timestamp)) > SIGNATURE_WINDOW:
-            return (
-                f"The signature's timestamp is more than {SIGNATURE_WINDOW // 60} minutes "
-                "from now: sign the request again."
-            )
-        expected = signature_of(secret, timestamp, body)
-        if not hmac.compare_digest(signature.encode(), expected.encode()):
-            return "X-Duly-Signature does not match the body and timestamp."
-        return None
-
 
 def _from_another_site(headers: Mapping[str, str]) -> bool:
     """Whether a browser sent this from a page of another origin (`Origin` names another
@@ -198,8 +186,8 @@ def _unauthenticated(settings: GuardSettings) -> str:
     ways = []
     if settings.token is not None:
         ways.append("Authorization: Bearer <DULY_API_TOKEN>")
-    if settings.secret is not None:
-        ways.append("X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the body)")
+    if settings.signers:
+        ways.append("X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the request)")
     return f"This route writes: send {' or '.join(ways)}."
 
 
