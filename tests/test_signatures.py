@@ -290,3 +290,22 @@ def test_bad_scoped_secrets_are_refused_at_start_without_showing_them(
 
 def test_a_secret_is_never_in_its_repr() -> None:
     assert "hidden-value" not in repr(SigningSecret("x", "hidden-value-of-16", None))
+
+
+async def test_scoped_secrets_alone_close_the_writes(
+    Session: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DULY_WEBHOOK_SECRETS", json.dumps(SCOPED))
+    async with serving(create_app(Session, run_worker=False)) as client:
+        unsigned = await client.post("/workflows/refund/cancel", json={"key": 9001})
+        assert unsigned.status_code == 401, unsigned.text
+        assert "X-Duly-Signature" in unsigned.json()["detail"]
+        path = "/workflows/refund/cancel"
+        body = b'{"key": 9001}'
+        headers = signed("POST", path, body, secret=REFUNDS_SECRET)
+        assert (await client.post(path, content=body, headers=headers)).status_code == 200
+
+
+async def test_a_database_without_the_table_is_told_to_migrate(db: Database) -> None:
+    with pytest.raises(ConfigurationError, match=r"no duly_seen_signatures table.*duly migrate"):
+        await record_signature(db.engine(), b"\x01" * 32, int(time.time()), 300)
