@@ -9,6 +9,7 @@ prune` deletes the rows past `expires_at`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -76,6 +77,7 @@ class Recorded:
     pruned: int  # expired rows deleted on the way
 
 
+@functools.cache  # built once: building a statement costs more than running this one
 def record_statement() -> Select[Any]:
     """Record :digest, signed at :signed_at (Unix seconds), unless seen or out of :window.
 
