@@ -174,7 +174,7 @@ def test_the_target_holds_each_table_once() -> None:
     target = deployable_metadata([first, second])
     keys = [key for metadata in target for key in metadata.tables]
     assert sorted(keys) == sorted({"orders", "invoices", *DULY_TABLES})
-    assert target[0] is first  # kept as it is; the second is copied without the clock
+    assert target[0] is first  # kept as it is; the second is copied without duly's two
     assert set(target[1].tables) == {"invoices"}
     assert target[2:] == [scheduler.metadata, wake_slots.metadata]
 
