@@ -114,3 +114,20 @@ async def test_each_role_gets_what_the_table_says(
                     assert f"needs the {needed.value} role" in reply.text
                 walked += 1
     assert walked > 150
+
+
+async def test_the_metrics_token_reads_metrics_and_nothing_else(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scraper = "a-token-for-the-scraper-only"
+    monkeypatch.setenv("DULY_METRICS_TOKEN", scraper)
+    Session = await db.create(examples.Base.metadata)
+    async with serving(create_dev_app(Session, run_worker=False)) as client:
+        bearer = {"Authorization": f"Bearer {scraper}"}
+        metrics = await client.get("/metrics", headers=bearer)
+        assert metrics.status_code == 200, metrics.text
+        assert (await client.get("/metrics")).status_code == 401
+        for path in ("/workflows", "/outbox/events", "/openapi.json"):
+            refused = await client.get(path, headers=bearer)
+            assert refused.status_code == 403, (path, refused.text)
+            assert "held to other routes" in refused.json()["detail"]
