@@ -27,16 +27,24 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    literal,
     literal_column,
     or_,
     select,
 )
 
 from engine.base.clock import db_now
+from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
 from engine.base.sessions import SESSIONS_TABLE
 from engine.model.connection import WorkflowConnection
-from engine.retention.scans import Scan, prune_scans
-from engine.retention.settings import KINDS, SESSIONS, RetentionSettings
+from engine.retention.scans import (
+    SESSIONS_KEPT_DAYS,
+    Scan,
+    prune_scans,
+    sessions_scan,
+    signature_scan,
+)
+from engine.retention.settings import KINDS, RetentionSettings
 
 BEGINNING = datetime(1, 1, 1, tzinfo=UTC)  # where every walk starts: before any row
 
@@ -219,21 +227,28 @@ async def prune(
 async def plan(
     connection: WorkflowConnection, settings: RetentionSettings
 ) -> tuple[list[Walk], tuple[str, ...]]:
-    """The walks to make, each with its cutoff from the database clock; the kinds kept."""
+    """The walks to make, each with its cutoff from the database clock; the kinds kept.
+
+    Seen signatures are walked whenever their table exists, up to now: past its
+    expiry a signature is refused by its timestamp alone. The console's sessions
+    likewise, a day back: an expired session opens nothing either.
+    """
+    signatures = func.to_regclass(literal(SEEN_SIGNATURES_TABLE)).isnot(None)
+    sessions = func.to_regclass(literal(SESSIONS_TABLE)).isnot(None)
     async with connection.autocommit.connect() as conn:
-        now = (await conn.execute(select(db_now()))).scalar_one()
-        # A database migrated before the console's sessions existed has no such table yet.
-        has_sessions = (
-            await conn.execute(select(func.to_regclass(SESSIONS_TABLE)))
-        ).scalar_one() is not None
+        row = (await conn.execute(select(db_now(), signatures, sessions))).one()
+    now, signatures_kept, sessions_kept = row
     assert isinstance(now, datetime)
     walks = []
     for scan in prune_scans(connection):
-        if scan.kind == SESSIONS and not has_sessions:
-            continue
         days = settings.days_for(scan.kind)
         if days is not None:
             walks.append(Walk(scan, days, now - timedelta(days=days)))
+    if signatures_kept:
+        walks.append(Walk(signature_scan(), 0, now))
+    if sessions_kept:
+        cutoff = now - timedelta(days=SESSIONS_KEPT_DAYS)
+        walks.append(Walk(sessions_scan(), SESSIONS_KEPT_DAYS, cutoff))
     kept = tuple(kind for kind in KINDS if settings.days_for(kind) is None)
     return walks, kept
 

@@ -2,10 +2,10 @@
 
 Attempt-log rows by when the attempt finished; outbox rows processed before the cutoff whose
 every delivery succeeded, with their event records and delivery attempts; durable executions
-that ended (completed, failed, cancelled) before it; the console's sessions a day after they
-expired. Dead letters stay until replayed; the workflow tables (the application's rows) are
-never pruned. Tables are found on a `WorkflowConnection`: its attempt log, and the outbox and
-execution tables among its workflows; the sessions' table is duly's own.
+that ended (completed, failed, cancelled) before it; seen signatures once they expire; the
+console's sessions a day after. Dead letters stay until replayed; the workflow tables (the
+application's rows) are never pruned. Tables are found on a `WorkflowConnection`: its attempt
+log, and the outbox and execution tables among its workflows.
 """
 
 from __future__ import annotations
@@ -16,12 +16,17 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
 from sqlalchemy.sql.elements import BindParameter
 
+from engine.base.seen_signatures import seen_signatures
 from engine.base.sessions import console_sessions
 from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
 from engine.model.connection import WorkflowConnection
-from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS, SESSIONS
+from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
+
+SIGNATURES = "signatures"  # no retention period: a seen signature goes once it expires
+SESSIONS = "sessions"  # the console's logins: no setting, they go a day after they expire
+SESSIONS_KEPT_DAYS = 1  # days an expired (or ended) session is kept to look back on
 
 
 def cutoff_parameter() -> BindParameter[Any]:
@@ -34,7 +39,7 @@ def cutoff_parameter() -> BindParameter[Any]:
 class Scan:
     """One walk through a table's prunable rows, in the order of one of its indexes."""
 
-    kind: str  # one of engine.retention.settings.KINDS
+    kind: str  # one of engine.retention.settings.KINDS, or SIGNATURES
     table: Table
     at: Column[Any]  # the time the walk follows: only rows before the cutoff
     key: Column[Any]  # unique in the table: breaks ties of `at`, names the row to companions
@@ -59,15 +64,7 @@ def prune_scans(connection: WorkflowConnection) -> list[Scan]:
             )
         elif issubclass(info.cls, WorkflowExecutionRecord):
             scans.extend(execution_scans(info.table))
-    scans.append(sessions_scan())
     return scans
-
-
-def sessions_scan() -> Scan:
-    """Console sessions that expired before the cutoff (an ended one has expired by then too,
-    since a session lasts hours and the cutoff is a day back)."""
-    c = console_sessions.c
-    return Scan(SESSIONS, console_sessions, c.expires_at, c.id, ())
 
 
 def attempt_scan(log: Table) -> Scan:
@@ -103,3 +100,16 @@ def execution_scans(executions: Table) -> list[Scan]:
         )
         for state in TERMINAL_STATES
     ]
+
+
+def signature_scan() -> Scan:
+    """Seen signatures that expired before the cutoff (for them, the prune's start)."""
+    table = seen_signatures
+    return Scan(SIGNATURES, table, table.c.expires_at, table.c.digest, ())
+
+
+def sessions_scan() -> Scan:
+    """Console sessions that expired before the cutoff (an ended one has expired by then too:
+    a session lasts hours, and the cutoff is a day back)."""
+    c = console_sessions.c
+    return Scan(SESSIONS, console_sessions, c.expires_at, c.id, ())

@@ -23,8 +23,6 @@ ATTEMPTS = "attempts"
 EVENTS = "events"
 EXECUTIONS = "executions"
 KINDS = (ATTEMPTS, EVENTS, EXECUTIONS)
-SESSIONS = "sessions"  # the console's logins: not a setting, always pruned a day after expiry
-SESSIONS_KEPT_DAYS = 1  # days an expired or ended console session is kept (to look back on)
 DEFAULT_DAYS = 30  # every kind's, as engine.base.settings declares it
 DEFAULT_BATCH_SIZE = variables.PRUNE_BATCH_SIZE.default  # rows a batch deletes
 # Milliseconds after a batch that deleted. Flat out (0), a prune of 1,000,000 attempt-log
@@ -64,10 +62,7 @@ class RetentionSettings:
             raise ConfigurationError("Retention settings refused: " + "; ".join(problems) + ".")
 
     def days_for(self, kind: str) -> int | None:
-        """The retention period of `kind` (one of KINDS, or SESSIONS) in days; None when kept
-        for good."""
-        if kind == SESSIONS:
-            return SESSIONS_KEPT_DAYS
+        """The retention period of `kind` (one of KINDS) in days; None when kept for good."""
         days: int | None = getattr(self, f"{kind}_days")
         return days
 

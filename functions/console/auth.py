@@ -4,7 +4,7 @@ With any credential configured (DULY_API_TOKEN, DULY_API_KEYS, DULY_OIDC_ISSUER)
 needs a session (`functions.console.sessions`; the login pages are `functions.console.login`);
 with none, the console is open. Every write carries `csrf_token` (a form field, or the
 `X-CSRF-Token` header): an HMAC of the session's cookie secret, or before a session of the
-browser's `duly_login` secret, which `WriteGuard` has `refused_write` check. Template globals:
+browser's `duly_login` secret, which the app's `Guard` has `refused_write` check. Template globals:
 `csrf_token`, `signed_in`, `signed_in_as`. Why it is shaped so: docs/architecture.md, "The console".
 """
 
@@ -26,6 +26,7 @@ from engine.base import settings as variables
 from functions.console.sessions import SESSION_SECONDS, Session, find_session
 from functions.console.templating import templates
 from functions.identity.access import PRINCIPAL_SCOPE, principal_in
+from functions.identity.authenticate import ADMIN_TOKEN_ID
 from functions.identity.keys import KeyRing
 from functions.identity.oidc import OidcSettings, OidcVerifier
 from functions.identity.principal import Principal, Role, Via
@@ -47,7 +48,6 @@ CSRF_HEADER = "x-csrf-token"
 CSRF_CONTEXT = b"duly console csrf v1"
 MAX_SECRET = 100  # characters of a cookie's secret worth reading
 FORM_TYPE = "application/x-www-form-urlencoded"
-TOKEN_ID = "api-token"  # the principal DULY_API_TOKEN names
 SESSION_SCOPE = "duly.console_session"  # the request's session, once looked up (None: none)
 BROWSER_SCOPE = "duly.console_browser"  # the browser's secret, and whether it is new
 
@@ -70,16 +70,20 @@ class ConsoleAuth:
         self.throttle = throttle or Throttle()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ConsoleAuth:
-        """Every credential the console logs in with, read from the environment."""
-        settings = OidcSettings.from_env(environ)
-        roles = RoleMap.from_env(environ)
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, oidc: OidcVerifier | None = None
+    ) -> ConsoleAuth:
+        """Every credential the console logs in with, read from the environment; `oidc`, the
+        verifier the guard uses for bearer JWTs (one key cache for both), or one made here."""
+        if oidc is None:
+            settings = OidcSettings.from_env(environ)
+            oidc = OidcVerifier(settings, RoleMap.from_env(environ)) if settings else None
         return cls(
             token=variables.API_TOKEN.read(environ),
             secret=variables.WEBHOOK_SECRET.read(environ)
             or variables.WEBHOOK_SECRETS.read(environ),
             keys=KeyRing.from_env(environ),
-            oidc=OidcVerifier(settings, roles) if settings is not None else None,
+            oidc=oidc,
         )
 
     @property
@@ -100,7 +104,7 @@ class ConsoleAuth:
     def typed_principal(self, typed: str) -> Principal | None:
         """The principal a typed DULY_API_TOKEN or named API key names; None for anything else."""
         if self.token is not None and hmac.compare_digest(typed.encode(), self.token.encode()):
-            return Principal(id=TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
+            return Principal(id=ADMIN_TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
         key = self.keys.find(typed)
         return key.principal() if key is not None else None
 
@@ -126,6 +130,10 @@ class ConsoleAuth:
         """Whether `path` is the console's (the guard leaves its writes to this class)."""
         return is_console_path(path)
 
+    def open_to_all(self, path: str) -> bool:
+        """Whether anyone may open `path`: the ways in (the login pages) and out (the logout)."""
+        return path in LOGIN_PATHS
+
     async def write_refusal(
         self, scope: Any, headers: Mapping[str, str], body: bytes
     ) -> tuple[int, str] | None:
@@ -137,12 +145,14 @@ class ConsoleAuth:
             # Logging in or out: the form a browser was given, with or without a session.
             good = {csrf_of(s) for s in (browser, found.secret if found else None) if s}
             return None if given in good else _stale_form()
-        if self.login_required and found is None:
-            return 401, "Log in to the console first: your session is missing or has ended."
-        if not self.writes_open and not self.login_required:
+        # Whoever the guard named (the session's principal, a bearer's, or LOCAL when
+        # nothing is configured) acts; with nobody, the write is refused.
+        if principal_in(scope) is None and found is None:
+            if self.login_required:
+                return 401, "Log in to the console first: your session is missing or has ended."
             return 403, (
-                "The console writes as the one who logged in, and only a webhook secret is "
-                "set: set DULY_API_TOKEN, DULY_API_KEYS or DULY_OIDC_ISSUER to act from it."
+                "The console writes as the one who logged in, and nobody can log in here: set "
+                "DULY_API_TOKEN, DULY_API_KEYS or DULY_OIDC_ISSUER to act from it."
             )
         expected = csrf_of(found.secret if found is not None else browser)
         if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
@@ -283,8 +293,8 @@ def signed_in_as(request: Request) -> Principal | None:
 
 
 def can_write(request: Request) -> bool:
-    """Whether this visitor's console forms can write (open, or signed in)."""
-    return console_auth(request).writes_open or signed_in(request)
+    """Whether this visitor's console forms can write (someone is acting: open, or signed in)."""
+    return principal_in(request.scope) is not None or signed_in(request)
 
 
 def safe_next(target: str | None) -> str:
@@ -304,9 +314,11 @@ async def require_reader(request: Request) -> None:
     auth = console_auth(request)
     found = await auth.session(request.scope, request.headers)
     if found is not None and principal_in(request.scope) is None:
-        request.scope[PRINCIPAL_SCOPE] = found.principal
-    if found is not None or request.url.path in LOGIN_PATHS or not auth.login_required:
+        request.scope[PRINCIPAL_SCOPE] = found.principal  # no guard named one
+    if principal_in(request.scope) is not None or request.url.path in LOGIN_PATHS:
         return
+    if auth.writes_open:
+        return  # nothing configured and no guard ran: open, as the guard would leave it
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"
     if request.headers.get("hx-request"):

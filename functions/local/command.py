@@ -104,9 +104,10 @@ def exposure_warning(host: str, environ: Mapping[str, str] | None = None) -> str
     if is_loopback(host) or not GuardSettings.from_env(environ).open:
         return None
     return (
-        f"duly dev listens on {host} with no DULY_API_TOKEN or DULY_WEBHOOK_SECRET: anyone "
-        "who reaches it can start runs, replay dead letters and move the clock. Set one, "
-        "or serve on 127.0.0.1."
+        f"duly dev listens on {host} with no credential configured (DULY_API_TOKEN, "
+        "DULY_API_KEYS, DULY_OIDC_ISSUER or a signing secret): anyone who reaches it can read "
+        "every run, start runs, replay dead letters and move the clock. Set one, or serve on "
+        "127.0.0.1."
     )
 
 
