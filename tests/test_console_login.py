@@ -16,6 +16,9 @@
   used already starts no session: test_a_bad_callback_starts_no_session
 - expired sessions are no good, and `find_session` reads the database clock:
   test_an_expired_session_is_no_good
+- with a credential but no way to log in (a metrics token alone) the console is
+  closed: its pages go to a login page that says so, its writes are refused:
+  test_with_no_way_to_log_in_the_console_is_closed
 - `duly prune` deletes sessions a day after they expired; a logged-out one that has not
   expired yet stays: test_prune_deletes_sessions_a_day_past_their_expiry
 """
@@ -62,9 +65,10 @@ def csrf_of(page: httpx.Response) -> str:
 
 @asynccontextmanager
 async def console(
-    db: Database, monkeypatch: pytest.MonkeyPatch, **environ: str
+    db: Database, monkeypatch: pytest.MonkeyPatch, keys: bool = True, **environ: str
 ) -> AsyncIterator[tuple[httpx.AsyncClient, async_sessionmaker[AsyncSession]]]:
-    monkeypatch.setenv("DULY_API_KEYS", json.dumps(KEYS))
+    if keys:
+        monkeypatch.setenv("DULY_API_KEYS", json.dumps(KEYS))
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     Session = await db.create(examples.Base.metadata)
@@ -266,3 +270,18 @@ async def test_prune_deletes_sessions_a_day_past_their_expiry(db: Database) -> N
     left = db.sql("SELECT id FROM duly_console_sessions")
     assert left == [(hashlib.sha256(logged_out.secret.encode()).hexdigest(),)]
     assert await find_session(engine, old.secret) is None
+
+
+async def test_with_no_way_to_log_in_the_console_is_closed(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics = {"DULY_METRICS_TOKEN": "a-metrics-token-of-twenty"}
+    async with console(db, monkeypatch, keys=False, **metrics) as (client, _):
+        page = await client.get("/console/outbox")
+        assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
+        login = await client.get("/console/login")
+        assert "Nobody can log in to the console here" in login.text
+        form = {"csrf_token": "0" * 64, "step": "welcome", "row.user_id": "u", "row.email": "e"}
+        refused = await client.post("/console/runs/onboarding/start", data=form)
+        assert refused.status_code == 403 and "nobody can log in here" in refused.text
+        assert db.sql("SELECT count(*) FROM onboarding") == [(0,)]

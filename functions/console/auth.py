@@ -92,11 +92,6 @@ class ConsoleAuth:
         return self.token is not None or bool(self.keys.keys) or self.oidc is not None
 
     @property
-    def writes_open(self) -> bool:
-        """Whether writes need nothing (no credential of any kind is set: local dev)."""
-        return not self.login_required and self.secret is None
-
-    @property
     def oidc_login(self) -> OidcVerifier | None:
         """The issuer people log in at, when the console has a client there."""
         return self.oidc if self.oidc is not None and self.oidc.settings.client_id else None
@@ -315,10 +310,9 @@ async def require_reader(request: Request) -> None:
     found = await auth.session(request.scope, request.headers)
     if found is not None and principal_in(request.scope) is None:
         request.scope[PRINCIPAL_SCOPE] = found.principal  # no guard named one
+    # With nothing configured the guard names everyone LOCAL, so the pages are open.
     if principal_in(request.scope) is not None or request.url.path in LOGIN_PATHS:
         return
-    if auth.writes_open:
-        return  # nothing configured and no guard ran: open, as the guard would leave it
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"
     if request.headers.get("hx-request"):

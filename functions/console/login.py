@@ -33,9 +33,9 @@ from functions.console.auth import (
 )
 from functions.console.sessions import SESSION_SECONDS, end_session, start_session
 from functions.console.templating import templates
-from functions.identity.access import allow
+from functions.identity.access import allow, principal_in
 from functions.identity.oidc_login import MAX_CODE, LoginFlow, authorization_url, finish
-from functions.identity.principal import Principal
+from functions.identity.principal import Principal, Via
 from functions.identity.roles import CredentialRefused
 
 FLOW_COOKIE = "duly_oidc"  # a login at the issuer under way: its secret and where to go next
@@ -162,6 +162,11 @@ def _throttled(request: Request, target: str) -> Response | None:
     return response
 
 
+def _acting_via(request: Request) -> Via | None:
+    acting = principal_in(request.scope)
+    return acting.via if acting is not None else None
+
+
 def _client(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
 
@@ -194,7 +199,7 @@ def login_page(
         "next": target,
         "error": error,
         "login_required": auth.login_required,
-        "writes_open": auth.writes_open,
+        "console_open": _acting_via(request) == Via.OPEN,
         "typed_login": auth.token is not None or bool(auth.keys.keys),
         "issuer": urlsplit(verifier.settings.issuer).netloc if verifier is not None else None,
     }
