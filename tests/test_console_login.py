@@ -2,8 +2,9 @@
 
 - a named API key typed into the login form starts a session: a row of
   duly_console_sessions holding the cookie's SHA-256 (never the cookie), the
-  key's name, roles and way in; the header shows who is logged in; the
-  session's principal is held to its roles: test_an_api_key_logs_in
+  key's name, roles and way in; logging in again ends the session before; the
+  header shows who is logged in; the session's principal is held to its roles:
+  test_an_api_key_logs_in
 - logout ends the session on the server: the old cookie gets the login page,
   and its CSRF token writes nothing: test_logout_ends_the_session_on_the_server
 - ten wrong logins from one client are refused one by one, the eleventh is a
@@ -103,6 +104,9 @@ async def test_an_api_key_logs_in(db: Database, monkeypatch: pytest.MonkeyPatch)
         assert row[1:] == ("deploy-bot", None, ["operator", "viewer"], [], "api-key", False,
                            timedelta(hours=12))  # fmt: skip
         assert secret not in json.dumps([str(v) for v in row])
+        again = await log_in(client, OPERATOR_KEY)  # logging in again ends the first session
+        assert [r[6] for r in sessions(db)] == [True, False]
+        assert again.cookies["duly_session"] != secret
         page = await client.get("/console/outbox")
         assert page.status_code == 200
         assert 'id="signed-in-as">deploy-bot<' in page.text and "Log out" in page.text

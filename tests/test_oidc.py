@@ -11,6 +11,9 @@
   issuer, expired, HS256 signed with the issuer's public key, "none", a kid the issuer
   does not publish, a token without the user claim, text that is no JWT:
   test_bad_tokens_are_refused_with_a_reason
+- the API takes the issuer's tokens as bearers: a good one reads, its groups' roles
+  decide what it may write, a bad one is a 401 saying why, and an unreachable issuer
+  is a 401 too, never a 500: test_the_api_takes_the_issuers_tokens
 - an issuer that cannot be reached is a refusal ("the issuer's keys could not be
   fetched"), not an error: test_an_unreachable_issuer_is_a_refusal
 """
@@ -21,6 +24,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import socket
 import time
 from typing import Any
@@ -30,9 +34,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from engine.base.errors import ConfigurationError
+from functions import examples
+from functions.http.app import create_app
 from functions.identity.oidc import DISCOVERY_PATH, KEYS_UNREACHABLE, OidcSettings, OidcVerifier
 from functions.identity.principal import Role, Via
 from functions.identity.roles import CredentialRefused, RoleMap
+from tests.conftest import Database
+from tests.helpers import serving
 from tests.oidc_issuer import CLIENT_ID, LocalIssuer, new_key
 
 ROLES = RoleMap(by_name={"ops": frozenset({Role.OPERATOR})}, default=frozenset({Role.VIEWER}))
@@ -127,20 +135,20 @@ async def test_bad_tokens_are_refused_with_a_reason(oidc_issuer: LocalIssuer) ->
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     bad = {
-        "the token is for another audience": oidc_issuer.mint("u", aud="another-app"),
-        "the token is from another issuer": oidc_issuer.mint("u", iss="https://evil.example"),
-        "the token has expired": oidc_issuer.mint("u", iat=now - 900, exp=now - 120),
-        "the token is not valid yet": oidc_issuer.mint("u", nbf=now + 600),
-        "the token is not signed with an asymmetric algorithm": hand_signed(
+        "The token is for another audience.": oidc_issuer.mint("u", aud="another-app"),
+        "The token is from another issuer.": oidc_issuer.mint("u", iss="https://evil.example"),
+        "The token has expired.": oidc_issuer.mint("u", iat=now - 900, exp=now - 120),
+        "The token is not valid yet.": oidc_issuer.mint("u", nbf=now + 600),
+        "The token is not signed with an asymmetric algorithm.": hand_signed(
             {"alg": "HS256", "typ": "JWT", "kid": oidc_issuer.kid}, claims, public_pem
         ),
-        "the token's key (kid) is not one of the issuer's": oidc_issuer.mint(
+        "The token's key (kid) is not one of the issuer's.": oidc_issuer.mint(
             "u", key=new_key(), kid="rotated-away"
         ),
-        "the token's signature does not verify": oidc_issuer.mint("u", key=new_key()),
-        "the token has no sub claim": oidc_issuer.mint("", name="nobody"),
-        "the token is not a well-formed JWT": "not-a-jwt",
-        "the token lacks the exp claim": hand_signed_rs256(oidc_issuer, without="exp"),
+        "The token's signature does not verify.": oidc_issuer.mint("u", key=new_key()),
+        "The token has no sub claim.": oidc_issuer.mint("", name="nobody"),
+        "The token is not a well-formed JWT.": "not-a-jwt",
+        "The token lacks the exp claim.": hand_signed_rs256(oidc_issuer, without="exp"),
     }
     for reason, token in bad.items():
         with pytest.raises(CredentialRefused) as refused:
@@ -166,9 +174,49 @@ async def test_an_unreachable_issuer_is_a_refusal(oidc_issuer: LocalIssuer) -> N
         port = sock.getsockname()[1]
     settings = OidcSettings(issuer=f"http://127.0.0.1:{port}", audience=CLIENT_ID)
     verifier = OidcVerifier(settings, ROLES)
-    with pytest.raises(CredentialRefused, match=f"^{KEYS_UNREACHABLE}$"):
+    with pytest.raises(CredentialRefused, match=f"^{re.escape(KEYS_UNREACHABLE)}$"):
         await verifier.principal(oidc_issuer.mint("u"))
     # The keys' own URL unreachable (DULY_OIDC_JWKS_URL) is the same refusal.
     elsewhere = verifier_of(oidc_issuer, DULY_OIDC_JWKS_URL=f"http://127.0.0.1:{port}/jwks")
-    with pytest.raises(CredentialRefused, match=f"^{KEYS_UNREACHABLE}$"):
+    with pytest.raises(CredentialRefused, match=f"^{re.escape(KEYS_UNREACHABLE)}$"):
         await elsewhere.principal(oidc_issuer.mint("u"))
+
+
+async def test_the_api_takes_the_issuers_tokens(
+    db: Database, monkeypatch: pytest.MonkeyPatch, oidc_issuer: LocalIssuer
+) -> None:
+    monkeypatch.setenv("DULY_OIDC_ISSUER", oidc_issuer.issuer)
+    monkeypatch.setenv("DULY_OIDC_AUDIENCE", "duly-api")
+    monkeypatch.setenv("DULY_ROLES", json.dumps({"ops": ["operator"]}))
+    Session = await db.create(examples.Base.metadata)
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    start = {"step": "welcome", "row": {"user_id": "u-jwt", "email": "j@example.com"}}
+    async with serving(create_app(Session, run_worker=False)) as client:
+        assert (await client.get("/workflows")).status_code == 401
+        reader = oidc_issuer.mint("reader", aud="duly-api")
+        assert (await client.get("/workflows", headers=bearer(reader))).status_code == 200
+        refused = await client.post(
+            "/workflows/onboarding/start", json=start, headers=bearer(reader)
+        )
+        assert refused.status_code == 403  # a viewer, by DULY_DEFAULT_ROLE
+        operator = oidc_issuer.mint("ops-person", ["ops"], aud="duly-api")
+        started = await client.post(
+            "/workflows/onboarding/start", json=start, headers=bearer(operator)
+        )
+        assert started.status_code in (200, 201), started.text
+        console_token = oidc_issuer.mint("reader")  # the console client's audience
+        other = await client.get("/workflows", headers=bearer(console_token))
+        assert other.status_code == 401
+        assert other.json()["detail"] == "The token is for another audience."
+        oidc_issuer.stop()  # the keys stay cached: a known kid needs no fetch
+        assert (await client.get("/workflows", headers=bearer(reader))).status_code == 200
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("DULY_OIDC_ISSUER", f"http://127.0.0.1:{port}")
+    async with serving(create_app(Session, run_worker=False)) as client:
+        gone = await client.get("/workflows", headers=bearer(reader))
+        assert gone.status_code == 401 and gone.json()["detail"] == KEYS_UNREACHABLE

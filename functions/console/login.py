@@ -92,7 +92,7 @@ async def log_in_at_issuer(
     try:
         url = await authorization_url(verifier, _redirect_uri(request), flow)
     except CredentialRefused as refused:
-        return login_page(request, target, f"The issuer cannot be used: {refused}.", 503)
+        return login_page(request, target, f"The issuer cannot be used. {refused}", 503)
     response = RedirectResponse(url, status_code=303)
     set_cookie(request, response, FLOW_COOKIE, f"{flow.secret}.{_encoded(target)}", FLOW_SECONDS)
     return response
@@ -123,7 +123,7 @@ async def issuer_callback(
         principal = await finish(verifier, LoginFlow(secret), state, code, _redirect_uri(request))
     except CredentialRefused as refused:
         console_auth(request).throttle.failed(_client(request))
-        return login_page(request, target, f"The login was refused: {refused}.", 401)
+        return login_page(request, target, f"The login was refused. {refused}", 401)
     response = await _signed_in(request, principal, target)
     drop_cookie(request, response, FLOW_COOKIE)
     return response
@@ -144,7 +144,11 @@ async def _signed_in(request: Request, principal: Principal, target: str) -> Res
     if not principal.roles:
         message = f"{principal.shown} holds no role here (DULY_ROLES, DULY_DEFAULT_ROLE)."
         return login_page(request, target, message, status_code=403)
-    started = await start_session(request.app.state.connection.engine, principal)
+    engine = request.app.state.connection.engine
+    previous = session_of(request)
+    if previous is not None:  # logging in again: the session this browser had ends
+        await end_session(engine, previous.secret)
+    started = await start_session(engine, principal)
     response = RedirectResponse(target, status_code=303)
     set_cookie(request, response, SESSION_COOKIE, started.secret, SESSION_SECONDS)
     return response

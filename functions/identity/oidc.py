@@ -45,7 +45,7 @@ ALGORITHMS = (
     "EdDSA",
 )
 REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat")
-KEYS_UNREACHABLE = "the issuer's keys could not be fetched"
+KEYS_UNREACHABLE = "The issuer's keys could not be fetched."
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class OidcVerifier:
         if not isinstance(document, dict):
             raise CredentialRefused(KEYS_UNREACHABLE)
         if document.get("issuer") != self.settings.issuer:
-            raise CredentialRefused("the issuer's discovery document names another issuer")
+            raise CredentialRefused("The issuer's discovery document names another issuer.")
         jwks_uri = self.settings.jwks_url or document.get("jwks_uri")
         if not isinstance(jwks_uri, str):
             raise CredentialRefused(KEYS_UNREACHABLE)
@@ -154,9 +154,9 @@ class OidcVerifier:
         except jwt.PyJWKClientConnectionError:
             raise CredentialRefused(KEYS_UNREACHABLE) from None
         except jwt.DecodeError:
-            raise CredentialRefused("the token is not a well-formed JWT") from None
+            raise CredentialRefused("The token is not a well-formed JWT.") from None
         except jwt.PyJWKClientError:
-            raise CredentialRefused("the token's key (kid) is not one of the issuer's") from None
+            raise CredentialRefused("The token's key (kid) is not one of the issuer's.") from None
 
     async def claims(self, token: str, audience: str | None = None) -> dict[str, Any]:
         """The token's claims once its signature, iss, aud, exp, nbf and iat are good.
@@ -181,7 +181,7 @@ class OidcVerifier:
         """The principal verified claims name: the user claim, its groups, and their roles."""
         user = claims.get(self.settings.user_claim)
         if not isinstance(user, str) or not user:
-            raise CredentialRefused(f"the token has no {self.settings.user_claim} claim")
+            raise CredentialRefused(f"The token has no {self.settings.user_claim} claim.")
         groups = _groups(claims.get(self.settings.groups_claim))
         name = next(
             (claims[k] for k in ("name", "email") if isinstance(claims.get(k), str) and claims[k]),
@@ -216,18 +216,18 @@ def _text(value: object) -> str | None:
 def _reason(refused: jwt.InvalidTokenError) -> str:
     """A short sentence for a refused token, never its text."""
     if isinstance(refused, jwt.MissingRequiredClaimError):
-        return f"the token lacks the {refused.claim} claim"
+        return f"The token lacks the {refused.claim} claim."
     reasons: tuple[tuple[type[jwt.InvalidTokenError], str], ...] = (
-        (jwt.ExpiredSignatureError, "the token has expired"),
-        (jwt.ImmatureSignatureError, "the token is not valid yet"),
-        (jwt.InvalidIssuedAtError, "the token's iat is not a time in the past"),
-        (jwt.InvalidAudienceError, "the token is for another audience"),
-        (jwt.InvalidIssuerError, "the token is from another issuer"),
-        (jwt.InvalidAlgorithmError, "the token is not signed with an asymmetric algorithm"),
-        (jwt.InvalidSignatureError, "the token's signature does not verify"),
-        (jwt.DecodeError, "the token is not a well-formed JWT"),
+        (jwt.ExpiredSignatureError, "The token has expired."),
+        (jwt.ImmatureSignatureError, "The token is not valid yet."),
+        (jwt.InvalidIssuedAtError, "The token's iat is not a time in the past."),
+        (jwt.InvalidAudienceError, "The token is for another audience."),
+        (jwt.InvalidIssuerError, "The token is from another issuer."),
+        (jwt.InvalidAlgorithmError, "The token is not signed with an asymmetric algorithm."),
+        (jwt.InvalidSignatureError, "The token's signature does not verify."),
+        (jwt.DecodeError, "The token is not a well-formed JWT."),
     )
     for kind, reason in reasons:
         if isinstance(refused, kind):
             return reason
-    return "the token is not valid"
+    return "The token is not valid."

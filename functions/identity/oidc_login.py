@@ -68,7 +68,7 @@ async def authorization_url(verifier: OidcVerifier, redirect_uri: str, flow: Log
     settings = verifier.settings
     endpoint = (await verifier.discovery()).authorization_endpoint
     if endpoint is None or settings.client_id is None:
-        raise CredentialRefused("the issuer offers no authorization endpoint")
+        raise CredentialRefused("The issuer offers no authorization endpoint.")
     query = {
         "response_type": "code",
         "client_id": settings.client_id,
@@ -90,10 +90,10 @@ async def finish(
     verified (audience the client id, nonce this flow's); CredentialRefused saying why not."""
     settings = verifier.settings
     if not hmac.compare_digest(state.encode(), flow.state.encode()):
-        raise CredentialRefused("the login's state does not match: start the login again")
+        raise CredentialRefused("The login's state does not match: start the login again.")
     endpoint = (await verifier.discovery()).token_endpoint
     if endpoint is None or settings.client_id is None:
-        raise CredentialRefused("the issuer offers no token endpoint")
+        raise CredentialRefused("The issuer offers no token endpoint.")
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -106,12 +106,12 @@ async def finish(
     try:
         reply = await asyncio.to_thread(fetch_json, endpoint, form)
     except (OSError, ValueError):
-        raise CredentialRefused("the issuer did not exchange the login's code") from None
+        raise CredentialRefused("The issuer did not exchange the login's code.") from None
     id_token = reply.get("id_token") if isinstance(reply, dict) else None
     if not isinstance(id_token, str):
-        raise CredentialRefused("the issuer's reply has no ID token")
+        raise CredentialRefused("The issuer's reply has no ID token.")
     claims = await verifier.claims(id_token, audience=settings.client_id)
     nonce = claims.get("nonce")
     if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), flow.nonce.encode()):
-        raise CredentialRefused("the ID token's nonce is not this login's")
+        raise CredentialRefused("The ID token's nonce is not this login's.")
     return verifier.principal_of(claims)
