@@ -388,17 +388,19 @@ async def test_the_csrf_token_is_bound_to_the_session(
         assert (await client.get("/console")).status_code == 303
 
 
-async def test_with_only_a_secret_the_console_reads_only(
+async def test_with_only_a_secret_the_console_is_closed(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A signing secret is a credential: the console's pages need a login like every read,
+    and with no token, key or issuer to log in with, a form write is refused."""
     monkeypatch.setenv("DULY_WEBHOOK_SECRET", "hook-secret-of-sixteen")
     async with console(db) as (client, Session):
         page = await client.get("/console/runs/onboarding/start")
-        assert page.status_code == 200
-        token = csrf_of(page)
-        form = {"csrf_token": token, "step": "welcome", "row.user_id": "u", "row.email": "e"}
+        assert page.status_code == 303
+        assert page.headers["location"].startswith("/console/login")
+        form = {"step": "welcome", "row.user_id": "u", "row.email": "e"}
         refused = await client.post("/console/runs/onboarding/start", data=form)
-        assert refused.status_code == 403 and "DULY_API_TOKEN" in refused.text
+        assert refused.status_code in (401, 403)
         assert await count_onboarding(Session) == 0
 
 
@@ -461,7 +463,7 @@ async def test_every_page_refusal_and_reply_carries_the_security_headers(
     async with console(db) as (client, Session):
         login = await client.get("/console/login")
         refusal = await client.post("/console/runs/onboarding/start", data={"step": "welcome"})
-        docs = await client.get("/docs")
+        docs = await client.get("/docs", headers={"Authorization": f"Bearer {TOKEN}"})
         missing = await client.get("/console/no-such-page")
         reply = await client.get("/workflows")
         assert "text/html" in refusal.headers["content-type"], refusal.text

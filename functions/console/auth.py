@@ -24,7 +24,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.requests import cookie_parser
 
 from functions.console.templating import templates
-from functions.identity.access import allow
+from functions.identity.access import allow, principal_in
+from functions.identity.authenticate import ADMIN_TOKEN_ID
+from functions.identity.principal import Principal, Role, Via
 
 CONSOLE_PREFIX = "/console"
 LOGIN_PATH = "/console/login"
@@ -123,6 +125,17 @@ class ConsoleAuth:
         """Whether `path` is the console's (the guard leaves its writes to this class)."""
         return is_console_path(path)
 
+    def open_to_all(self, path: str) -> bool:
+        """Whether anyone may open `path`: the login form and the logout."""
+        return path in (LOGIN_PATH, LOGOUT_PATH)
+
+    async def principal(self, scope: Any, headers: Mapping[str, str]) -> Principal | None:
+        """The principal of a good session: the token's admin, logged in through the form."""
+        cookies = cookie_parser(headers.get("cookie", ""))
+        if self.session_nonce(cookies.get(SESSION_COOKIE)) is None:
+            return None
+        return Principal(id=ADMIN_TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.SESSION)
+
     def refused_write(
         self, scope: Any, headers: Mapping[str, str], body: bytes
     ) -> HTMLResponse | None:
@@ -204,9 +217,7 @@ class LoginRequired(HTTPException):
 
 async def require_reader(request: Request) -> None:
     """Every console page's dependency: with a token set, a session (the login form is free)."""
-    if request.url.path == LOGIN_PATH or not console_auth(request).login_required:
-        return
-    if signed_in(request):
+    if request.url.path == LOGIN_PATH or principal_in(request.scope) is not None:
         return
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"

@@ -3,7 +3,8 @@
 This module is what deploys; `duly dev` adds its own routes around it
 (`functions.local.dev`). The routers are `functions.http.routes`, one per
 resource; every refusal is answered by `functions.http.errors`; every
-write passes the guard (`functions.http.guard`) first.
+request passes the guard (`functions.http.guard`) first, which names its
+principal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from functions.console.routes import console_router
 from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
 from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
 from functions.http.errors import ServerErrors, install_handlers
-from functions.http.guard import GuardSettings, WriteGuard
+from functions.http.guard import Guard, GuardSettings
 from functions.http.headers import SecurityHeaders
 from functions.http.routes import events, graphs, health, outbox, runs, writes
 from functions.http.routes.docs import (
@@ -58,11 +59,13 @@ def create_app(
     app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.Session = Session
     install_handlers(app)
-    settings = GuardSettings.from_env()
+    settings = GuardSettings.from_env(
+        public_prefixes=(f"{CONSOLE_STATIC_URL}/", f"{DOCS_ASSETS_URL}/")
+    )
     # The console's login and CSRF keys, derived from the same token and secret.
     app.state.console_auth = ConsoleAuth(settings.token, settings.secret)
-    # ServerErrors outside WriteGuard: a bug in the guard is a logged 500 too.
-    app.add_middleware(WriteGuard, settings=settings, console=app.state.console_auth)
+    # ServerErrors outside the Guard: a bug in the guard is a logged 500 too.
+    app.add_middleware(Guard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)
     app.add_middleware(SecurityHeaders)  # outermost: refusals and 500s carry them too
     for resource in (health, runs, outbox, events, writes, graphs):

@@ -1,11 +1,12 @@
-"""Who may write, and how much: the token, the webhook signature and the body limit.
+"""Who is calling, before any route runs: every request's principal, and the body's limits.
 
-Every write (any method but GET, HEAD and OPTIONS) needs `Authorization:
-Bearer $DULY_API_TOKEN`, or an HMAC-SHA256 signature of the body under
-`DULY_WEBHOOK_SECRET`: `X-Duly-Timestamp: <unix seconds>` and
-`X-Duly-Signature: sha256=<hex of HMAC(secret, f"{timestamp}.{body}")>`,
-refused 5 minutes either side of now. With neither variable set, writes are
-open (local development). A body over `DULY_MAX_BODY_BYTES` (1 MiB) is 413.
+With no credential configured (local development) everyone is `LOCAL`, and
+a write a browser sends from another site is refused. Otherwise every
+request but the public ones (`/healthz`, static assets, the console's login)
+needs a credential, checked before its body is read: a bearer token
+(`functions.identity.authenticate`), a Lambda Function URL's IAM caller, the
+console's session, or a signature of the request. Wrong bearer tokens are
+slowed per client (429). Bodies are bounded in size (413) and time (408).
 """
 
 from __future__ import annotations
@@ -15,34 +16,47 @@ import hmac
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
-from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
 from engine.base import settings as variables
+from functions.http.bodies import BodyRefused, Limits, bounded, read_body, replayed, too_large
+from functions.identity.access import PRINCIPAL_SCOPE
+from functions.identity.authenticate import Credentials
+from functions.identity.principal import LOCAL, Principal, Role, Via
+from functions.identity.roles import CredentialRefused
+from functions.identity.throttle import Throttle
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 # A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
 DIGITS = re.compile(r"[0-9]+")
-DEFAULT_MAX_BODY_BYTES = variables.MAX_BODY_BYTES.default
 FOREIGN_WRITE = (
-    "Writes are open here (no DULY_API_TOKEN or DULY_WEBHOOK_SECRET), so a page of another "
-    "site may not send them: this request's Origin is not this server."
+    "Nothing here asks for a credential (no DULY_API_TOKEN, key, issuer or secret), so a page "
+    "of another site may not write: this request's Origin is not this server."
 )
 SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PUBLIC_PATHS = frozenset({"/healthz"})
 
 
 class ConsoleGate(Protocol):
-    """What the guard asks the console (`ConsoleAuth`) of a write to one of its pages."""
+    """What the guard asks the console (`ConsoleAuth`) of a request to one of its pages."""
 
     def owns(self, path: str) -> bool:
         """Whether `path` is one of the console's."""
+        ...
+
+    def open_to_all(self, path: str) -> bool:
+        """Whether `path` is a console page anyone may open (the login form)."""
+        ...
+
+    async def principal(self, scope: Scope, headers: Mapping[str, str]) -> Principal | None:
+        """The principal of the request's console session, or None."""
         ...
 
     def refused_write(
@@ -54,25 +68,40 @@ class ConsoleGate(Protocol):
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """Who may write, and the largest body any request may send."""
+    """The credentials taken, the public paths, and the limits on any request's body."""
 
-    token: str | None = None
+    credentials: Credentials = field(default_factory=Credentials)
     secret: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_bytes: int = variables.MAX_BODY_BYTES.default
+    body_timeout: float = variables.BODY_TIMEOUT_SECONDS.default
+    public_prefixes: tuple[str, ...] = ()  # static assets: the same for everyone
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardSettings:
-        """DULY_API_TOKEN, DULY_WEBHOOK_SECRET and DULY_MAX_BODY_BYTES; empty means unset."""
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, public_prefixes: tuple[str, ...] = ()
+    ) -> GuardSettings:
+        """Every credential variable, DULY_MAX_BODY_BYTES and DULY_BODY_TIMEOUT_SECONDS."""
         return cls(
-            token=variables.API_TOKEN.read(environ),
+            credentials=Credentials.from_env(environ),
             secret=variables.WEBHOOK_SECRET.read(environ),
             max_body_bytes=variables.MAX_BODY_BYTES.read(environ),
+            body_timeout=variables.BODY_TIMEOUT_SECONDS.read(environ),
+            public_prefixes=public_prefixes,
         )
 
     @property
+    def token(self) -> str | None:
+        """DULY_API_TOKEN, the admin key."""
+        return self.credentials.token
+
+    @property
     def open(self) -> bool:
-        """Whether writes need nothing (neither a token nor a secret is set: local dev)."""
-        return self.token is None and self.secret is None
+        """Whether nothing asks for a credential (local development)."""
+        return not self.credentials.configured and self.secret is None
+
+    def public(self, path: str) -> bool:
+        """Whether anyone may call `path` (health, static assets)."""
+        return path in PUBLIC_PATHS or path.startswith(self.public_prefixes)
 
 
 def signature_of(secret: str, timestamp: str, body: bytes) -> str:
@@ -81,19 +110,22 @@ def signature_of(secret: str, timestamp: str, body: bytes) -> str:
     return f"sha256={mac.hexdigest()}"
 
 
-class BodyTooLarge(Exception):
-    """A request body went past the limit while it was read."""
+class Refusal(Exception):
+    """A request the guard answers itself: its status, sentence and headers."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers
 
 
-class WriteGuard:
-    """Refuses bodies over the limit (413) and writes without a token or signature (401).
+class Guard:
+    """Names each request's principal (`scope[PRINCIPAL_SCOPE]`) or refuses it; pure ASGI.
 
-    Pure ASGI, so a body is counted as it arrives and never read past the
-    limit; a write's body is read here (at most the limit) and handed on
-    whole to the app, since its signature covers all of it. A write to the
-    console (a browser's form) is judged by the console's rules instead
-    (`ConsoleGate`): its CSRF token always, and the session the login form
-    set whenever a token or secret is set.
+    A body is counted and timed as it arrives and never read past its limit;
+    only a signed request's body is read here (its signature covers it), and
+    a console write's (its CSRF token may be a form field).
     """
 
     def __init__(
@@ -102,87 +134,134 @@ class WriteGuard:
         self.app = app
         self.settings = settings
         self.console = console
+        self.throttle = Throttle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        limit = self.settings.max_body_bytes
-        length = headers.get("content-length", "")
-        if DIGITS.fullmatch(length.strip()) and int(length) > limit:
-            await _refuse(scope, receive, send, 413, _too_large(limit))
-            return
-        if scope["method"] in SAFE_METHODS:
-            await self.app(scope, _counted(receive, limit), send)
-            return
-        if self.settings.open and _from_another_site(headers):
-            await _refuse(scope, receive, send, 403, FOREIGN_WRITE)
-            return
-        if self.console is not None and self.console.owns(scope["path"]):
-            await self._console_write(scope, receive, send, headers)
-            return
-        bearer = self._bearer_ok(headers)
-        if not bearer and self.settings.secret is None and self.settings.token is not None:
-            await _refuse(scope, receive, send, 401, _unauthenticated(self.settings))
-            return
+        limits = Limits(self.settings.max_body_bytes, self.settings.body_timeout)
         try:
-            body = await _read_body(receive, limit)
-        except BodyTooLarge:
-            await _refuse(scope, receive, send, 413, _too_large(limit))
+            body = await self._admit(scope, headers, receive, limits)
+        except (Refusal, BodyRefused) as refused:
+            extra = getattr(refused, "headers", None)
+            await _refuse(scope, receive, send, refused.status, refused.detail, extra)
             return
-        if not bearer and not self.settings.open:
-            refused = self._signature_refused(headers, body)
-            if refused is not None:
-                await _refuse(scope, receive, send, 401, refused)
+        if self._console_write(scope):
+            if body is None:
+                body = await _read_or_refuse(scope, receive, send, limits)
+                if body is None:
+                    return
+            assert self.console is not None
+            refusal = self.console.refused_write(scope, headers, body)
+            if refusal is not None:
+                await refusal(scope, receive, send)
                 return
-        await self.app(scope, _replayed(body, receive), send)
+        passed = bounded(receive, limits) if body is None else replayed(body, receive)
+        await self.app(scope, passed, send)
 
-    async def _console_write(
-        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str]
-    ) -> None:
-        assert self.console is not None
-        limit = self.settings.max_body_bytes
-        try:
-            body = await _read_body(receive, limit)
-        except BodyTooLarge:
-            await _refuse(scope, receive, send, 413, _too_large(limit))
-            return
-        refusal = self.console.refused_write(scope, headers, body)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
-        await self.app(scope, _replayed(body, receive), send)
-
-    def _bearer_ok(self, headers: Mapping[str, str]) -> bool:
-        token = self.settings.token
-        if token is None:
-            return False
-        scheme, _, given = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), token.encode()
+    def _console_write(self, scope: Scope) -> bool:
+        return (
+            self.console is not None
+            and scope["method"] not in SAFE_METHODS
+            and self.console.owns(scope["path"])
         )
 
-    def _signature_refused(self, headers: Mapping[str, str], body: bytes) -> str | None:
-        """Why the request's signature is not good, or None when it is."""
+    async def _admit(
+        self, scope: Scope, headers: Mapping[str, str], receive: Receive, limits: Limits
+    ) -> bytes | None:
+        """Put the request's principal in its scope, or raise its Refusal; the body if read."""
+        length = headers.get("content-length", "").strip()
+        if DIGITS.fullmatch(length) and int(length) > limits.max_bytes:
+            raise Refusal(413, too_large(limits.max_bytes))
+        settings, path = self.settings, scope["path"]
+        if settings.open:
+            if scope["method"] not in SAFE_METHODS and _from_another_site(headers):
+                raise Refusal(403, FOREIGN_WRITE)
+            scope[PRINCIPAL_SCOPE] = settings.credentials.iam(scope) or LOCAL
+            return None
+        if settings.public(path):
+            return None
+        if self.console is not None and self.console.open_to_all(path):
+            found = await self.console.principal(scope, headers)  # a logout has a session
+            if found is not None:
+                scope[PRINCIPAL_SCOPE] = found
+            return None
+        principal, body = await self._principal(scope, headers, receive, limits)
+        if principal is not None:
+            scope[PRINCIPAL_SCOPE] = principal
+        elif self.console is None or not self.console.owns(path):
+            raise Refusal(401, _unauthenticated(settings), {"WWW-Authenticate": "Bearer"})
+        return body  # a console page without a session: the console sends it to the login
+
+    async def _principal(
+        self, scope: Scope, headers: Mapping[str, str], receive: Receive, limits: Limits
+    ) -> tuple[Principal | None, bytes | None]:
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            return await self._bearer(scope, authorization), None
+        caller = self.settings.credentials.iam(scope)
+        if caller is not None:
+            return caller, None
+        if "x-duly-signature" in headers and self.settings.secret is not None:
+            body = await read_body(receive, limits)
+            return self._signed(headers, body), body
+        if self.console is not None and (
+            scope["method"] in SAFE_METHODS or self.console.owns(scope["path"])
+        ):
+            return await self.console.principal(scope, headers), None
+        return None, None
+
+    async def _bearer(self, scope: Scope, authorization: str) -> Principal:
+        client = client_of(scope)
+        wait = self.throttle.wait(client)
+        if wait is not None:
+            raise Refusal(
+                429,
+                f"Too many wrong credentials from this address: try again in {wait:.0f} s.",
+                {"Retry-After": str(max(int(wait + 0.999), 1))},
+            )
+        scheme, _, presented = authorization.partition(" ")
+        presented = presented.strip()
+        try:
+            if scheme.lower() != "bearer" or not presented:
+                raise CredentialRefused("Authorization must be `Bearer <token>`.")
+            return await self.settings.credentials.bearer(presented)
+        except CredentialRefused as refused:
+            self.throttle.failed(client)
+            raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
+
+    def _signed(self, headers: Mapping[str, str], body: bytes) -> Principal:
         secret = self.settings.secret
-        if secret is None:
-            return _unauthenticated(self.settings)
+        assert secret is not None
         timestamp = headers.get("x-duly-timestamp", "").strip()
         signature = headers.get("x-duly-signature", "").strip()
-        if not timestamp or not signature:
-            return _unauthenticated(self.settings)
         if not DIGITS.fullmatch(timestamp) or len(timestamp) > 12:
-            return "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
+            raise Refusal(
+                401, "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
+            )
         if abs(time.time() - int(timestamp)) > SIGNATURE_WINDOW:
-            return (
+            raise Refusal(
+                401,
                 f"The signature's timestamp is more than {SIGNATURE_WINDOW // 60} minutes "
-                "from now: sign the request again."
+                "from now: sign the request again.",
             )
         expected = signature_of(secret, timestamp, body)
         if not hmac.compare_digest(signature.encode(), expected.encode()):
-            return "X-Duly-Signature does not match the body and timestamp."
-        return None
+            raise Refusal(401, "X-Duly-Signature does not match the body and timestamp.")
+        return Principal(id="signed:webhook", roles=frozenset({Role.OPERATOR}), via=Via.SIGNATURE)
+
+
+def client_of(scope: Scope) -> str:
+    """The address a request came from: Lambda's source IP, or the socket's peer."""
+    event = scope.get("aws.event")
+    if isinstance(event, Mapping):
+        source = event.get("requestContext", {}).get("http", {}).get("sourceIp")
+        if isinstance(source, str):
+            return source
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _from_another_site(headers: Mapping[str, str]) -> bool:
@@ -196,66 +275,30 @@ def _from_another_site(headers: Mapping[str, str]) -> bool:
 
 def _unauthenticated(settings: GuardSettings) -> str:
     ways = []
-    if settings.token is not None:
-        ways.append("Authorization: Bearer <DULY_API_TOKEN>")
+    if settings.credentials.configured:
+        ways.append("Authorization: Bearer <a token or key>")
     if settings.secret is not None:
-        ways.append("X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the body)")
-    return f"This route writes: send {' or '.join(ways)}."
+        ways.append("X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the request)")
+    return f"Send a credential: {' or '.join(ways)}."
 
 
-def _too_large(limit: int) -> str:
-    return f"The request body is larger than {limit} bytes (DULY_MAX_BODY_BYTES)."
+async def _read_or_refuse(
+    scope: Scope, receive: Receive, send: Send, limits: Limits
+) -> bytes | None:
+    try:
+        return await read_body(receive, limits)
+    except BodyRefused as refused:
+        await _refuse(scope, receive, send, refused.status, refused.detail)
+        return None
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detail: str) -> None:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+async def _refuse(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> None:
     response = JSONResponse({"detail": detail}, status_code=status, headers=headers)
     await response(scope, receive, send)
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    """The whole body, or BodyTooLarge as soon as it passes `limit` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break  # the client went away: what came is all there is
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge()
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replayed(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app `body` whole, then the client's own messages."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-def _counted(receive: Receive, limit: int) -> Receive:
-    """A receive that fails with a 413 once the body passes `limit` (a GET with a body)."""
-    size = 0
-
-    async def counted() -> Message:
-        nonlocal size
-        message = await receive()
-        if message["type"] == "http.request":
-            size += len(message.get("body", b""))
-            if size > limit:
-                raise HTTPException(413, _too_large(limit))
-        return message
-
-    return counted

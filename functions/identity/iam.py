@@ -1,0 +1,48 @@
+"""The IAM caller of a Lambda Function URL whose auth type is AWS_IAM, as a principal.
+
+Lambda checks the SigV4 signature before the function runs and puts the
+caller in `requestContext.authorizer.iam`; mangum hands the event on as
+`scope["aws.event"]`. An assumed role's session ARN also names its role's
+ARN as a group, so DULY_ROLES can grant a role to everyone who assumes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from functions.identity.principal import Principal, Via
+from functions.identity.roles import RoleMap
+
+# arn:aws:sts::<account>:assumed-role/<role name>/<session name>
+ASSUMED_ROLE = re.compile(
+    r"arn:(?P<partition>[\w-]+):sts::(?P<account>\d+):assumed-role/(?P<role>[^/]+)/"
+)
+
+
+def iam_caller(scope: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """`requestContext.authorizer.iam` of the Lambda event behind this request, if any."""
+    event = scope.get("aws.event")
+    if not isinstance(event, Mapping):
+        return None
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    iam = authorizer.get("iam") if isinstance(authorizer, Mapping) else None
+    return iam if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) else None
+
+
+def iam_principal(caller: Mapping[str, Any], roles: RoleMap) -> Principal:
+    """The principal of an IAM caller: its ARN, with its role's ARN and its account as groups."""
+    arn: str = caller["userArn"]
+    groups = set()
+    assumed = ASSUMED_ROLE.match(arn)
+    if assumed is not None:
+        partition, account, role = assumed.group("partition", "account", "role")
+        groups.add(f"arn:{partition}:iam::{account}:role/{role}")
+    account_id = caller.get("accountId")
+    if isinstance(account_id, str) and account_id:
+        groups.add(f"aws-account:{account_id}")
+    return Principal(
+        id=arn, roles=roles.roles_for(arn, groups), via=Via.IAM, groups=frozenset(groups)
+    )
