@@ -6,9 +6,10 @@ Named API keys (DULY_API_KEYS) through the app's guard, on the expense example:
   approves, and the history names mia; a key's groups make it an assignee of a
   group's state; the admin token acting for lee is recorded as on behalf:
   test_a_key_acts_as_itself_and_only_the_admin_for_others
-- a template forbidding self-approval: mia, who submitted, is offered no
-  move and her approval is refused (403 SELF_APPROVAL), the admin's on her
-  behalf too; another manager approves: test_a_submitter_may_not_approve_her_own_claim
+- a template forbidding self-approval (its page says so): mia, who submitted,
+  is offered no move (API and console) and her approval is refused (403
+  SELF_APPROVAL), the admin's on her behalf too; another manager approves:
+  test_a_submitter_may_not_approve_her_own_claim
 - the console with keys: no "acting as" picker and no `?user=`, the page
   offers the key's own moves, mallory's form naming mia is refused (403,
   nothing written), mia's form moves; an admin key's form for lee is shown
@@ -190,6 +191,8 @@ async def test_a_submitter_may_not_approve_her_own_claim(served: httpx.AsyncClie
     template = f"/graphs/templates/{saved['template_id']}"
     await ok(await client.post(f"{template}/activate", headers=bearer("ops")))
     assert (await ok(await client.get(template, headers=bearer("mia"))))["forbid_self_approval"]
+    drawn = await client.get(f"{PAGES}/templates/{saved['template_id']}", headers=bearer("mia"))
+    assert "Self-approval is forbidden" in drawn.text
 
     instance = await submitted_by(client, "mia")
     iid = instance["id"]
@@ -197,6 +200,9 @@ async def test_a_submitter_may_not_approve_her_own_claim(served: httpx.AsyncClie
     assert await ok(await offered(client, iid, "api-token", "mia")) == {"transitions": []}
     approve = choice(await ok(await offered(client, iid, "max")), "Approve")
     before = await history(client, iid)
+    page = await client.get(f"{PAGES}/instances/{iid}", headers=bearer("mia"))
+    assert "mia may not move this branch now." in page.text
+    assert '<button type="submit">Approve</button>' not in page.text
 
     for name, user in [("mia", None), ("api-token", "mia")]:
         refused = await client.post(
