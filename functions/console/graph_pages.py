@@ -1,13 +1,10 @@
 """The console's graph pages: templates drawn, instances moved by their buttons.
 
-Pages read through the process's `GraphRuntime`, `engine.graphs.design.versions` and the
-request layer's reads; every form is read into the request layer's model and done by its
-function (`functions.requests.graphs`), as `POST /graphs/...` is, then answers with a
-redirect or with the page again and the refusal. Forms carry the CSRF token as a hidden
-field, the designer's fetch as the `X-CSRF-Token` header. Who acts is the logged-in
-principal, offered only its own moves; with no credential configured (open mode, `LOCAL`)
-the pages keep an "acting as" picker, whose user the principal acts for. The designer is
-`functions.console.graph_designer`.
+Pages read through the process's `GraphRuntime` and the request layer's reads; every form
+is read into the request layer's model and done by its function (`functions.requests.graphs`),
+as `POST /graphs/...` is. Forms carry the CSRF token. The logged-in principal acts and is
+offered its own moves; with no credential configured (open mode, `LOCAL`) the pages keep an
+"acting as" picker, whose user the principal acts for. The designer is `graph_designer`.
 """
 
 from __future__ import annotations
