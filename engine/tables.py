@@ -2,9 +2,9 @@
 
 `declare_engine_tables(Base)` maps the event layer's three tables and the
 attempt log (and, when asked, the durable executions', the rate buckets' and
-the graph workflows' tables) as classes of `Base`, adds `duly_clock` to its
-metadata, and returns the classes; `create_all` and Alembic see them as
-tables the application declared itself.
+the graph workflows' tables) as classes of `Base`, adds `duly_clock` and
+`duly_seen_signatures` to its metadata, and returns the classes; `create_all`
+and Alembic see them as tables the application declared itself.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sqlalchemy.orm import MappedAsDataclass
 import engine.dataclass as dataclass_mixins
 from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError
+from engine.base.seen_signatures import declare_seen_signatures_table
 from engine.events.outbox import WorkflowOutbox
 from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.executions.durable import WorkflowExecutionRecord
@@ -156,7 +157,7 @@ def declare_engine_tables(
     prefix: str = DEFAULT_PREFIX,
     names: Mapping[str, str] | None = None,
 ) -> EngineTables:
-    """Map the engine-owned tables the app uses on `base`, and `duly_clock`; once per base.
+    """Map the engine-owned tables the app uses on `base`, and duly's own two; once per base.
 
     events: `{prefix}events`, `{prefix}outbox`, `{prefix}deliveries`; attempts:
     `{prefix}attempts`; executions: `{prefix}executions`; rate_buckets:
@@ -183,6 +184,7 @@ def declare_engine_tables(
         classes[role] = _map(base, _mixin(role, dataclass_base), table_name)
     for role, mixin in graph_mixins.items():
         classes[role] = _map(base, mixin, None)
+    declare_seen_signatures_table(base.metadata)
     declared = EngineTables(
         base=base,
         clock=declare_clock_table(base.metadata),

@@ -30,6 +30,7 @@ from sqlalchemy.pool import NullPool
 
 from engine.base import settings as variables
 from engine.base.clock import CLOCK_TABLE, declare_clock_table
+from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE, declare_seen_signatures_table
 from infra import scheduler, wake_slots
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url
@@ -40,7 +41,7 @@ MIGRATIONS_VARIABLE = variables.MIGRATIONS.name  # an app's own revisions direct
 LOCK_KEY = 0x4E1D7A2B9C35F012  # pg_advisory_xact_lock's key for migrations (fixed, arbitrary)
 DIALECT = "postgresql"  # what `--sql` renders for when no database URL is given
 
-DULY_TABLES = frozenset({CLOCK_TABLE, scheduler.TABLE, wake_slots.TABLE})
+DULY_TABLES = frozenset({CLOCK_TABLE, SEEN_SIGNATURES_TABLE, scheduler.TABLE, wake_slots.TABLE})
 
 # Keys of Config.attributes, what duly hands its env.py.
 CONNECTION = "connection"  # a synchronous Connection, in a transaction, to migrate through
@@ -54,17 +55,22 @@ def duly_metadata() -> list[MetaData]:
 
 
 def deployable_metadata(app_metadatas: Iterable[MetaData]) -> list[MetaData]:
-    """The app's metadata, duly's tables and the clock, every table key once.
+    """The app's metadata, duly's tables, the clock and the seen signatures, each key once.
 
-    Alembic refuses a table key in two MetaData objects, and `duly_clock` is
-    declared on every base that maps a workflow: a later metadata holding a
-    table already seen is copied without it (the first declaration wins).
+    Alembic refuses a table key in two MetaData objects, and `duly_clock` and
+    `duly_seen_signatures` are declared on every base that maps a workflow: a
+    later metadata holding a table already seen is copied without it (the
+    first declaration wins).
     """
     metadatas = [*app_metadatas, *duly_metadata()]
-    if not any(CLOCK_TABLE in metadata.tables for metadata in metadatas):
-        clock = MetaData()
-        declare_clock_table(clock)
-        metadatas.append(clock)
+    for name, declare in (
+        (CLOCK_TABLE, declare_clock_table),
+        (SEEN_SIGNATURES_TABLE, declare_seen_signatures_table),
+    ):
+        if not any(name in metadata.tables for metadata in metadatas):
+            missing = MetaData()
+            declare(missing)
+            metadatas.append(missing)
     target: list[MetaData] = []
     seen: set[str] = set()
     for metadata in metadatas:

@@ -281,10 +281,13 @@ async def one_signup(Session: async_sessionmaker[AsyncSession]) -> Signup:
         return (await session.execute(select(Signup))).scalar_one()
 
 
-def function_url_event(method: str, path: str, body: Any = None, query: str = "") -> dict[str, Any]:
-    """A Function URL request (payload format 2.0, as HTTP API v2 sends it too)."""
+def function_url_event(
+    method: str, path: str, body: Any = None, query: str = "", *, caller: str | None = None
+) -> dict[str, Any]:
+    """A Function URL request (payload format 2.0, as HTTP API v2 sends it too); with
+    `caller` (an ARN), as an AWS_IAM Function URL hands on a SigV4-signed call."""
     host = "abcdefghij.lambda-url.us-east-1.on.aws"
-    return {
+    event = {
         "version": "2.0",
         "routeKey": "$default",
         "rawPath": path,
@@ -311,6 +314,19 @@ def function_url_event(method: str, path: str, body: Any = None, query: str = ""
         "body": None if body is None else json.dumps(body),
         "isBase64Encoded": False,
     }
+    if caller is not None:
+        event["requestContext"]["authorizer"] = {  # type: ignore[index]
+            "iam": {
+                "accessKey": "ASIAEXAMPLE",
+                "accountId": "123456789012",
+                "callerId": "AROAEXAMPLE:session",
+                "cognitoIdentity": None,
+                "principalOrgId": None,
+                "userArn": caller,
+                "userId": "AROAEXAMPLE:session",
+            }
+        }
+    return event
 
 
 async def row_of(Session: async_sessionmaker[AsyncSession]) -> tuple[Any, ...]:

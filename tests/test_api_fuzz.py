@@ -28,7 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
 from functions.http.app import create_app
-from functions.http.guard import Guard, GuardSettings, signature_of
+from functions.http.guard import Guard, GuardSettings
+from functions.identity.signatures import Signers, SigningSecret, signature_of
 from tests.apps import api
 from tests.conftest import Database
 from tests.helpers import serving
@@ -140,7 +141,9 @@ def signed(body: bytes, at: float | None = None, secret: str = SECRET) -> dict[s
     timestamp = str(int(time.time() if at is None else at))
     return {
         "X-Duly-Timestamp": timestamp,
-        "X-Duly-Signature": signature_of(secret, timestamp, body),
+        "X-Duly-Signature": signature_of(
+            secret, timestamp, "POST", "/workflows/invoice/start", "", body
+        ),
         "Content-Type": "application/json",
     }
 
@@ -197,7 +200,8 @@ async def test_the_guard_stops_reading_a_streamed_body_at_the_limit() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         reached.append(scope["path"])
 
-    guard = Guard(app, GuardSettings(secret="a-secret-of-sixteen", max_body_bytes=4096))
+    signers = Signers((SigningSecret("webhook", "a-secret-of-sixteen", None),))
+    guard = Guard(app, GuardSettings(signers=signers, max_body_bytes=4096))
     pulled = 0
 
     async def receive() -> dict[str, Any]:

@@ -31,6 +31,7 @@ from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import make_url
 
 from engine.base.clock import CLOCK_TABLE, declare_clock_table
+from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE, declare_seen_signatures_table
 from functions.cli import build_parser
 from infra import scheduler, wake_slots
 from infra.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata
@@ -40,7 +41,7 @@ from tests.conftest import Database, Server, fresh_database
 from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly
 
 EXAMPLES = "functions.examples"
-DULY_TABLES = {CLOCK_TABLE, scheduler.TABLE, wake_slots.TABLE}
+DULY_TABLES = {CLOCK_TABLE, SEEN_SIGNATURES_TABLE, scheduler.TABLE, wake_slots.TABLE}
 
 # The schema as pg_catalog has it: every column (position, type, NOT NULL, default), every
 # constraint and index as PostgreSQL prints its definition, every sequence; alembic's own
@@ -82,7 +83,7 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
-HEAD = "duly_0004"  # duly's newest own revision (graph history acted_by, self-approval)
+HEAD = "duly_0005"  # duly's newest own revision (graph history acted_by, self-approval)
 
 
 async def test_upgrading_an_empty_database_gives_what_create_all_makes(
@@ -166,13 +167,14 @@ def test_the_target_holds_each_table_once() -> None:
     first, second = MetaData(), MetaData()
     Table("orders", first, Column("id", Integer, primary_key=True))
     Table("invoices", second, Column("id", Integer, primary_key=True))
-    declare_clock_table(first)
-    declare_clock_table(second)  # every base that maps a workflow declares the clock
+    for metadata in (first, second):  # every base that maps a workflow declares both
+        declare_clock_table(metadata)
+        declare_seen_signatures_table(metadata)
 
     target = deployable_metadata([first, second])
     keys = [key for metadata in target for key in metadata.tables]
     assert sorted(keys) == sorted({"orders", "invoices", *DULY_TABLES})
-    assert target[0] is first  # kept as it is; the second is copied without the clock
+    assert target[0] is first  # kept as it is; the second is copied without duly's two
     assert set(target[1].tables) == {"invoices"}
     assert target[2:] == [scheduler.metadata, wake_slots.metadata]
 

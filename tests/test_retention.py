@@ -174,6 +174,7 @@ OLD = {
     "retention_deliveries": 2,
     "retention_events": 2,
     "retention_executions": 3,
+    "duly_seen_signatures": 0,  # walked whenever the table exists: none expired here
 }
 
 
@@ -298,6 +299,7 @@ async def test_a_kind_kept_for_good_is_not_pruned(db: Database) -> None:
         "retention_outbox",
         "retention_deliveries",
         "retention_events",
+        "duly_seen_signatures",
     }
     done = await prune(await open_connection(Session), settings)
     assert done.rows == 6
@@ -354,8 +356,9 @@ async def test_each_batch_is_a_transaction_of_its_own(db: Database) -> None:
         done = await prune(connection, settings, on_batch=look)
     finally:
         await reader.close()
-    # Three batches of the log, one look at each other walk (outbox, three execution states).
-    assert (done.rows, done.batches, done.complete) == (2_500, 3 + 4, True)
+    # Three batches of the log, one look at each other walk (outbox, three execution states,
+    # seen signatures).
+    assert (done.rows, done.batches, done.complete) == (2_500, 3 + 5, True)
     assert seen == [(1_000, 1_510), (1_000, 510), (500, 10)], "a transaction a batch"
     gaps = [later - earlier for earlier, later in pairwise(committed)]
     assert min(gaps[:3]) >= 0.2, "a pause after each batch that deleted rows"
@@ -370,10 +373,10 @@ async def test_max_batches_bounds_each_walk_so_every_table_moves_on(db: Database
     connection = await open_connection(Session)
     first = await prune(connection, settings, max_batches=1)
     # One batch a walk: the attempt log's first ten, and all of the others' few.
-    assert (first.batches, first.complete) == (5, False)
+    assert (first.batches, first.complete) == (6, False)
     assert {t.table: t.rows for t in first.tables} == {**OLD, "retention_attempts": 10}
     rest = await prune(connection, settings)
-    assert (rest.batches, rest.complete) == (2 + 4, True)
+    assert (rest.batches, rest.complete) == (2 + 5, True)
     assert {t.table: t.rows for t in rest.tables}["retention_attempts"] == 25 + 3 - 10
     assert await counted(Session) == dict.fromkeys(OLD, 0)
 
@@ -496,13 +499,13 @@ async def test_duly_prune_counts_then_deletes(
     assert await duly("prune", "--json", "--older-than-days", "41") == 0
     none = json.loads(capsys.readouterr().out)
     assert (none["applied"], none["rows"]) == (False, 0)
-    assert {t["days"] for t in none["tables"]} == {41}
+    assert {t["days"] for t in none["tables"]} == {41, 0}  # 0: the seen signatures
     assert contents(db) == before
 
     assert await duly("prune", "--apply", "--json") == 0
     done = json.loads(capsys.readouterr().out)
-    # A batch for each walk: the log, the outbox, three execution states.
-    assert (done["applied"], done["complete"], done["batches"]) == (True, True, 5)
+    # A batch for each walk: the log, the outbox, three execution states, the signatures.
+    assert (done["applied"], done["complete"], done["batches"]) == (True, True, 6)
     assert {t["table"]: t["rows"] for t in done["tables"]} == OLD
     assert done["rows"] == sum(OLD.values())
     after = contents(db)
@@ -510,7 +513,7 @@ async def test_duly_prune_counts_then_deletes(
     assert len(before["retention_attempts"]) - len(after["retention_attempts"]) == 3
 
     assert await duly("prune", "--apply") == 0
-    assert capsys.readouterr().out.startswith("duly prune: deleted 0 rows in 5 transactions")
+    assert capsys.readouterr().out.startswith("duly prune: deleted 0 rows in 6 transactions")
 
     assert await duly("prune", "--older-than-days", "0") == 2
     assert "must be from 1 to 36500, not 0" in capsys.readouterr().err
@@ -570,9 +573,10 @@ async def test_the_drain_prunes_a_bounded_pass_when_asked(db: Database) -> None:
         second = await drain_once(pruning)
     finally:
         await (await pruning.container()).engine.dispose()
-    # Two batches of the log at most, one look at each other walk (outbox, execution states).
-    assert first["pruned"] == {"rows": 2_000, "batches": 2 + 4, "complete": False}
-    assert second["pruned"] == {"rows": 500, "batches": 1 + 4, "complete": True}
+    # Two batches of the log at most, one look at each other walk (outbox, execution states,
+    # seen signatures).
+    assert first["pruned"] == {"rows": 2_000, "batches": 2 + 5, "complete": False}
+    assert second["pruned"] == {"rows": 500, "batches": 1 + 5, "complete": True}
     assert db.sql("SELECT count(*) FROM retention_attempts") == [(5,)]
     async with Session() as session:
         assert (await session.execute(select(Outbox.status))).scalars().all() == ["processed"]

@@ -134,6 +134,7 @@ def test_the_default_parts_and_names() -> None:
         "duly_deliveries",
         "duly_events",
         "duly_outbox",
+        "duly_seen_signatures",
     ]
     assert [cls.__name__ for cls in tables] == [
         "WorkflowEventRecordRow",
@@ -176,7 +177,7 @@ def test_a_prefix_and_names_override_the_table_names() -> None:
 def test_parts_left_out_are_not_mapped() -> None:
     Base = fresh_base()
     tables = declare_engine_tables(Base, events=False, names={"attempt_log": "audit"})
-    assert sorted(Base.metadata.tables) == ["audit", "duly_clock"]
+    assert sorted(Base.metadata.tables) == ["audit", "duly_clock", "duly_seen_signatures"]
     assert tables.attempt_log.__table__.name == "audit"  # type: ignore[attr-defined]
     with pytest.raises(ConfigurationError, match=r"left out the events table\(s\).*events=True"):
         _ = tables.outbox
@@ -247,7 +248,12 @@ def test_twice_on_one_base_and_bases_it_cannot_use_are_refused() -> None:
     # A dataclass base takes the attempt log and the rate buckets, as dataclass mixins.
     Data = type("Data", (MappedAsDataclass, DeclarativeBase), {})
     data = declare_engine_tables(Data, events=False, rate_buckets=True)
-    assert sorted(Data.metadata.tables) == ["duly_attempts", "duly_clock", "duly_rate_buckets"]
+    assert sorted(Data.metadata.tables) == [
+        "duly_attempts",
+        "duly_clock",
+        "duly_rate_buckets",
+        "duly_seen_signatures",
+    ]
     assert data.rate_bucket.__init__.__code__.co_argcount == 1  # engine rows: nothing to pass
 
 

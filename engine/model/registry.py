@@ -18,6 +18,7 @@ from sqlalchemy.orm import Mapper, class_mapper
 
 from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError, NotAWorkflowError
+from engine.base.seen_signatures import declare_seen_signatures_table
 from engine.model.due import scheduled
 from engine.model.limits import Limit, check_limit
 from engine.model.steps import Step
@@ -114,6 +115,7 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
         leased = table.c.claimed_until.isnot(None)
         _index_once(table, f"running_by_{limit.by}", column, where=leased)
     declare_clock_table(table.metadata)
+    declare_seen_signatures_table(table.metadata)  # the HTTP guard's, as the clock is
     logged = bool(getattr(cls, "__workflow_attempt_log__", True))
     info = WorkflowInfo(
         cls=cls,

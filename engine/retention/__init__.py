@@ -5,9 +5,10 @@
     done = await prune(connection, settings)            # deletes them, a short transaction a batch
 
 Pruned (`scans`): attempt-log rows, processed outbox rows with their event
-records and delivery attempts, finished durable executions. Kept: every
-workflow table's rows (the application's business data, finished or not),
-dead letters (until replayed), and anything not finished.
+records and delivery attempts, finished durable executions, and seen
+signatures once expired (whatever the periods). Kept: every workflow table's
+rows (the application's business data, finished or not), dead letters
+(until replayed), and anything not finished.
 """
 
 from __future__ import annotations

@@ -27,14 +27,16 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    literal,
     literal_column,
     or_,
     select,
 )
 
 from engine.base.clock import db_now
+from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
 from engine.model.connection import WorkflowConnection
-from engine.retention.scans import Scan, prune_scans
+from engine.retention.scans import Scan, prune_scans, signature_scan
 from engine.retention.settings import KINDS, RetentionSettings
 
 BEGINNING = datetime(1, 1, 1, tzinfo=UTC)  # where every walk starts: before any row
@@ -218,15 +220,22 @@ async def prune(
 async def plan(
     connection: WorkflowConnection, settings: RetentionSettings
 ) -> tuple[list[Walk], tuple[str, ...]]:
-    """The walks to make, each with its cutoff from the database clock; the kinds kept."""
+    """The walks to make, each with its cutoff from the database clock; the kinds kept.
+
+    Seen signatures are walked whenever their table exists, up to now: past its
+    expiry a signature is refused by its timestamp alone.
+    """
+    signatures = func.to_regclass(literal(SEEN_SIGNATURES_TABLE)).isnot(None)
     async with connection.autocommit.connect() as conn:
-        now = (await conn.execute(select(db_now()))).scalar_one()
+        now, signatures_kept = (await conn.execute(select(db_now(), signatures))).one()
     assert isinstance(now, datetime)
     walks = []
     for scan in prune_scans(connection):
         days = settings.days_for(scan.kind)
         if days is not None:
             walks.append(Walk(scan, days, now - timedelta(days=days)))
+    if signatures_kept:
+        walks.append(Walk(signature_scan(), 0, now))
     kept = tuple(kind for kind in KINDS if settings.days_for(kind) is None)
     return walks, kept
 

@@ -2,9 +2,10 @@
 
 Attempt-log rows by when the attempt finished; outbox rows processed before the cutoff whose
 every delivery succeeded, with their event records and delivery attempts; durable executions
-that ended (completed, failed, cancelled) before it. Dead letters stay until replayed; the
-workflow tables themselves (the application's rows) are never pruned. Tables are found on a
-`WorkflowConnection`: its attempt log, and the outbox and execution tables among its workflows.
+that ended (completed, failed, cancelled) before it; seen signatures once they expire. Dead
+letters stay until replayed; the workflow tables themselves (the application's rows) are never
+pruned. Tables are found on a `WorkflowConnection`: its attempt log, and the outbox and
+execution tables among its workflows.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
 from sqlalchemy.sql.elements import BindParameter
 
+from engine.base.seen_signatures import seen_signatures
 from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
 from engine.model.connection import WorkflowConnection
 from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
+
+SIGNATURES = "signatures"  # no retention period: a seen signature goes once it expires
 
 
 def cutoff_parameter() -> BindParameter[Any]:
@@ -32,7 +36,7 @@ def cutoff_parameter() -> BindParameter[Any]:
 class Scan:
     """One walk through a table's prunable rows, in the order of one of its indexes."""
 
-    kind: str  # one of engine.retention.settings.KINDS
+    kind: str  # one of engine.retention.settings.KINDS, or SIGNATURES
     table: Table
     at: Column[Any]  # the time the walk follows: only rows before the cutoff
     key: Column[Any]  # unique in the table: breaks ties of `at`, names the row to companions
@@ -93,3 +97,9 @@ def execution_scans(executions: Table) -> list[Scan]:
         )
         for state in TERMINAL_STATES
     ]
+
+
+def signature_scan() -> Scan:
+    """Seen signatures that expired before the cutoff (for them, the prune's start)."""
+    table = seen_signatures
+    return Scan(SIGNATURES, table, table.c.expires_at, table.c.digest, ())

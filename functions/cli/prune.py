@@ -79,7 +79,8 @@ def prune_report(result: PruneResult, batch_size: int) -> str:
         head = "duly prune: a dry run, nothing deleted. Rows past their retention period:"
     lines = [["kind", "table", "rows", "finished before"]]
     for t in result.tables:
-        cutoff = f"{t.cutoff.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({t.days} days)"
+        period = f"{t.days} days" if t.days else "expired"  # the seen signatures: no period
+        cutoff = f"{t.cutoff.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({period})"
         lines.append([t.kind, t.table, str(t.rows), cutoff])
     widths = [max(len(line[i]) for line in lines) for i in range(4)]
     table = [

@@ -3,7 +3,7 @@
 With `DULY_API_TOKEN` set, every page needs the `duly_session` cookie the login form sets:
 a time and a nonce signed with a key derived from the token (never the token), so changing
 the token ends every session. Every write carries `csrf_token` (a form field, or the
-`X-CSRF-Token` header), an HMAC of the session's nonce, which the app's `WriteGuard` checks
+`X-CSRF-Token` header), an HMAC of the session's nonce, which the app's `Guard` checks
 (`write_refusal`). `csrf_token(request)` and `signed_in(request)` are template globals.
 Who may do what without a token: docs/architecture.md, "The console".
 """

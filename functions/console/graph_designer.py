@@ -91,7 +91,7 @@ def _designer(
     return render(request, "graphs/designer.html", context)
 
 
-@designer_api.post("/designer/save")
+@designer_api.post("/designer/save", dependencies=[allow(Role.DESIGNER)])
 async def save_from_designer(design: DesignBody) -> dict[str, Any]:
     """Save the designer's JSON as a new inactive version, as `POST /graphs/templates` does.
 

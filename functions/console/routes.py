@@ -20,6 +20,8 @@ from functions.console import (
     run_pages,
 )
 from functions.console.rendering import ConsolePage
+from functions.identity.access import allow
+from functions.identity.principal import Role
 
 console_router = APIRouter(
     prefix="/console", include_in_schema=False, dependencies=[Depends(auth.require_reader)]
@@ -30,6 +32,7 @@ console_router.add_api_route(
     overview_pages.overview_page,
     response_class=HTMLResponse,
     route_class_override=ConsolePage,
+    dependencies=[allow(Role.VIEWER)],
 )
 console_router.include_router(auth.router)
 console_router.include_router(overview_pages.router)

@@ -84,3 +84,18 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def route_roles() -> str:
+    """README.md's table of the least role of every route of the deployed app."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from functions.identity.access import role_table
+
+    engine = create_async_engine("postgresql+psycopg://")  # never connects: routes only
+    app = create_app(async_sessionmaker(engine), run_worker=False)
+    return role_table(app.routes)
+
+
+if __name__ == "__main__":
+    print(route_roles())

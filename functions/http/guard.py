@@ -11,10 +11,6 @@ slowed per client (429). Bodies are bounded in size (413) and time (408).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -26,20 +22,18 @@ from engine.base import settings as variables
 from functions.http.bodies import BodyRefused, Limits, bounded, read_body, replayed, too_large
 from functions.identity.access import PRINCIPAL_SCOPE
 from functions.identity.authenticate import Credentials
-from functions.identity.principal import LOCAL, Principal, Role, Via
+from functions.identity.principal import LOCAL, Principal
 from functions.identity.roles import CredentialRefused
+from functions.identity.signatures import DIGITS, SIGNATURE_HEADER, Signers
 from functions.identity.throttle import Throttle
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-# A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
-DIGITS = re.compile(r"[0-9]+")
 FOREIGN_WRITE = (
     "Nothing here asks for a credential (no DULY_API_TOKEN, key, issuer or secret), so a page "
     "of another site may not write: this request's Origin is not this server."
 )
-SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC_PATHS = frozenset({"/healthz"})
 
@@ -71,7 +65,7 @@ class GuardSettings:
     """The credentials taken, the public paths, and the limits on any request's body."""
 
     credentials: Credentials = field(default_factory=Credentials)
-    secret: str | None = None
+    signers: Signers = field(default_factory=Signers)
     max_body_bytes: int = variables.MAX_BODY_BYTES.default
     body_timeout: float = variables.BODY_TIMEOUT_SECONDS.default
     public_prefixes: tuple[str, ...] = ()  # static assets: the same for everyone
@@ -83,7 +77,7 @@ class GuardSettings:
         """Every credential variable, DULY_MAX_BODY_BYTES and DULY_BODY_TIMEOUT_SECONDS."""
         return cls(
             credentials=Credentials.from_env(environ),
-            secret=variables.WEBHOOK_SECRET.read(environ),
+            signers=Signers.from_env(environ),
             max_body_bytes=variables.MAX_BODY_BYTES.read(environ),
             body_timeout=variables.BODY_TIMEOUT_SECONDS.read(environ),
             public_prefixes=public_prefixes,
@@ -95,19 +89,19 @@ class GuardSettings:
         return self.credentials.token
 
     @property
+    def secret(self) -> str | None:
+        """A signing secret (DULY_WEBHOOK_SECRET first): the console's keys derive from it
+        when no token is set."""
+        return self.signers.secrets[0].secret if self.signers else None
+
+    @property
     def open(self) -> bool:
         """Whether nothing asks for a credential (local development)."""
-        return not self.credentials.configured and self.secret is None
+        return not self.credentials.configured and not self.signers
 
     def public(self, path: str) -> bool:
         """Whether anyone may call `path` (health, static assets)."""
         return path in PUBLIC_PATHS or path.startswith(self.public_prefixes)
-
-
-def signature_of(secret: str, timestamp: str, body: bytes) -> str:
-    """The X-Duly-Signature value of `body` sent at `timestamp`: `sha256=<hex>`."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return f"sha256={mac.hexdigest()}"
 
 
 class Refusal(Exception):
@@ -204,9 +198,9 @@ class Guard:
         caller = self.settings.credentials.iam(scope)
         if caller is not None:
             return caller, None
-        if "x-duly-signature" in headers and self.settings.secret is not None:
+        if SIGNATURE_HEADER in headers and self.settings.signers:
             body = await read_body(receive, limits)
-            return self._signed(headers, body), body
+            return await self._signed(scope, headers, body), body
         if self.console is not None and (
             scope["method"] in SAFE_METHODS or self.console.owns(scope["path"])
         ):
@@ -232,25 +226,18 @@ class Guard:
             self.throttle.failed(client)
             raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
 
-    def _signed(self, headers: Mapping[str, str], body: bytes) -> Principal:
-        secret = self.settings.secret
-        assert secret is not None
-        timestamp = headers.get("x-duly-timestamp", "").strip()
-        signature = headers.get("x-duly-signature", "").strip()
-        if not DIGITS.fullmatch(timestamp) or len(timestamp) > 12:
-            raise Refusal(
-                401, "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
+    async def _signed(self, scope: Scope, headers: Mapping[str, str], body: bytes) -> Principal:
+        try:
+            return await self.settings.signers.principal(
+                scope["app"].state.connection.engine,  # the replay table's database
+                scope["method"],
+                scope["path"],
+                scope.get("query_string", b"").decode("latin-1"),
+                headers,
+                body,
             )
-        if abs(time.time() - int(timestamp)) > SIGNATURE_WINDOW:
-            raise Refusal(
-                401,
-                f"The signature's timestamp is more than {SIGNATURE_WINDOW // 60} minutes "
-                "from now: sign the request again.",
-            )
-        expected = signature_of(secret, timestamp, body)
-        if not hmac.compare_digest(signature.encode(), expected.encode()):
-            raise Refusal(401, "X-Duly-Signature does not match the body and timestamp.")
-        return Principal(id="signed:webhook", roles=frozenset({Role.OPERATOR}), via=Via.SIGNATURE)
+        except CredentialRefused as refused:
+            raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
 
 
 def client_of(scope: Scope) -> str:
@@ -277,7 +264,7 @@ def _unauthenticated(settings: GuardSettings) -> str:
     ways = []
     if settings.credentials.configured:
         ways.append("Authorization: Bearer <a token or key>")
-    if settings.secret is not None:
+    if settings.signers:
         ways.append("X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the request)")
     return f"Send a credential: {' or '.join(ways)}."
 

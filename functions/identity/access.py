@@ -8,11 +8,12 @@ routes. `allow(None)` marks a route anyone may call (`/healthz`, the login).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Depends, Request
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
+from starlette.routing import BaseRoute
 
 from engine.base.errors import NotAllowedError
 from functions.identity.principal import LOCAL, Principal, Role
@@ -65,3 +66,37 @@ def declared_role(route: APIRoute) -> str | None:
         if isinstance(role, str):
             return role
     return None
+
+
+def declared_routes(routes: Sequence[BaseRoute]) -> list[tuple[str, str, str | None]]:
+    """Every (method, path, least role) of an app's API routes, included routers' too."""
+    found = []
+    for context in iter_route_contexts(routes):
+        route = context.route
+        if isinstance(context.original_route, APIRoute) and isinstance(route, APIRoute):
+            role = declared_role(route)
+            path = str(context.path)
+            found += [(method, path, role) for method in sorted(route.methods or ())]
+    return found
+
+
+ROLE_ORDER = (PUBLIC, *(role.value for role in Role))
+CONSOLE = "/console"
+
+
+def role_table(routes: Sequence[BaseRoute]) -> str:
+    """README.md's table: each role, and the API's and the console's routes it is the least
+    role of (a role may also call what the roles it implies may)."""
+    api: dict[str, list[str]] = {role: [] for role in ROLE_ORDER}
+    console: dict[str, list[str]] = {role: [] for role in ROLE_ORDER}
+    for method, path, role in sorted(declared_routes(routes), key=lambda r: (r[1], r[0])):
+        if role is not None and method != "HEAD":
+            side = console if path == CONSOLE or path.startswith(CONSOLE + "/") else api
+            side[role].append(f"`{method} {path.removeprefix(CONSOLE) or '/'}`")
+    lines = ["| Least role | The API | The console (under `/console`) |", "| --- | --- | --- |"]
+    lines += [
+        f"| {role} | {', '.join(api[role])} | {', '.join(console[role])} |"
+        for role in ROLE_ORDER
+        if api[role] or console[role]
+    ]
+    return "\n".join(lines)

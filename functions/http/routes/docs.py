@@ -51,8 +51,9 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
             "type": "apiKey",
             "in": "header",
             "name": "X-Duly-Signature",
-            "description": "sha256=<hex of HMAC-SHA256(DULY_WEBHOOK_SECRET, "
-            '"<X-Duly-Timestamp>.<body>")>, with X-Duly-Timestamp in Unix seconds.',
+            "description": "sha256=<hex of HMAC-SHA256(secret, "
+            '"<X-Duly-Timestamp>\\n<METHOD>\\n<path>\\n<query>\\n" + body)>, with '
+            "X-Duly-Timestamp in Unix seconds; each signature is taken once.",
         },
     }
     for path in schema.get("paths", {}).values():

@@ -5,8 +5,8 @@ actor (an admin acting for a user); `duly_graph_templates.forbid_self_approval`
 refuses an instance's submitter every move and vote of it. Both are
 additions: existing rows read as before (no one on behalf, allowed).
 
-Revision ID: duly_0004
-Revises: duly_0003
+Revision ID: duly_0005
+Revises: duly_0004
 Create Date: 2026-12-01 21:55:00.000000
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "duly_0004"
-down_revision: str | Sequence[str] | None = "duly_0003"
+revision: str = "duly_0005"
+down_revision: str | Sequence[str] | None = "duly_0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

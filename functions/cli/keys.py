@@ -1,0 +1,57 @@
+"""`duly keys new NAME --role R`: a named API key, and the DULY_API_KEYS entry that takes it.
+
+The key is printed once and stored nowhere; the entry holds only its
+SHA-256. Add the entry to the list in DULY_API_KEYS (with any entries
+already there) and give the key to its holder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.base.errors import ConfigurationError
+from functions.command_line import USAGE_ERROR
+from functions.identity.keys import NAME, ApiKey, digest_of, new_key, parse_keys
+from functions.identity.principal import role_of
+
+
+def run_new_key(args: argparse.Namespace) -> int:
+    """`duly keys new`: print a fresh key and its DULY_API_KEYS entry."""
+    try:
+        roles = frozenset(role_of(word) for word in args.role)
+    except ValueError as refused:
+        print(f"duly keys new: {refused}", file=sys.stderr)
+        return USAGE_ERROR
+    if not NAME.fullmatch(args.name):
+        print("duly keys new: a key's name is letters, digits and ._@+- only.", file=sys.stderr)
+        return USAGE_ERROR
+    key = new_key()
+    entry = ApiKey(args.name, roles, frozenset(args.group), digest_of(key)).entry()
+    try:
+        parse_keys(json.dumps([entry]))  # the entry reads back as DULY_API_KEYS reads it
+    except ConfigurationError as refused:
+        print(f"duly keys new: {refused}", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"key (shown once, give it to {args.name}): {key}")
+    print(f"DULY_API_KEYS entry: {json.dumps(entry)}")
+    return 0
+
+
+def add_keys(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`duly keys new` and its options."""
+    keys = commands.add_parser("keys", help="named API keys with roles (DULY_API_KEYS)")
+    actions = keys.add_subparsers(title="actions", required=True, metavar="ACTION")
+    new = actions.add_parser("new", help="print a new key and the entry DULY_API_KEYS takes")
+    new.add_argument("name", help="who holds the key: the audit trail records this name")
+    new.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        help="viewer, operator, designer or admin (repeat for several)",
+    )
+    new.add_argument(
+        "--group", action="append", default=[], help="a group the holder is in (graph assignees)"
+    )
+    new.set_defaults(command=run_new_key)

@@ -1,0 +1,116 @@
+"""Every route says who may call it, and each role gets exactly what README's table says.
+
+- every API and console route declares its least role (`allow`):
+  test_every_route_declares_its_least_role
+- README's table is the routes' own: test_the_readme_table_is_the_routes
+- a key of each role walks every route: 403 below the route's role, through at or above it;
+  no credential is 401 everywhere but the public routes: test_each_role_gets_what_the_table_says
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+from functions import examples
+from functions.http.app import route_roles
+from functions.identity.access import PUBLIC, declared_routes
+from functions.identity.keys import ApiKey, digest_of, new_key
+from functions.identity.principal import Principal, Role, Via
+from functions.local.dev import create_dev_app
+from tests.conftest import Database
+from tests.helpers import serving
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TABLE = re.compile(
+    r"<!-- route roles table[^>]*-->\n(?P<table>.*?)\n<!-- end route roles table -->", re.S
+)
+# A value for each path parameter the routes have: good enough to pass routing.
+PARAMETERS = {
+    "name": "onboarding",
+    "workflow": "onboarding",
+    "key": "1",
+    "action": "cancel",
+    "template_id": str(uuid.uuid4()),
+    "instance_id": str(uuid.uuid4()),
+    "event_id": str(uuid.uuid4()),
+}
+
+
+def concrete(path: str) -> str:
+    """`path` with each `{parameter}` (and `{parameter:path}`) filled in."""
+    return re.sub(r"\{(\w+)(:path)?\}", lambda m: PARAMETERS[m.group(1)], path)
+
+
+def test_every_route_declares_its_least_role() -> None:
+    app = create_dev_app(examples_sessionmaker(), run_worker=False)
+    undeclared = [f"{m} {p}" for m, p, role in declared_routes(app.routes) if role is None]
+    assert undeclared == []
+    assert len(declared_routes(app.routes)) > 60
+
+
+def test_the_readme_table_is_the_routes() -> None:
+    found = TABLE.search(README.read_text())
+    assert found is not None, "README.md has no route roles table between its markers"
+    assert found["table"] == route_roles(), "run python -m functions.http.app"
+
+
+def examples_sessionmaker() -> object:
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    return async_sessionmaker(create_async_engine("postgresql+psycopg://"))
+
+
+async def test_each_role_gets_what_the_table_says(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = {role: new_key() for role in Role}
+    entries = [
+        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
+        for role, key in keys.items()
+    ]
+    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    Session = await db.create(examples.Base.metadata)
+    app = create_dev_app(Session, run_worker=False)
+    walked = 0
+    async with serving(app) as client:
+        for method, path, declared in declared_routes(app.routes):
+            if method == "HEAD":
+                continue
+            url = concrete(path)
+            form = method == "POST" and path.startswith("/console")
+            anonymous = await client.request(method, url, json={} if method == "POST" else None)
+            if form:
+                continue  # a console form: its session's CSRF token first (the login tests)
+            if declared == PUBLIC:
+                assert anonymous.status_code not in (401, 403, 500), (method, path)
+                continue
+            if path.startswith("/console"):  # a page sends a person to the login form
+                assert anonymous.status_code == 303, (method, path, anonymous.text)
+            else:
+                assert anonymous.status_code == 401, (method, path, anonymous.text)
+            needed = Role(declared)
+            for role, key in keys.items():
+                reply = await client.request(
+                    method,
+                    url,
+                    json={} if method == "POST" else None,
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                holder = Principal(id="x", roles=frozenset({role}), via=Via.API_KEY)
+                if holder.has(needed):
+                    assert reply.status_code not in (401, 403, 500), (
+                        role,
+                        method,
+                        path,
+                        reply.text,
+                    )
+                else:
+                    assert reply.status_code == 403, (role, method, path, reply.text)
+                    assert f"needs the {needed.value} role" in reply.text
+                walked += 1
+    assert walked > 150
