@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from engine.events import views
 from engine.events.records import EventTables
 from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
+from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -26,7 +27,7 @@ from functions.requests.lookup import event_tables
 # The statuses of engine.events.views.VIEW_STATUSES, for validation and the schema.
 OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter"]
 
-router = APIRouter()
+router = APIRouter(route_class=RawPathRoute)  # an event id may hold `/`
 
 
 @router.get("/outbox", dependencies=[allow(Role.VIEWER)])

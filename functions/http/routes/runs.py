@@ -16,6 +16,7 @@ from engine.events.records import EventTables
 from engine.views import run as run_view
 from engine.views import runs as run_views
 from engine.views.overview import overview as operator_overview
+from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
 
@@ -29,7 +30,7 @@ MAX_LIMIT = 500  # runs per page
 RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
 RunOrder = Literal["newest", "soonest"]
 
-router = APIRouter()
+router = APIRouter(route_class=RawPathRoute)  # a run key may hold `/`
 
 
 @router.get("/workflows", dependencies=[allow(Role.VIEWER)])
