@@ -18,13 +18,19 @@ from fastapi import APIRouter, Query, Request
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import list_templates, load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
+from functions.http.refusals import GraphRefusal, conflict, not_found
 from functions.identity.access import allow
 from functions.identity.principal import Role
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 from functions.requests.nesting import DesignBody
 
-router = APIRouter(prefix="/graphs", tags=["graph workflows"])
+router = APIRouter(
+    prefix="/graphs",
+    tags=["graph workflows"],
+    responses=not_found("graph workflows in this app, or no such template or instance"),
+)
+ENDED = conflict("The instance has ended", GraphRefusal)
 
 
 def _runtime() -> GraphRuntime:
@@ -68,7 +74,12 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 # -- instances ------------------------------------------------------------------------------
 
 
-@router.post("/instances", status_code=201, dependencies=[allow(Role.VIEWER)])
+@router.post(
+    "/instances",
+    status_code=201,
+    responses=conflict("The subject is in a workflow already", GraphRefusal),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
     """Submit a subject to a workflow: its instance, started."""
     return await graphs.submit_subject(_runtime(), request.app.state.Session, body)
@@ -89,13 +100,17 @@ async def available_transitions(
     return {"transitions": [choice.to_dict() for choice in found]}
 
 
-@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
+@router.post(
+    "/instances/{instance_id}/transitions", responses=ENDED, dependencies=[allow(Role.VIEWER)]
+)
 async def transition(instance_id: uuid.UUID, body: TransitionRequest) -> dict[str, Any]:
     """Move a branch (or vote toward a move, under a threshold)."""
     return await graphs.take_transition(_runtime(), instance_id, body)
 
 
-@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
+@router.post(
+    "/instances/{instance_id}/cancel", responses=ENDED, dependencies=[allow(Role.OPERATOR)]
+)
 async def cancel_instance(instance_id: uuid.UUID, body: CancelRequest) -> dict[str, Any]:
     """Cancel an active instance."""
     return await graphs.cancel_instance(_runtime(), instance_id, body)

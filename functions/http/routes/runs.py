@@ -16,6 +16,7 @@ from engine.events.records import EventTables
 from engine.views import run as run_view
 from engine.views import runs as run_views
 from engine.views.overview import overview as operator_overview
+from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
@@ -69,7 +70,7 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{workflow}", dependencies=[allow(Role.VIEWER)])
+@router.get("/runs/{workflow}", responses=not_found("workflow"), dependencies=[allow(Role.VIEWER)])
 async def list_runs(
     request: Request,
     workflow: str,
@@ -83,7 +84,11 @@ async def list_runs(
     return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
 
 
-@router.get("/runs/{workflow}/{key}/history", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/runs/{workflow}/{key}/history",
+    responses=not_found("workflow or run, or no AttemptLog is mapped"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
     """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
     connection = connection_of(request)
@@ -95,7 +100,11 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
     return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
 
 
-@router.get("/workflows/{name}/runs", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/workflows/{name}/runs",
+    responses=not_found("workflow, or no run for the cursor `after`"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def list_workflow_runs(
     request: Request,
     name: str,
@@ -130,7 +139,11 @@ async def list_workflow_runs(
     }
 
 
-@router.get("/workflows/{name}/runs/{key}", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/workflows/{name}/runs/{key}",
+    responses=not_found("workflow or run"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
