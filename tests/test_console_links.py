@@ -12,6 +12,7 @@ import html
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -20,6 +21,7 @@ import pytest
 from engine import WorkflowEvent
 from functions import examples
 from functions.http.app import create_app
+from functions.http.segments import raw_route_path, sent_path
 from tests.apps import slashes
 from tests.apps.slashes import Ticket
 from tests.conftest import Database
@@ -129,3 +131,20 @@ async def test_the_login_sends_back_to_the_run_with_a_slash(
     assert page.status_code == 303
     [target] = parse_qs(urlsplit(page.headers["location"]).query)["next"]
     assert target == "/console/runs/slash_ticket/x%2Fcancel"
+
+
+def test_the_raw_path_is_read_with_or_without_a_root_path() -> None:
+    key = "/console/runs/t/x%2Fcancel"
+
+    def scope(path: str, raw: bytes | None, root: str = "") -> dict[str, Any]:
+        return {"type": "http", "path": path, "raw_path": raw, "root_path": root}
+
+    decoded = "/console/runs/t/x/cancel"
+    assert raw_route_path(scope(decoded, key.encode())) == key
+    assert raw_route_path(scope(decoded, None)) is None  # mangum gives none: the path is used
+    # A root path in the path, and in the raw path (httpx) or not (uvicorn).
+    assert raw_route_path(scope("/api" + decoded, b"/api" + key.encode(), "/api")) == key
+    assert raw_route_path(scope("/api" + decoded, key.encode(), "/api")) == key
+    assert raw_route_path(scope("/elsewhere", key.encode())) is None  # rewritten on the way
+    assert sent_path(scope("/api" + decoded, key.encode(), "/api")) == "/api" + key
+    assert sent_path(scope("/console/runs/t/a b", None)) == "/console/runs/t/a%20b"
