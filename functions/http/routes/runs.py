@@ -28,6 +28,7 @@ from functions.identity.principal import Role
 
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
+MAX_OFFSET = 10**9  # runs a page may skip
 RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
 RunOrder = Literal["newest", "soonest"]
 
@@ -115,7 +116,7 @@ async def list_workflow_runs(
     order: RunOrder = "newest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
-    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
 
