@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.requests import cookie_parser
 
 from functions.console.templating import templates
+from functions.http.segments import sent_path
 from functions.identity.access import allow, principal_in
 from functions.identity.authenticate import ADMIN_TOKEN_ID
 from functions.identity.principal import Principal, Role, Via
@@ -219,7 +220,7 @@ async def require_reader(request: Request) -> None:
     """Every console page's dependency: with a token set, a session (the login form is free)."""
     if request.url.path == LOGIN_PATH or principal_in(request.scope) is not None:
         return
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = sent_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"
     if request.headers.get("hx-request"):
         raise LoginRequired(401, "Log in to the console first.", headers={"HX-Redirect": login})

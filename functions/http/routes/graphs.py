@@ -19,13 +19,19 @@ from fastapi import APIRouter, Query, Request
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import list_templates, load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
+from functions.http.refusals import GraphRefusal, conflict, not_found
 from functions.identity.access import allow, principal_of
 from functions.identity.principal import Role
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 from functions.requests.nesting import DesignBody
 
-router = APIRouter(prefix="/graphs", tags=["graph workflows"])
+router = APIRouter(
+    prefix="/graphs",
+    tags=["graph workflows"],
+    responses=not_found("graph workflows in this app, or no such template or instance"),
+)
+ENDED = conflict("The instance has ended", GraphRefusal)
 
 
 def _runtime() -> GraphRuntime:
@@ -69,7 +75,12 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 # -- instances ------------------------------------------------------------------------------
 
 
-@router.post("/instances", status_code=201, dependencies=[allow(Role.VIEWER)])
+@router.post(
+    "/instances",
+    status_code=201,
+    responses=conflict("The subject is in a workflow already", GraphRefusal),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
     """Submit a subject to a workflow: its instance, started."""
     principal = principal_of(request)
@@ -93,7 +104,9 @@ async def available_transitions(
     return {"transitions": [choice.to_dict() for choice in found]}
 
 
-@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
+@router.post(
+    "/instances/{instance_id}/transitions", responses=ENDED, dependencies=[allow(Role.VIEWER)]
+)
 async def transition(
     request: Request, instance_id: uuid.UUID, body: TransitionRequest
 ) -> dict[str, Any]:
@@ -101,7 +114,9 @@ async def transition(
     return await graphs.take_transition(_runtime(), instance_id, body, principal_of(request))
 
 
-@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
+@router.post(
+    "/instances/{instance_id}/cancel", responses=ENDED, dependencies=[allow(Role.OPERATOR)]
+)
 async def cancel_instance(
     request: Request, instance_id: uuid.UUID, body: CancelRequest
 ) -> dict[str, Any]:
