@@ -81,7 +81,7 @@ def document_refusals(schema: dict[str, Any], routes: Iterable[BaseRoute]) -> No
     """Add to each operation of `schema` the refusals its route can answer, with their bodies.
 
     By what the route is: the guard's 413 on every one, and 408 on a write (its
-    body read whole); 401 and 403 on every route but a public one; 421 wherever
+    body read whole); 401, 403 and 429 on every route but a public one; 421 wherever
     the Host is checked; 400 and 422 (the placed problems, replacing FastAPI's
     own model) wherever the request carries parameters or a body.
     """
@@ -137,6 +137,8 @@ def _refusals(route: APIRoute, method: str, operation: dict[str, Any]) -> dict[s
             f"The caller lacks {needed} or is held to other routes; or, with no "
             "credential configured, the request came from a page of another site"
         )
+        found["429"] = _answer("Too many wrong bearer tokens from this address: wait")
+        found["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
     if route.path_format not in UNCHECKED_PATHS:
         found["421"] = _answer("The request's Host is not one of DULY_ALLOWED_HOSTS")
     return found
