@@ -31,6 +31,7 @@ from engine.base.errors import (
     NotFoundError,
     NotInStepError,
     NotRunningError,
+    SelfApprovalError,
     StateWorkflowError,
     StepError,
     TemplateInvalidError,
@@ -94,6 +95,7 @@ __all__ = [
     "ActionExecutionError",
     "ActionNotFoundError",
     "ActionRegistry",
+    "Actor",
     "AttemptLog",
     "AvailableTransition",
     "Call",
@@ -142,6 +144,7 @@ __all__ = [
     "Registration",
     "RetentionSettings",
     "SavedDesign",
+    "SelfApprovalError",
     "StateWorkflowError",
     "StaticDirectory",
     "Step",
@@ -220,6 +223,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "load_design",
         "save_design",
     ),
+    "engine.graphs.moves.actors": ("Actor",),
     "engine.graphs.moves.conditions": ("ConditionRegistry",),
     "engine.graphs.moves.directory": (
         "Directory",
@@ -260,6 +264,7 @@ if TYPE_CHECKING:
         load_design,
         save_design,
     )
+    from engine.graphs.moves.actors import Actor
     from engine.graphs.moves.conditions import ConditionRegistry
     from engine.graphs.moves.directory import Directory, StaticDirectory
     from engine.graphs.moves.runtime import GraphRuntime

@@ -132,6 +132,7 @@ async def stored(
             state_choices=list(graph.state_choices),
             design={},
             description="",
+            forbid_self_approval=graph.forbid_self_approval,
         )
     )
     # Nodes first without their matched joins (a fork may come before its join).

@@ -13,7 +13,8 @@
   is refused with the API's 409 and message: test_the_submit_form_refuses_as_the_api
 - the moves shown are the acting user's own; a move needing a comment is
   refused without one, with the runtime's message; taking one by its form
-  moves the branch and the history says so:
+  moves the branch and the history says so, as done by `local` (open mode's
+  principal) on behalf of the user picked:
   test_moves_are_the_acting_users_and_go_through_the_runtime
 - the instance's diagram marks its branches, what was visited and the edges
   taken (through a fork, a join and a condition):
@@ -231,6 +232,10 @@ async def test_moves_are_the_acting_users_and_go_through_the_runtime(
         f"{PAGES}/instances/{instance_id}", params={"user": "fred", "done": "voted"}
     )
     assert "Branch 2 on Finance review" in page.text and "Branch 3 on Legal review" in page.text
+    # Open mode keeps the picker; its user is acted for, on behalf of `local`.
+    assert 'for="acting-user">Acting on behalf of (user id)' in page.text
+    assert "Acting: local on behalf of fred" in page.text
+    assert '<span class="actor">local on behalf of mia</span>' in page.text
 
     voted = await take(client, instance_id, "fred", "Finance approves")
     assert voted.headers["location"].endswith("?user=fred&done=voted")  # 1 of 2: no move yet

@@ -25,6 +25,8 @@ Save
   state fields stay on states only: test_the_design_is_stored_as_given_and_extra_keys_ignored
 - two concurrent saves of one name get distinct versions (the second waits for the
   first): test_concurrent_saves_of_a_name_get_distinct_versions
+- forbidding self-approval is saved with the version, read into its graph, loaded
+  back, and kept by a save that does not say: test_forbidding_self_approval_is_saved_and_loaded
 
 Load
 - the stored layout while it matches the graph (positions and designer keys kept), with
@@ -338,6 +340,10 @@ def _no_name(body: dict[str, Any]) -> None:
     body["name"] = "  "
 
 
+def _text_for_self_approval(body: dict[str, Any]) -> None:
+    body["forbidSelfApproval"] = "yes"
+
+
 @pytest.mark.parametrize(
     ("spoil", "named"),
     [
@@ -349,6 +355,7 @@ def _no_name(body: dict[str, Any]) -> None:
         (_unknown_threshold, "nodes.1.threshold"),
         (_text_for_a_number, "nodes.1.x"),
         (_no_name, "name"),
+        (_text_for_self_approval, "forbidSelfApproval"),
     ],
 )
 async def test_bad_input_is_refused_and_writes_nothing(
@@ -444,6 +451,21 @@ async def test_concurrent_saves_of_a_name_get_distinct_versions(engine: AsyncEng
     assert rows[1]["cloned_from"] == one.template_id
 
 
+async def test_forbidding_self_approval_is_saved_and_loaded(engine: AsyncEngine) -> None:
+    plain = await save(engine, expense_design())
+    forbidding = await save(engine, expense_design(forbidSelfApproval=True))
+    kept = await save(engine, expense_design())  # not said: as the version it is based on
+    allowed = await save(engine, expense_design(forbid_self_approval=False))
+
+    rows = await versions(engine)
+    assert [row["forbid_self_approval"] for row in rows] == [False, True, True, False]
+    assert (await graph_of(engine, plain.template_id)).forbid_self_approval is False
+    assert (await graph_of(engine, forbidding.template_id)).forbid_self_approval is True
+    assert forbidding.graph.forbid_self_approval is True
+    assert (await load(engine, kept.template_id))["forbid_self_approval"] is True
+    assert (await load(engine, allowed.template_id))["forbid_self_approval"] is False
+
+
 # Load
 
 
@@ -470,6 +492,7 @@ async def test_load_returns_the_stored_layout_while_it_matches(engine: AsyncEngi
         "name": "expenses",
         "description": "Expense approval",
         "state_choices": VOCABULARY,
+        "forbid_self_approval": False,
         "version": 2,
         "is_latest": True,
         "is_active": False,

@@ -90,7 +90,7 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
-HEAD = "duly_0005"  # duly's newest own revision (the console's sessions)
+HEAD = "duly_0006"  # duly's newest own revision (the console's sessions)
 
 
 async def test_upgrading_an_empty_database_gives_what_create_all_makes(

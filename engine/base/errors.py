@@ -144,6 +144,12 @@ class WorkflowSubmissionError(WorkflowTransitionError):
     code = "SUBMISSION_ERROR"
 
 
+class SelfApprovalError(WorkflowTransitionError, NotAllowedError):
+    """The template forbids self-approval: who submitted the instance may not move or vote it."""
+
+    code = "SELF_APPROVAL"
+
+
 class TemplateInvalidError(WorkflowTransitionError):
     """The template has validation errors and cannot be activated."""
 

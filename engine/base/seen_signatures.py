@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Select
 
 from engine.base.clock import db_now
-from engine.base.errors import ConfigurationError
+from engine.base.errors import ConfigurationError, InvalidArgumentError
 
 SEEN_SIGNATURES_TABLE = "duly_seen_signatures"
 DIGEST_BYTES = 32  # a SHA-256
@@ -135,7 +135,9 @@ async def record_signature(
     when `signed_at` is more than `window` seconds from the database's time.
     """
     if len(digest) != DIGEST_BYTES:
-        raise ValueError(f"A signature's digest is {DIGEST_BYTES} bytes, not {len(digest)}.")
+        raise InvalidArgumentError(
+            f"A signature's digest is {DIGEST_BYTES} bytes, not {len(digest)}."
+        )
     params = {"digest": digest, "signed_at": signed_at, "window": window}
     try:
         async with engine.begin() as conn:

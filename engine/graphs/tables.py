@@ -30,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    false,
     func,
     text,
 )
@@ -113,6 +114,10 @@ class GraphTemplate:
     # The designer's last layout (nodes and connections), used while it matches the graph.
     design: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Whether the one who submitted an instance is refused every move and vote of it.
+    forbid_self_approval: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
@@ -324,6 +329,8 @@ class GraphHistory:
     # `metadata` is the declarative base's own attribute; the column keeps the name `metadata`.
     details: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Who acted, when not `actor`: an admin acting on the actor's behalf.
+    acted_by: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from starlette.requests import cookie_parser
 from engine.base import settings as variables
 from functions.console.sessions import SESSION_SECONDS, Session, find_session
 from functions.console.templating import templates
+from functions.http.segments import sent_path
 from functions.identity.access import PRINCIPAL_SCOPE, principal_in
 from functions.identity.authenticate import ADMIN_TOKEN_ID
 from functions.identity.keys import KeyRing
@@ -201,7 +202,13 @@ def is_console_path(path: str) -> bool:
 def refusal_page(status: int, detail: str, scope: Any) -> HTMLResponse:
     """A refused console write, as a page a person can read."""
     request = Request(scope)
-    context = {"title": "Not done", "status": status, "message": detail, "login": status == 401}
+    context = {
+        "title": "Not done",
+        "status": status,
+        "message": detail,
+        "login": status == 401,
+        "path": sent_path(scope),
+    }
     response = templates.TemplateResponse(request, "error.html", context, status_code=status)
     remember_browser(request, response)
     return response
@@ -313,7 +320,7 @@ async def require_reader(request: Request) -> None:
     # With nothing configured the guard names everyone LOCAL, so the pages are open.
     if principal_in(request.scope) is not None or request.url.path in LOGIN_PATHS:
         return
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = sent_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
     login = f"{LOGIN_PATH}?{urlencode({'next': target})}"
     if request.headers.get("hx-request"):
         raise LoginRequired(401, "Log in to the console first.", headers={"HX-Redirect": login})

@@ -38,7 +38,14 @@ designer_api = APIRouter()
 async def new_design(request: Request) -> Response:
     """The designer on an empty template."""
     runtime = get_graph_runtime()
-    blank = {"name": "", "description": "", "stateChoices": [], "nodes": [], "connections": []}
+    blank = {
+        "name": "",
+        "description": "",
+        "stateChoices": [],
+        "forbidSelfApproval": False,
+        "nodes": [],
+        "connections": [],
+    }
     return _designer(request, runtime, blank, preset=True, based_on=None)
 
 
@@ -56,6 +63,7 @@ async def edit_design(request: Request, template_id: uuid.UUID) -> Response:
         "name": loaded["name"],
         "description": loaded["description"],
         "stateChoices": loaded["state_choices"],
+        "forbidSelfApproval": loaded["forbid_self_approval"],
         "baseTemplateId": loaded["template_id"],
         "nodes": loaded["nodes"],
         "connections": loaded["connections"],

@@ -1,11 +1,10 @@
 """The console's graph pages: templates drawn, instances moved by their buttons.
 
-Pages read through the process's `GraphRuntime`, `engine.graphs.design.versions` and the
-request layer's reads; every form is read into the request layer's model and done by its
-function (`functions.requests.graphs`), as `POST /graphs/...` is, then answers with a
-redirect or with the page again and the refusal. Forms carry the CSRF token as a hidden
-field, the designer's fetch as the `X-CSRF-Token` header. Who acts is the `user` field:
-duly's user ids are opaque. The designer is `functions.console.graph_designer`.
+Pages read through the process's `GraphRuntime` and the request layer's reads; every form
+is read into the request layer's model and done by its function (`functions.requests.graphs`),
+as `POST /graphs/...` is. Forms carry the CSRF token. The logged-in principal acts and is
+offered its own moves; with no credential configured (open mode, `LOCAL`) the pages keep an
+"acting as" picker, whose user the principal acts for. The designer is `graph_designer`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from engine.graphs.design.document import describe, design_matches, drawn_design
 from engine.graphs.design.model import Graph, load_graph
 from engine.graphs.design.validation import validate_graph
 from engine.graphs.design.versions import list_templates, load_design
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.directory import effective_assignees
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
@@ -33,13 +33,14 @@ from engine.graphs.moves.subjects import subject_types
 from functions.console.graph_diagrams import instance_marks, problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of
-from functions.identity.access import allow
-from functions.identity.principal import Role
+from functions.identity.access import allow, principal_of
+from functions.identity.principal import Principal, Role, Via
 from functions.requests import graphs
 from functions.requests.graphs import (
     CancelRequest,
     SubmitRequest,
     TransitionRequest,
+    acting,
     recent_instances,
     stored_layout,
     visited_states,
@@ -72,7 +73,7 @@ NOTES = {
 @router.get("", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)])
 async def graphs_index(request: Request, user: UserField = "") -> Response:
     """Templates by name with their versions, a submit form, and the recent instances."""
-    return await _index_page(request, form={"user": user})
+    return await _index_page(request, form={"user": picked(request, user)})
 
 
 async def _index_page(
@@ -97,6 +98,7 @@ async def _index_page(
         "instances": instances,
         "form": form,
         "error": error,
+        "picking": picks_who_acts(principal_of(request)),
         "example_claims": _route_path(request, EXAMPLE_CLAIMS_ROUTE),
     }
     return _page(request, "graphs/index.html", context, status=status)
@@ -112,6 +114,7 @@ async def submit_instance(
 ) -> Response:
     """Submit a subject, as `POST /graphs/instances` does; then its instance's page."""
     form = {"subject_type": subject_type, "subject_key": subject_key, "workflow": workflow}
+    principal = principal_of(request)
     try:
         body = SubmitRequest(
             subject_type=subject_type,
@@ -120,11 +123,14 @@ async def submit_instance(
             workflow=workflow or None,
         )
         runtime = get_graph_runtime()
-        instance = await graphs.submit_subject(runtime, request.app.state.Session, body)
+        Session = request.app.state.Session
+        instance = await graphs.submit_subject(runtime, Session, body, principal)
     except (DulyError, ValidationError) as exc:
         status, message = refusal(exc)
-        return await _index_page(request, form={**form, "user": user}, error=message, status=status)
-    return _redirect(f"{PAGES}/instances/{instance['id']}", user=user, done="submitted")
+        shown = {**form, "user": picked(request, user)}
+        return await _index_page(request, form=shown, error=message, status=status)
+    path = f"{PAGES}/instances/{instance['id']}"
+    return _redirect(path, user=picked(request, user), done="submitted")
 
 
 # -- a template version -----------------------------------------------------------------------
@@ -196,7 +202,8 @@ async def activate_version(request: Request, template_id: uuid.UUID) -> Response
 async def instance_page(
     request: Request, instance_id: uuid.UUID, user: UserField = "", done: str = ""
 ) -> Response:
-    """An instance drawn on its version, its history, and the moves `user` may make."""
+    """An instance drawn on its version, its history, and the moves its viewer may make
+    (in open mode, the moves of the `user` picked)."""
     return await _instance_page(request, instance_id, user=user, note=NOTES.get(done))
 
 
@@ -210,9 +217,14 @@ async def _instance_page(
     status: int = 200,
 ) -> Response:
     runtime = get_graph_runtime()
+    principal = principal_of(request)
+    picking = picks_who_acts(principal)
+    user = picked(request, user)
+    # Open mode offers nothing until a user is picked; else the principal's own moves.
+    actor = acting(principal, user or None) if user or not picking else None
     snapshot = await runtime.instance(instance_id)
     entries = await runtime.history(instance_id)
-    choices = await runtime.transitions_for(instance_id, user) if user else []
+    choices = await runtime.transitions_for(instance_id, actor) if actor is not None else []
     async with runtime.reading() as conn:
         graph = await load_graph(conn, runtime.tables, snapshot.template_id)
         layout = await stored_layout(conn, runtime.tables, snapshot.template_id)
@@ -229,7 +241,9 @@ async def _instance_page(
         "instance": snapshot,
         "history": entries,
         "user": user,
-        "branches": await _branches(runtime, graph, snapshot.branches, choices),
+        "picking": picking,
+        "acting": actor.shown if actor is not None else None,
+        "branches": await _branches(runtime, graph, snapshot.branches, choices, actor),
         "diagram": diagram,
         "note": note,
         "error": error,
@@ -242,6 +256,7 @@ async def _branches(
     graph: Graph,
     branches: Sequence[BranchSnapshot],
     choices: Sequence[AvailableTransition],
+    actor: Actor | None,
 ) -> list[dict[str, Any]]:
     """Each active branch with who may move it and the moves the acting user may make."""
     shown = []
@@ -250,7 +265,7 @@ async def _branches(
         people: list[str] = []
         if node is not None and node.has_assignees:
             people = await effective_assignees(
-                runtime.directory, node.assignee_users, node.assignee_groups
+                runtime.directory, node.assignee_users, node.assignee_groups, actor
             )
         shown.append(
             {
@@ -269,7 +284,7 @@ async def take_transition(
     instance_id: uuid.UUID,
     branch_id: FormText,
     target_node_id: FormText,
-    user: FormText,
+    user: FormText = "",
     source_node_id: FormText = "",
     comment: FormText = "",
 ) -> Response:
@@ -279,19 +294,20 @@ async def take_transition(
             {
                 "branch_id": branch_id,
                 "target_node_id": target_node_id,
-                "user": user,
+                "user": user or None,
                 "comment": comment,
                 "source_node_id": source_node_id or None,
             }
         )
-        outcome = await graphs.take_transition(get_graph_runtime(), instance_id, body)
+        principal = principal_of(request)
+        outcome = await graphs.take_transition(get_graph_runtime(), instance_id, body, principal)
     except NotFoundError:
         raise  # no such instance: the console's error page
     except (DulyError, ValidationError) as exc:
         status, message = refusal(exc)
         return await _instance_page(request, instance_id, user=user, error=message, status=status)
     done = "moved" if outcome["moved"] else "voted"
-    return _redirect(f"{PAGES}/instances/{instance_id}", user=user, done=done)
+    return _redirect(f"{PAGES}/instances/{instance_id}", user=picked(request, user), done=done)
 
 
 @router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
@@ -301,16 +317,28 @@ async def cancel_instance(
     """Cancel an instance, as `POST /graphs/instances/{id}/cancel` does."""
     try:
         body = CancelRequest(user=user or None, reason=reason)
-        await graphs.cancel_instance(get_graph_runtime(), instance_id, body)
+        principal = principal_of(request)
+        await graphs.cancel_instance(get_graph_runtime(), instance_id, body, principal)
     except NotFoundError:
         raise  # no such instance: the console's error page
     except (DulyError, ValidationError) as exc:
         status, message = refusal(exc)
         return await _instance_page(request, instance_id, user=user, error=message, status=status)
-    return _redirect(f"{PAGES}/instances/{instance_id}", user=user, done="cancelled")
+    path = f"{PAGES}/instances/{instance_id}"
+    return _redirect(path, user=picked(request, user), done="cancelled")
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def picks_who_acts(principal: Principal) -> bool:
+    """Whether the pages offer the "acting as" picker: only with no credential configured."""
+    return principal.via == Via.OPEN
+
+
+def picked(request: Request, user: str) -> str:
+    """The user the picker names, kept across pages in open mode; "" once a credential is."""
+    return user if picks_who_acts(principal_of(request)) else ""
 
 
 def refusal(exc: DulyError | ValidationError) -> tuple[int, str]:

@@ -22,7 +22,6 @@ from typing import Any
 from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
@@ -31,6 +30,7 @@ from engine.base.shown import json_value
 from functions.console.auth import LoginRequired, can_write, console_auth, remember_browser
 from functions.console.templating import templates
 from functions.http.errors import message_of, status_of
+from functions.http.segments import RawPathRoute, sent_path
 from functions.http.state import connection_of
 from functions.requests.errors import problems_of
 
@@ -57,7 +57,7 @@ def render(
         "writable": can_write(request),
         "login_required": auth.login_required,
         "dev_clock": bool(getattr(request.app.state, "console_clock", False)),
-        "path": request.url.path,
+        "path": sent_path(request.scope),  # as sent: a key's encoded `/` kept
     }
     response = templates.TemplateResponse(
         request, name, {**shared, **(context or {})}, status_code=status_code
@@ -93,8 +93,11 @@ def problem_of(exc: Exception) -> tuple[int, str]:
 CLIENT_MISTAKES = (DulyError, DataError, RequestValidationError, ValidationError)
 
 
-class ConsolePage(APIRoute):
-    """A console route: a client's mistake is a page saying so, never JSON or a 500."""
+class ConsolePage(RawPathRoute):
+    """A console route: a client's mistake is a page saying so, never JSON or a 500.
+
+    Matched on the raw path, so a run key or event id with `/` reaches its own page.
+    """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -9,7 +9,7 @@ principal.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +26,7 @@ from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
 from functions.http.errors import ServerErrors, install_handlers
 from functions.http.guard import Guard, GuardSettings
 from functions.http.headers import SecurityHeaders
+from functions.http.hosts import AllowedHosts, allowed_hosts_of
 from functions.http.routes import events, graphs, health, outbox, runs, writes
 from functions.http.routes.docs import (
     DOCS_ASSETS_PACKAGE,
@@ -41,8 +42,12 @@ def create_app(
     *,
     run_worker: bool,
     worker_options: dict[str, Any] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
-    """The HTTP API over Session's database, with a worker in its lifespan if run_worker."""
+    """The HTTP API over Session's database, with a worker in its lifespan if run_worker.
+
+    `allowed_hosts` are the `Host` names served (default DULY_ALLOWED_HOSTS; unset, any).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -71,6 +76,9 @@ def create_app(
     # ServerErrors outside the Guard: a bug in the guard is a logged 500 too.
     app.add_middleware(Guard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)
+    hosts = allowed_hosts_of() if allowed_hosts is None else allowed_hosts
+    if hosts is not None:  # before the guard: a foreign Host learns nothing of credentials
+        app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(SecurityHeaders)  # outermost: refusals and 500s carry them too
     for resource in (health, runs, outbox, events, writes, graphs):
         app.include_router(resource.router)

@@ -266,10 +266,10 @@ async def serve(
         async with contextlib.AsyncExitStack() as stack:
             local: LocalServerless | None = None
             if serverless is None:
-                app = create_dev_app(Session)
+                app = create_dev_app(Session, bind_host=host)
             else:
                 started: LocalServerless = await stack.enter_async_context(
-                    serverless.serverless(engine, url, app_module)
+                    serverless.serverless(engine, url, app_module, host)
                 )
                 local, app = started, started.app
             # log_config None: keep the format configure_logging set.

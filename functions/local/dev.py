@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import NotFoundError, WorkflowEvent, connect_workflows
+from engine.base import settings as variables
 from engine.events.routing import maybe_await
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import activate_template, active_template_id, save_design
@@ -33,6 +34,7 @@ from functions.console.auth import require_reader
 from functions.console.overview_pages import clock_of
 from functions.console.rendering import ConsolePage, error_page, render, shift_text
 from functions.http.app import create_app
+from functions.http.hosts import dev_hosts
 from functions.http.state import connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("duly.dev")
 
+DEFAULT_BIND_HOST = variables.HOST.default  # what `duly dev` serves on unless told
 MAX_CLOCK_MOVE = timedelta(days=36_500)  # per request: far enough, and far from overflow
 EXAMPLES_MODULE = "functions.examples"  # named, not imported: the dev app serves any app
 DEMO_USER = "demo"
@@ -67,9 +70,18 @@ def create_dev_app(
     *,
     run_worker: bool = True,
     worker_options: dict[str, Any] | None = None,
+    bind_host: str = DEFAULT_BIND_HOST,
 ) -> FastAPI:
-    """The app of `create_app` with the /dev routes: for `duly dev` and tests, never deployed."""
-    app = create_app(Session, run_worker=run_worker, worker_options=worker_options)
+    """The app of `create_app` with the /dev routes: for `duly dev` and tests, never deployed.
+
+    It answers only to loopback names and `bind_host` unless DULY_ALLOWED_HOSTS says others.
+    """
+    app = create_app(
+        Session,
+        run_worker=run_worker,
+        worker_options=worker_options,
+        allowed_hosts=dev_hosts(bind_host),
+    )
     app.include_router(dev_router)
     app.include_router(console_clock_router)
     app.state.console_clock = True  # the overview shows the clock control

@@ -36,7 +36,7 @@ from engine.base.clock import db_now
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas import http_events
 from functions.lambdas.runtime import Runtime, install
-from functions.local.dev import create_dev_app
+from functions.local.dev import DEFAULT_BIND_HOST, create_dev_app
 from infra import scheduler as scheduler_tables
 from infra import wake_slots as slot_tables
 from infra.aws_settings import AwsSettings
@@ -396,7 +396,7 @@ class LocalServerless:
 
 @contextlib.asynccontextmanager
 async def serverless(
-    engine: AsyncEngine, url: str, app_module: str
+    engine: AsyncEngine, url: str, app_module: str, bind_host: str = DEFAULT_BIND_HOST
 ) -> AsyncIterator[LocalServerless]:
     """moto, the wake container and its firer, and the HTTP app on this loop; stopped after.
 
@@ -414,7 +414,7 @@ async def serverless(
             rt = Runtime(settings, invoke=firer.invoked, clients=aws.client)
             container = await rt.container()
             try:
-                app = create_dev_app(container.Session, run_worker=False)
+                app = create_dev_app(container.Session, run_worker=False, bind_host=bind_host)
                 configure_like_lambda(app, rt, firer)
                 # Runs started before (the demo, an earlier session's) were never kicked:
                 # on AWS the safety-net schedule would find them, here this first wake does.

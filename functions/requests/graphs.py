@@ -2,9 +2,9 @@
 
 `POST /graphs/...` and the console's forms take the same models and call
 the same functions, over the process's `GraphRuntime`. A subject is named
-by its table and its key as text; who acts is an opaque user id, since
-behind the app's guard the caller (a backend that authenticated the
-person) says who acts.
+by its table and its key as text. Who acts is the request's principal: a
+body's `user` may name only the principal itself, unless the principal may
+act for others (admin), whose moves the history records as on behalf.
 """
 
 from __future__ import annotations
@@ -16,14 +16,32 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from engine.base.errors import DulyError, NotFoundError
+from engine.base.errors import DulyError, NotAllowedError, NotFoundError
 from engine.graphs.design.versions import activate_template
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.moves.snapshots import AvailableTransition
 from engine.graphs.moves.subjects import key_values, subject_class
 from engine.graphs.tables import GraphTables
+from functions.identity.principal import Principal
 
 MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ACTED_FOR = "Who the action is for: absent, the caller; another user only for an admin."
+
+
+def acting(principal: Principal, user: str | None = None) -> Actor:
+    """Who acts when `principal` names `user` (None: itself); NotAllowedError, before
+    anything is written, when it names another user and may not act for others.
+
+    Acting as itself, the principal's groups count toward a state's groups; an
+    admin acting for another user acts with that user's groups in the directory.
+    """
+    if user is None or user == principal.id:
+        return Actor(user=principal.id, groups=principal.groups)
+    if not principal.may_act_for_others:
+        raise NotAllowedError(f"{principal.shown} may not act as {user}.")
+    return Actor(user=user, acted_by=principal.id)
 
 
 class SubmitRequest(BaseModel):
@@ -33,7 +51,7 @@ class SubmitRequest(BaseModel):
 
     subject_type: str = Field(description="The subject's table (a model mapping GraphSubject).")
     subject_key: str = Field(description="The subject's primary key, as text.")
-    user: UserId | None = None
+    user: UserId | None = Field(None, description=ACTED_FOR)
     workflow: str | None = Field(None, description="The template's name (its active version).")
     template_id: uuid.UUID | None = None
 
@@ -45,7 +63,7 @@ class TransitionRequest(BaseModel):
 
     branch_id: uuid.UUID
     target_node_id: uuid.UUID
-    user: UserId
+    user: UserId | None = Field(None, description=ACTED_FOR)
     comment: Annotated[str, StringConstraints(max_length=MAX_COMMENT)] = ""
     source_node_id: uuid.UUID | None = Field(
         None, description="The state the user saw the branch on: refused if it moved since."
@@ -57,7 +75,7 @@ class CancelRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    user: UserId | None = None
+    user: UserId | None = Field(None, description=ACTED_FOR)
     reason: Annotated[str, StringConstraints(max_length=MAX_COMMENT)] = ""
 
 
@@ -79,12 +97,16 @@ async def find_subject(Session: async_sessionmaker[AsyncSession], body: SubmitRe
 
 
 async def submit_subject(
-    runtime: GraphRuntime, Session: async_sessionmaker[AsyncSession], body: SubmitRequest
+    runtime: GraphRuntime,
+    Session: async_sessionmaker[AsyncSession],
+    body: SubmitRequest,
+    principal: Principal,
 ) -> dict[str, Any]:
-    """Submit the subject `body` names to a workflow: its instance, started."""
+    """Submit the subject `body` names to a workflow, as `principal`: its instance, started."""
+    actor = acting(principal, body.user)
     subject = await find_subject(Session, body)
     instance = await runtime.submit(
-        subject, body.user, template_name=body.workflow, template_id=body.template_id
+        subject, actor, template_name=body.workflow, template_id=body.template_id
     )
     return instance.to_dict()
 
@@ -104,14 +126,14 @@ async def activate_version(runtime: GraphRuntime, template_id: uuid.UUID) -> dic
 
 
 async def take_transition(
-    runtime: GraphRuntime, instance_id: uuid.UUID, body: TransitionRequest
+    runtime: GraphRuntime, instance_id: uuid.UUID, body: TransitionRequest, principal: Principal
 ) -> dict[str, Any]:
-    """Move a branch (or vote toward a move, under a threshold)."""
+    """Move a branch (or vote toward a move, under a threshold), as `principal`."""
     outcome = await runtime.transition_branch(
         instance_id,
         body.branch_id,
         body.target_node_id,
-        body.user,
+        acting(principal, body.user),
         body.comment,
         source_node_id=body.source_node_id,
     )
@@ -119,10 +141,18 @@ async def take_transition(
 
 
 async def cancel_instance(
-    runtime: GraphRuntime, instance_id: uuid.UUID, body: CancelRequest
+    runtime: GraphRuntime, instance_id: uuid.UUID, body: CancelRequest, principal: Principal
 ) -> dict[str, Any]:
-    """Cancel an active instance."""
-    return (await runtime.cancel(instance_id, body.user, body.reason)).to_dict()
+    """Cancel an active instance, as `principal`."""
+    actor = acting(principal, body.user)
+    return (await runtime.cancel(instance_id, actor, body.reason)).to_dict()
+
+
+async def offered_transitions(
+    runtime: GraphRuntime, instance_id: uuid.UUID, principal: Principal, user: str | None = None
+) -> list[AvailableTransition]:
+    """The moves `user` (None: the principal) may make now; another user only for an admin."""
+    return await runtime.transitions_for(instance_id, acting(principal, user))
 
 
 # -- what the console's pages read beside the runtime ---------------------------------------

@@ -126,6 +126,8 @@ class Design(BaseModel):
     name: Name
     description: str | None = None
     state_choices: list[str] | None = None
+    # Refuse an instance's submitter every move and vote of it (None: as the base version).
+    forbid_self_approval: bool | None = None
     # A uuid arrives as text in JSON: the one field read leniently.
     base_template_id: Annotated[uuid.UUID | None, Field(strict=False)] = None
     nodes: list[DesignNode] = Field(min_length=1)
@@ -189,6 +191,7 @@ def build_graph(
     name: str,
     version: int,
     state_choices: tuple[str, ...],
+    forbid_self_approval: bool = False,
 ) -> Graph:
     """The graph a save writes: fresh ids, nodes ordered from 1, edges from 0.
 
@@ -239,6 +242,7 @@ def build_graph(
         nodes={node.id: node for node in nodes.values()},
         edges=edges,
         state_choices=state_choices,
+        forbid_self_approval=forbid_self_approval,
     )
 
 

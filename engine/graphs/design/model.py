@@ -84,6 +84,7 @@ class Graph:
     edges: tuple[Edge, ...]
     state_choices: tuple[str, ...] = ()
     is_active: bool = False
+    forbid_self_approval: bool = False  # an instance's submitter may not move or vote it
     _outgoing: dict[uuid.UUID, tuple[Edge, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -182,6 +183,7 @@ async def read_graph(
         version=template.version,
         state_choices=tuple(template.state_choices or ()),
         is_active=template.is_active,
+        forbid_self_approval=bool(template.forbid_self_approval),
         nodes={row.id: node_from_row(row._mapping) for row in node_rows},
         edges=tuple(edge_from_row(row._mapping) for row in edge_rows),
     )

@@ -89,6 +89,9 @@ async def save_design(
         .values(is_latest=False)
     )
     state_choices = _first_given(checked.state_choices, base, "state_choices", [])
+    forbid_self_approval = bool(
+        _first_given(checked.forbid_self_approval, base, "forbid_self_approval", False)
+    )
     template_id = uuid.uuid4()
     await connection.execute(
         insert(templates).values(
@@ -101,6 +104,7 @@ async def save_design(
             description=_first_given(checked.description, base, "description", ""),
             state_choices=list(state_choices),
             design=stored_design(checked),
+            forbid_self_approval=forbid_self_approval,
         )
     )
     graph = resolve_matched_joins(
@@ -110,6 +114,7 @@ async def save_design(
             name=checked.name,
             version=version,
             state_choices=tuple(state_choices),
+            forbid_self_approval=forbid_self_approval,
         )
     )
     await write_graph(connection, tables, graph)
@@ -166,6 +171,7 @@ async def load_design(
         "name": template.name,
         "description": template.description or "",
         "state_choices": list(template.state_choices or ()),
+        "forbid_self_approval": bool(template.forbid_self_approval),
         "version": template.version,
         "is_latest": template.is_latest,
         "is_active": template.is_active,

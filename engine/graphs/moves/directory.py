@@ -2,12 +2,15 @@
 
 Users and groups are opaque ids. `StaticDirectory` holds a mapping; an
 application plugs in its own (LDAP, its users table) with the same method.
+The acting person's own groups (their credential's) count beside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol, runtime_checkable
+
+from engine.graphs.moves.actors import Actor
 
 
 @runtime_checkable
@@ -31,10 +34,19 @@ class StaticDirectory:
 
 
 async def effective_assignees(
-    directory: Directory, users: Iterable[str], groups: Iterable[str]
+    directory: Directory,
+    users: Iterable[str],
+    groups: Collection[str],
+    acting: Actor | None = None,
 ) -> list[str]:
-    """The named users and every member of the named groups, each once, in a stable order."""
+    """The named users and every member of the named groups, each once, in a stable order.
+
+    The `acting` person is one of them, last, when their credential's groups
+    hold one of the named groups, whether or not the directory knows it.
+    """
     found = dict.fromkeys(users)
     for group in groups:
         found.update(dict.fromkeys(sorted(await directory.members(group))))
+    if acting is not None and not acting.groups.isdisjoint(groups):
+        found.setdefault(acting.user)
     return list(found)

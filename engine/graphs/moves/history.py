@@ -18,6 +18,7 @@ from sqlalchemy import Select, Uuid, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.graphs.design.model import Node
+from engine.graphs.moves.actors import on_behalf
 from engine.graphs.tables import GraphTables
 
 
@@ -34,6 +35,12 @@ class HistoryEntry:
     message: str
     metadata: dict[str, Any]
     created_at: datetime
+    acted_by: str | None = None  # who acted in the actor's stead (an admin), if anyone
+
+    @property
+    def done_by(self) -> str | None:
+        """Who the trail says acted: "mia", "api-token on behalf of mia", None for the engine."""
+        return None if self.actor is None else on_behalf(self.actor, self.acted_by)
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON values."""
@@ -43,6 +50,8 @@ class HistoryEntry:
             "visit_id": None if self.visit_id is None else str(self.visit_id),
             "action_type": self.action_type,
             "actor": self.actor,
+            "acted_by": self.acted_by,
+            "done_by": self.done_by,
             "step_name": self.step_name,
             "message": self.message,
             "metadata": dict(self.metadata),
@@ -62,6 +71,7 @@ class HistoryRow:
     actor: str | None = None
     visit_id: uuid.UUID | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    acted_by: str | None = None
 
 
 def state_name(node: Node) -> str:
@@ -102,6 +112,7 @@ async def read_history(
             message=row["message"],
             metadata=dict(row["metadata"] or {}),
             created_at=row["created_at"],
+            acted_by=row["acted_by"],
         )
         for row in result.mappings()
     ]

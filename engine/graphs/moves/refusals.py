@@ -1,13 +1,22 @@
-"""What a submit or a move is refused for before it decides anything: its graph's shape."""
+"""What a submit or a move is refused for before it decides anything: its graph's shape,
+and who is moving."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 
-from engine.base.errors import StateWorkflowError
+from sqlalchemy.exc import IntegrityError
+
+from engine.base.errors import SelfApprovalError, StateWorkflowError, WorkflowSubmissionError
 from engine.graphs.design.model import Edge, Graph, Node
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.conditions import ConditionRegistry
-from engine.graphs.tables import ACTIVE, CONDITION, STATE
+from engine.graphs.moves.states import InstanceState
+from engine.graphs.tables import ACTIVE, CONDITION, INSTANCES, STATE
+
+ACTIVE_SUBJECT_INDEX = f"uq_{INSTANCES}_active_subject"
 
 
 def initial_node(graph: Graph, conditions: ConditionRegistry) -> Node:
@@ -80,3 +89,40 @@ def refuse_move(
     if source.node_type != STATE:
         raise StateWorkflowError(f"{source.title!r} is not a state: nobody moves it.")
     return source, target, edge
+
+
+def self_approval(graph: Graph, instance: InstanceState, actor: Actor) -> bool:
+    """Whether `actor` is the instance's submitter on a graph that forbids self-approval."""
+    return graph.forbid_self_approval and actor.user == instance.submitted_by
+
+
+def refuse_actor(
+    graph: Graph, instance: InstanceState, source: Node, actor: Actor, assignees: list[str]
+) -> None:
+    """StateWorkflowError when `actor` is not one of the state's assignees; SelfApprovalError
+    when the graph forbids self-approval and `actor` submitted the instance."""
+    if actor.user not in assignees:
+        raise StateWorkflowError(
+            f"{actor.user!r} may not move {source.title!r}: not one of its assignees."
+        )
+    if self_approval(graph, instance, actor):
+        raise SelfApprovalError(
+            f"{actor.user!r} submitted this instance of {graph.name!r}, which forbids "
+            f"self-approval: someone else must move {source.title!r}."
+        )
+
+
+@contextlib.contextmanager
+def refused_if_in_a_workflow(instance: InstanceState) -> Iterator[None]:
+    """A submission's write, its unique-index conflict (another active instance of the
+    subject, perhaps submitted at the same moment) raised as WorkflowSubmissionError."""
+    try:
+        yield
+    except IntegrityError as exc:
+        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+        if constraint != ACTIVE_SUBJECT_INDEX:
+            raise
+        raise WorkflowSubmissionError(
+            f"{instance.subject_type} {instance.subject_key} already has an active "
+            "workflow instance."
+        ) from exc

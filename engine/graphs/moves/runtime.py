@@ -4,6 +4,9 @@
     instance = await runtime.submit(expense, "ann", template_name="expense-approval")
     await runtime.transition_branch(instance.id, branch_id, target_id, "bob", "fine")
 
+Who acts is a user id, or an `Actor` (the user, their credential's groups,
+who acted on their behalf).
+
 Each write owns one transaction on the runtime's engine (`submit` may join
 the caller's instead): lock, decide in memory, write, publish, commit.
 """
@@ -13,16 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Select, Text, Uuid, bindparam, select
-from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
 from engine.base.errors import (
     ConfigurationError,
@@ -30,11 +29,11 @@ from engine.base.errors import (
     NotFoundError,
     StateWorkflowError,
     WorkflowAlreadyCompletedError,
-    WorkflowSubmissionError,
 )
 from engine.events.database import DatabaseEventRegistry
 from engine.events.routing import EventRegistry
 from engine.graphs.design.model import Edge, Graph, Node, load_graph
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.directory import Directory, StaticDirectory, effective_assignees
 from engine.graphs.moves.dispatch import cancel_instance, dispatch, finish, save
@@ -47,10 +46,16 @@ from engine.graphs.moves.notifications import (
     publish_in_transaction,
     publish_now,
 )
-from engine.graphs.moves.refusals import initial_node, refuse_move
+from engine.graphs.moves.refusals import (
+    initial_node,
+    refuse_actor,
+    refuse_move,
+    refused_if_in_a_workflow,
+    self_approval,
+)
 from engine.graphs.moves.snapshots import AvailableTransition, InstanceSnapshot, TransitionOutcome
 from engine.graphs.moves.states import BranchState, InstanceState
-from engine.graphs.moves.subjects import state_column, subject_ref
+from engine.graphs.moves.subjects import show_state, state_column, subject_ref
 from engine.graphs.moves.timers import escalate_visit, register_escalation
 from engine.graphs.moves.unit import Unit
 from engine.graphs.moves.votes import Tally, vote
@@ -59,13 +64,13 @@ from engine.graphs.tables import (
     ACTIVE,
     CREATION,
     IN_REVIEW,
-    INSTANCES,
     STATE,
     GraphTables,
 )
 from engine.model.connection import current_connection
 
 __all__ = [
+    "Actor",
     "AvailableTransition",
     "GraphRuntime",
     "HistoryEntry",
@@ -74,8 +79,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("duly.graphs")
-
-ACTIVE_SUBJECT_INDEX = f"uq_{INSTANCES}_active_subject"
 
 
 @lru_cache(maxsize=64)
@@ -133,7 +136,7 @@ class GraphRuntime:
     async def submit(
         self,
         subject: Any,
-        user: str | None,
+        user: str | Actor | None,
         *,
         template_name: str | None = None,
         template_id: uuid.UUID | None = None,
@@ -147,18 +150,19 @@ class GraphRuntime:
         subject_ref(subject)  # refused now: not a subject, or not flushed yet
         state_column(type(subject))  # a subject without its state column is refused now
         registry = chosen_registry(self.events)
+        actor = None if user is None else Actor.of(user)
         if session is not None:
             conn = session if isinstance(session, AsyncConnection) else await session.connection()
-            unit = await self._submit(conn, subject, user, template_name, template_id)
+            unit = await self._submit(conn, subject, actor, template_name, template_id)
             async with conn.begin_nested():  # a refusal leaves the caller's transaction usable
-                with refused_if_in_a_workflow(unit):
+                with refused_if_in_a_workflow(unit.instance):
                     await save(unit)
             if not await publish_in_transaction(conn, registry, unit.events):
                 publish_after_caller_commits(session, registry, unit.events)
         else:
             async with self.engine.begin() as conn:
-                unit = await self._submit(conn, subject, user, template_name, template_id)
-                with refused_if_in_a_workflow(unit):
+                unit = await self._submit(conn, subject, actor, template_name, template_id)
+                with refused_if_in_a_workflow(unit.instance):
                     stored = await save_with_events(unit, registry)
             await self._after_commit(registry, unit, stored)
         show_state(subject, unit.instance.state_code)
@@ -168,7 +172,7 @@ class GraphRuntime:
         self,
         conn: AsyncConnection,
         subject: Any,
-        user: str | None,
+        actor: Actor | None,
         template_name: str | None,
         template_id: uuid.UUID | None,
     ) -> Unit:
@@ -196,10 +200,10 @@ class GraphRuntime:
             is_active=True,
             is_completed=False,
             branch_count=0,
-            submitted_by=user,
+            submitted_by=None if actor is None else actor.user,
             new=True,
         )
-        unit = self._unit(conn, graph, instance, user)
+        unit = self._unit(conn, graph, instance, actor)
         unit.version_active = by_name  # the name's active version, found just now
         unit.subject_row = subject
         unit.starting = True
@@ -217,41 +221,30 @@ class GraphRuntime:
 
     # -- transitions -----------------------------------------------------------------------
 
-    async def transitions_for(self, instance_id: uuid.UUID, user: str) -> list[AvailableTransition]:
-        """Per active branch, the edges `user` may take now (in order, then id)."""
+    async def transitions_for(
+        self, instance_id: uuid.UUID, user: str | Actor
+    ) -> list[AvailableTransition]:
+        """Per active branch, the edges `user` may take now (in order, then id); none for the
+        submitter of an instance whose template forbids self-approval."""
+        actor = Actor.of(user)
         async with self.reading() as conn:
             instance, graph = await self._read_instance(conn, instance_id)
-            if instance.state_status != ACTIVE:
+            if instance.state_status != ACTIVE or self_approval(graph, instance, actor):
                 return []
             branches = await live_branches(conn, self.tables, instance.id)
-            unit = self._unit(conn, graph, instance, user)
+            unit = self._unit(conn, graph, instance, actor)
             available = []
             for branch in sorted(branches, key=BranchState.order):
                 source = graph.nodes.get(branch.node_id) if branch.node_id else None
                 if source is None or source.node_type != STATE:
                     continue
-                if user not in await self._assignees(source):
+                if actor.user not in await self._assignees(source, actor):
                     continue
                 for edge in graph.outgoing(source.id):
                     if edge.escalation or not await self._guard_allows(unit, edge):
                         continue
                     target = graph.node(edge.target_id)
-                    available.append(
-                        AvailableTransition(
-                            branch_id=branch.id,
-                            transition_id=edge.id,
-                            source_id=source.id,
-                            source_name=source.title,
-                            target_id=target.id,
-                            target_name=target.title,
-                            target_type=target.node_type,
-                            target_state_code=target.state_code,
-                            label=edge.label,
-                            display_name=edge.label or target.title,
-                            order=edge.order,
-                            comment_required=edge.comment_required,
-                        )
-                    )
+                    available.append(AvailableTransition.of(branch.id, source, edge, target))
             return available
 
     async def transition_branch(
@@ -259,7 +252,7 @@ class GraphRuntime:
         instance_id: uuid.UUID,
         branch_id: uuid.UUID,
         target_node_id: uuid.UUID,
-        user: str,
+        user: str | Actor,
         comment: str = "",
         *,
         source_node_id: uuid.UUID | None = None,
@@ -267,12 +260,20 @@ class GraphRuntime:
         """`user` moves a branch to `target_node_id`, or votes toward it; one transaction.
 
         `source_node_id`, when given, is the state the user saw the branch on:
-        if it has moved on since, the transition is refused saying so.
+        if it has moved on since, the transition is refused saying so. A user
+        who is not an assignee is refused (StateWorkflowError), and so is the
+        submitter where the template forbids self-approval (SelfApprovalError).
         """
         registry = chosen_registry(self.events)
         async with self.engine.begin() as conn:
             unit, tally = await self._transition(
-                conn, instance_id, branch_id, target_node_id, user, comment, source_node_id
+                conn,
+                instance_id,
+                branch_id,
+                target_node_id,
+                Actor.of(user),
+                comment,
+                source_node_id,
             )
             stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
@@ -293,7 +294,7 @@ class GraphRuntime:
         instance_id: uuid.UUID,
         branch_id: uuid.UUID,
         target_id: uuid.UUID,
-        user: str,
+        actor: Actor,
         comment: str,
         source_node_id: uuid.UUID | None,
     ) -> tuple[Unit, Tally]:
@@ -307,16 +308,13 @@ class GraphRuntime:
         source, target, edge = refuse_move(
             graph, branch_id, branch_status, node_id, target_id, source_node_id
         )
-        assignees = await self._assignees(source)
-        if user not in assignees:
-            raise StateWorkflowError(
-                f"{user!r} may not move {source.title!r}: not one of its assignees."
-            )
+        assignees = await self._assignees(source, actor)
+        refuse_actor(graph, instance, source, actor, assignees)
         if edge.comment_required and not comment.strip():
             raise StateWorkflowError(
                 f"Moving from {source.title!r} to {target.title!r} requires a comment."
             )
-        unit = self._unit(conn, graph, instance, user)
+        unit = self._unit(conn, graph, instance, actor)
         if not await self._guard_allows(unit, edge):
             raise StateWorkflowError(
                 f"The transition from {source.title!r} to {target.title!r} is not allowed now "
@@ -379,15 +377,16 @@ class GraphRuntime:
     # -- cancel ----------------------------------------------------------------------------
 
     async def cancel(
-        self, instance_id: uuid.UUID, user: str | None = None, reason: str = ""
+        self, instance_id: uuid.UUID, user: str | Actor | None = None, reason: str = ""
     ) -> InstanceSnapshot:
         """Cancel an active instance: its branches, their visits, its subject's state."""
+        actor = None if user is None else Actor.of(user)
         registry = chosen_registry(self.events)
         async with self.engine.begin() as conn:
             instance = await lock_instance(conn, self.tables, instance_id)
             refuse_inactive(instance)
             graph = await load_graph(conn, self.tables, instance.template_id)
-            unit = self._unit(conn, graph, instance, user)
+            unit = self._unit(conn, graph, instance, actor)
             cancel_instance(unit, await live_branches(conn, self.tables, instance.id), reason)
             stored = await save_with_events(unit, registry)
         await self._after_commit(registry, unit, stored)
@@ -426,7 +425,7 @@ class GraphRuntime:
     # -- helpers ---------------------------------------------------------------------------
 
     def _unit(
-        self, conn: AsyncConnection, graph: Graph, instance: InstanceState, actor: str | None
+        self, conn: AsyncConnection, graph: Graph, instance: InstanceState, actor: Actor | None
     ) -> Unit:
         return Unit(
             conn=conn,
@@ -435,11 +434,15 @@ class GraphRuntime:
             writes=Writes(instance),
             directory=self.directory,
             conditions=self.conditions,
-            actor=actor,
+            actor=None if actor is None else actor.user,
+            acted_by=None if actor is None else actor.acted_by,
         )
 
-    async def _assignees(self, node: Node) -> list[str]:
-        return await effective_assignees(self.directory, node.assignee_users, node.assignee_groups)
+    async def _assignees(self, node: Node, actor: Actor | None = None) -> list[str]:
+        """Who may move `node`: its users, its groups' members, and `actor` by their groups."""
+        return await effective_assignees(
+            self.directory, node.assignee_users, node.assignee_groups, actor
+        )
 
     async def _guard_allows(self, unit: Unit, edge: Edge) -> bool:
         """A manual guard (a predicate named on the edge) must answer yes; none always does."""
@@ -464,22 +467,6 @@ class GraphRuntime:
                 current_connection().kick(timer.__table__.name)
 
 
-@contextlib.contextmanager
-def refused_if_in_a_workflow(unit: Unit) -> Iterator[None]:
-    """A submission's write, its unique-index conflict (another active instance of the
-    subject, perhaps submitted at the same moment) raised as WorkflowSubmissionError."""
-    try:
-        yield
-    except IntegrityError as exc:
-        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-        if constraint != ACTIVE_SUBJECT_INDEX:
-            raise
-        raise WorkflowSubmissionError(
-            f"{unit.instance.subject_type} {unit.instance.subject_key} already has an active "
-            "workflow instance."
-        ) from exc
-
-
 async def save_with_events(unit: Unit, registry: EventRegistry) -> bool:
     """Write what `unit` decided, and its notifications when `registry` stores them, in one
     statement of the unit's transaction (never committing it); whether the notifications
@@ -490,11 +477,3 @@ async def save_with_events(unit: Unit, registry: EventRegistry) -> bool:
     unit.writes.publish(registry.tables(), unit.events)
     await save(unit)
     return True
-
-
-def show_state(subject: Any, code: str | None) -> None:
-    """The subject row in hand shows the state just written, as if loaded with it."""
-    cls = type(subject)
-    column = cls.__table__.c[state_column(cls)]
-    key = sa_inspect(cls).get_property_by_column(column).key
-    set_committed_value(subject, key, code)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.graphs.design.model import Graph
+from engine.graphs.design.model import Edge, Graph, Node
 from engine.graphs.moves.states import BranchState, InstanceState
 from engine.graphs.tables import ACTIVE
 
@@ -134,6 +134,26 @@ class AvailableTransition:
     display_name: str  # the label, else the target's name
     order: int
     comment_required: bool
+
+    @classmethod
+    def of(
+        cls, branch_id: uuid.UUID, source: Node, edge: Edge, target: Node
+    ) -> AvailableTransition:
+        """The choice of taking `edge` from `source` to `target` on a branch."""
+        return cls(
+            branch_id=branch_id,
+            transition_id=edge.id,
+            source_id=source.id,
+            source_name=source.title,
+            target_id=target.id,
+            target_name=target.title,
+            target_type=target.node_type,
+            target_state_code=target.state_code,
+            label=edge.label,
+            display_name=edge.label or target.title,
+            order=edge.order,
+            comment_required=edge.comment_required,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The transition as JSON values."""

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Table, Text, inspect
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm.attributes import set_committed_value
 
 from engine.base.errors import ConfigurationError, NotFoundError
 
@@ -85,3 +86,11 @@ def key_values(cls: type[Any], key: str) -> tuple[Any, ...]:
         column.type.python_type(part) if column.type.python_type is not str else part
         for column, part in zip(columns, parts, strict=True)
     )
+
+
+def show_state(subject: Any, code: str | None) -> None:
+    """The subject row in hand shows the state just written, as if loaded with it."""
+    cls = type(subject)
+    column = cls.__table__.c[state_column(cls)]
+    key = inspect(cls).get_property_by_column(column).key
+    set_committed_value(subject, key, code)

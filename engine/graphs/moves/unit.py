@@ -35,7 +35,8 @@ class Unit:
     writes: Writes
     directory: Directory
     conditions: ConditionRegistry
-    actor: str | None
+    actor: str | None  # the user the move is for (None: the engine, as a deadline escalates)
+    acted_by: str | None = None  # who acted in the actor's stead, when someone else did
     known: dict[uuid.UUID, BranchState] = field(default_factory=dict)
     events: list[WorkflowEvent] = field(default_factory=list)
     starting: bool = False  # the submit's first state says "Workflow started in state"
@@ -147,6 +148,7 @@ class Unit:
                 message=message,
                 step_name=node.title if node is not None else "",
                 actor=self.actor,
+                acted_by=self.acted_by,
                 visit_id=visit_id,
                 details=details(**metadata),
             )

@@ -115,6 +115,7 @@ def parameters(writes: Writes, shape: Shape) -> dict[str, Any]:
                 "visit_id": h.visit_id,
                 "action_type": h.action_type,
                 "actor": h.actor,
+                "acted_by": h.acted_by,
                 "step_name": h.step_name,
                 "message": h.message,
                 "details": h.details,

@@ -114,6 +114,7 @@ HISTORY: Columns = (
     ("visit_id", Uuid()),
     ("action_type", Text()),
     ("actor", Text()),
+    ("acted_by", Text()),
     ("step_name", Text()),
     ("message", Text()),
     ("details", JSONB()),
@@ -396,14 +397,8 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
             insert(history)
             .from_select(
                 [
-                    "instance_id",
-                    "visit_id",
-                    "action_type",
-                    "actor",
-                    "step_name",
-                    "message",
-                    "metadata",
-                    "created_at",
+                    *("instance_id", "visit_id", "action_type", "actor", "acted_by"),
+                    *("step_name", "message", "metadata", "created_at"),
                 ],
                 _bare(
                     given,
@@ -412,6 +407,7 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
                     rows.c.visit_id,
                     rows.c.action_type,
                     rows.c.actor,
+                    rows.c.acted_by,
                     rows.c.step_name,
                     rows.c.message,
                     rows.c.details,

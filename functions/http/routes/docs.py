@@ -18,9 +18,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic.json_schema import models_json_schema
 
 from engine.model.steps import Step
-from functions.http.guard import SAFE_METHODS
+from functions.http.refusals import document_refusals
 from functions.requests.lookup import is_outbox
-from functions.requests.runs import MAX_IDEMPOTENCY_KEY, columns_of
+from functions.requests.runs import MAX_IDEMPOTENCY_KEY, NAME_THE_RUNS, columns_of
 
 if TYPE_CHECKING:
     from engine.model.registry import WorkflowInfo
@@ -46,7 +46,11 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     components["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "DULY_API_TOKEN"},
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "DULY_API_TOKEN, a named API key (DULY_API_KEYS) or an OIDC token",
+        },
         "signature": {
             "type": "apiKey",
             "in": "header",
@@ -56,10 +60,12 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
             "X-Duly-Timestamp in Unix seconds; each signature is taken once.",
         },
     }
-    for path in schema.get("paths", {}).values():
-        for method, operation in path.items():
-            if method.upper() not in SAFE_METHODS:
-                operation["security"] = [{"bearer": []}, {"signature": []}]
+    document_refusals(schema, app.routes)
+    for action in ("deliver", "run", "cancel"):
+        generic = schema["paths"].get(f"/workflows/{{name}}/{action}", {}).get("post")
+        if generic is not None:
+            ref = generic["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+            _name_the_runs(schemas[ref.rsplit("/", 1)[1]])
     writable = [info for info in infos if not is_outbox(info)]
     models: list[tuple[Any, Literal["validation"]]] = []
     for info in writable:
@@ -120,13 +126,32 @@ def _step_body(action: str, step: Step[Any, Any], args_ref: dict[str, Any]) -> d
         for p in list(step.signature.parameters.values())[1:]
     ):
         required.append("args")
-    return {
+    body: dict[str, Any] = {
         "title": f"{step.qualname} ({action})",
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": False,
     }
+    if action in ("deliver", "run"):
+        body["oneOf"] = [{"required": ["key"]}, {"required": ["where"]}]
+        body["description"] = NAME_THE_RUNS
+    return body
+
+
+def _name_the_runs(addressed: dict[str, Any]) -> None:
+    """The rule of a body that addresses runs: `key` or `where`, exactly one of them given.
+
+    A null is as good as absent (the model's default), and `where` needs a column.
+    """
+    for branch in addressed["properties"]["where"].get("anyOf", []):
+        if branch.get("type") == "object":
+            branch["minProperties"] = 1
+    addressed["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("key", "where")
+    ]
+    addressed["description"] = f"{addressed.get('description', '')} {NAME_THE_RUNS}".strip()
 
 
 # -- API docs, served from a wheel rather than a CDN -----------------------------------

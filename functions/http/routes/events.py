@@ -16,6 +16,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
 from engine import NotRunningError, wake
+from functions.http.refusals import not_found, unavailable
 from functions.http.state import call_state, connection_of, maybe_await
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -28,7 +29,11 @@ DEFAULT_WAKE_SECONDS = 25.0
 router = APIRouter()
 
 
-@router.post("/events", dependencies=[allow(Role.OPERATOR)])
+@router.post(
+    "/events",
+    responses=not_found("outbox table: this app maps none"),
+    dependencies=[allow(Role.OPERATOR)],
+)
 async def publish_events(request: Request, body: Publish) -> dict[str, Any]:
     """Publish one event or a batch through the outbox in one transaction; the ids stored.
 
@@ -49,7 +54,7 @@ async def publish_events(request: Request, body: Publish) -> dict[str, Any]:
 
 @router.post(
     "/wake",
-    responses={503: {"description": "Not caught up in time, or no worker"}},
+    responses=unavailable("Not caught up in time, or no worker runs in this process"),
     dependencies=[allow(Role.OPERATOR)],
 )
 async def wake_up(
@@ -77,7 +82,7 @@ async def wake_up(
 
 @router.post(
     "/drain",
-    responses={503: {"description": "No drain configured in this app"}},
+    responses=unavailable("No drain is configured in this app"),
     dependencies=[allow(Role.OPERATOR)],
 )
 async def drain_outbox(request: Request) -> Any:

@@ -5,7 +5,8 @@ JSON in and out, under `/graphs`. The routes parse (the models of
 `GraphRuntime` (engine.graphs) and shape the reply; a refusal of the
 runtime is a `WorkflowTransitionError`, answered with its status and code
 by `functions.http.errors` (400 for a refused transition, 409 for an ended
-instance or a subject already in a workflow).
+instance or a subject already in a workflow, 403 for a forbidden
+self-approval). The request's principal acts (`functions.requests.graphs.acting`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from fastapi import APIRouter, Query, Request
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import list_templates, load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
-from functions.identity.access import allow
+from functions.http.refusals import GraphRefusal, conflict, not_found
+from functions.identity.access import allow, principal_of
 from functions.identity.principal import Role
 from functions.requests import graphs
 from functions.requests.graphs import CancelRequest, SubmitRequest, TransitionRequest
 from functions.requests.nesting import DesignBody
 
-router = APIRouter(prefix="/graphs", tags=["graph workflows"])
+router = APIRouter(
+    prefix="/graphs",
+    tags=["graph workflows"],
+    responses=not_found("graph workflows in this app, or no such template or instance"),
+)
+ENDED = conflict("The instance has ended", GraphRefusal)
 
 
 def _runtime() -> GraphRuntime:
@@ -68,10 +75,16 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 # -- instances ------------------------------------------------------------------------------
 
 
-@router.post("/instances", status_code=201, dependencies=[allow(Role.VIEWER)])
+@router.post(
+    "/instances",
+    status_code=201,
+    responses=conflict("The subject is in a workflow already", GraphRefusal),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
     """Submit a subject to a workflow: its instance, started."""
-    return await graphs.submit_subject(_runtime(), request.app.state.Session, body)
+    principal = principal_of(request)
+    return await graphs.submit_subject(_runtime(), request.app.state.Session, body, principal)
 
 
 @router.get("/instances/{instance_id}", dependencies=[allow(Role.VIEWER)])
@@ -82,23 +95,33 @@ async def graph_instance(instance_id: uuid.UUID) -> dict[str, Any]:
 
 @router.get("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
 async def available_transitions(
-    instance_id: uuid.UUID, user: Annotated[str, Query(min_length=1, max_length=200)]
+    request: Request,
+    instance_id: uuid.UUID,
+    user: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> dict[str, Any]:
-    """The transitions `user` may take now, per active branch, in the picker's order."""
-    found = await _runtime().transitions_for(instance_id, user)
+    """The transitions the caller (or, for an admin, `user`) may take now, in the picker's order."""
+    found = await graphs.offered_transitions(_runtime(), instance_id, principal_of(request), user)
     return {"transitions": [choice.to_dict() for choice in found]}
 
 
-@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
-async def transition(instance_id: uuid.UUID, body: TransitionRequest) -> dict[str, Any]:
-    """Move a branch (or vote toward a move, under a threshold)."""
-    return await graphs.take_transition(_runtime(), instance_id, body)
+@router.post(
+    "/instances/{instance_id}/transitions", responses=ENDED, dependencies=[allow(Role.VIEWER)]
+)
+async def transition(
+    request: Request, instance_id: uuid.UUID, body: TransitionRequest
+) -> dict[str, Any]:
+    """Move a branch (or vote toward a move, under a threshold), as the caller."""
+    return await graphs.take_transition(_runtime(), instance_id, body, principal_of(request))
 
 
-@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
-async def cancel_instance(instance_id: uuid.UUID, body: CancelRequest) -> dict[str, Any]:
-    """Cancel an active instance."""
-    return await graphs.cancel_instance(_runtime(), instance_id, body)
+@router.post(
+    "/instances/{instance_id}/cancel", responses=ENDED, dependencies=[allow(Role.OPERATOR)]
+)
+async def cancel_instance(
+    request: Request, instance_id: uuid.UUID, body: CancelRequest
+) -> dict[str, Any]:
+    """Cancel an active instance, as the caller."""
+    return await graphs.cancel_instance(_runtime(), instance_id, body, principal_of(request))
 
 
 @router.get("/instances/{instance_id}/history", dependencies=[allow(Role.VIEWER)])

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.base.errors import first_line
 from engine.model.telemetry import latest_metrics
+from functions.http.refusals import not_found, unavailable
 from functions.http.state import connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -21,7 +22,11 @@ HEALTH_TIMEOUT = 5.0  # seconds for the database to answer SELECT 1
 router = APIRouter()
 
 
-@router.get("/healthz", dependencies=[allow(None)])
+@router.get(
+    "/healthz",
+    responses=unavailable("The database is unreachable"),
+    dependencies=[allow(None)],
+)
 async def healthz(request: Request) -> Any:
     """{"ok": true} once the database answers; 503 when it cannot be reached."""
     try:
@@ -35,7 +40,11 @@ async def healthz(request: Request) -> Any:
     return {"ok": True}
 
 
-@router.get("/metrics", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/metrics",
+    responses=not_found("metrics: prometheus-client is not installed"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def metrics() -> Response:
     """Step attempts and durations in Prometheus' text format (needs duly[metrics])."""
     found = latest_metrics()

@@ -15,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.events import views
 from engine.events.records import EventTables
+from functions.http.refusals import conflict, not_found
 from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
+from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -26,7 +28,10 @@ from functions.requests.lookup import event_tables
 # The statuses of engine.events.views.VIEW_STATUSES, for validation and the schema.
 OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter"]
 
-router = APIRouter()
+router = APIRouter(
+    route_class=RawPathRoute,  # an event id may hold `/`
+    responses=not_found("outbox table in this database, or no such event"),
+)
 
 
 @router.get("/outbox", dependencies=[allow(Role.VIEWER)])
@@ -73,7 +78,11 @@ async def replay_dead_letters(
     return {"replayed": replayed, "count": len(replayed)}
 
 
-@router.post("/outbox/events/{event_id}/replay", dependencies=[allow(Role.OPERATOR)])
+@router.post(
+    "/outbox/events/{event_id}/replay",
+    responses=conflict("The event is not dead-lettered: there is nothing to replay"),
+    dependencies=[allow(Role.OPERATOR)],
+)
 async def replay_event(request: Request, event_id: str) -> dict[str, Any]:
     """Make one dead-lettered event due again; 409 when it is not dead-lettered."""
     replayed = await events.replay_event(_tables(request), _reads(request), event_id)

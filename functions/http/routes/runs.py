@@ -16,6 +16,8 @@ from engine.events.records import EventTables
 from engine.views import run as run_view
 from engine.views import runs as run_views
 from engine.views.overview import overview as operator_overview
+from functions.http.refusals import not_found
+from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
 
@@ -26,10 +28,11 @@ from functions.identity.principal import Role
 
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
+MAX_OFFSET = 10**9  # runs a page may skip
 RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
 RunOrder = Literal["newest", "soonest"]
 
-router = APIRouter()
+router = APIRouter(route_class=RawPathRoute)  # a run key may hold `/`
 
 
 @router.get("/workflows", dependencies=[allow(Role.VIEWER)])
@@ -68,7 +71,7 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{workflow}", dependencies=[allow(Role.VIEWER)])
+@router.get("/runs/{workflow}", responses=not_found("workflow"), dependencies=[allow(Role.VIEWER)])
 async def list_runs(
     request: Request,
     workflow: str,
@@ -82,7 +85,11 @@ async def list_runs(
     return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
 
 
-@router.get("/runs/{workflow}/{key}/history", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/runs/{workflow}/{key}/history",
+    responses=not_found("workflow or run, or no AttemptLog is mapped"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
     """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
     connection = connection_of(request)
@@ -94,7 +101,11 @@ async def run_history(request: Request, workflow: str, key: str) -> dict[str, An
     return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
 
 
-@router.get("/workflows/{name}/runs", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/workflows/{name}/runs",
+    responses=not_found("workflow, or no run for the cursor `after`"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def list_workflow_runs(
     request: Request,
     name: str,
@@ -105,7 +116,7 @@ async def list_workflow_runs(
     order: RunOrder = "newest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
-    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
 
@@ -129,7 +140,11 @@ async def list_workflow_runs(
     }
 
 
-@router.get("/workflows/{name}/runs/{key}", dependencies=[allow(Role.VIEWER)])
+@router.get(
+    "/workflows/{name}/runs/{key}",
+    responses=not_found("workflow or run"),
+    dependencies=[allow(Role.VIEWER)],
+)
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)

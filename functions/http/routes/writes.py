@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from functions.http.refusals import conflict, not_found
 from functions.http.state import call_state, connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role
@@ -18,12 +19,7 @@ from functions.requests import runs
 from functions.requests.lookup import find_writable
 from functions.requests.runs import CancelRequest, DeliverRequest, RunRequest, StartRequest
 
-WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "No valid token or signature"},
-    404: {"description": "No such workflow or step"},
-    409: {"description": "A run with one of these unique values exists already"},
-    413: {"description": "Body too large"},
-}
+ADDRESSED = not_found("workflow or step")
 
 router = APIRouter()
 
@@ -31,7 +27,10 @@ router = APIRouter()
 @router.post(
     "/workflows/{name}/start",
     status_code=201,
-    responses=WRITE_RESPONSES,
+    responses={
+        **ADDRESSED,
+        **conflict("A run with one of these unique values exists already"),
+    },
     dependencies=[allow(Role.OPERATOR)],
 )
 async def start_workflow(request: Request, name: str, body: StartRequest) -> dict[str, Any]:
@@ -41,9 +40,7 @@ async def start_workflow(request: Request, name: str, body: StartRequest) -> dic
     return started
 
 
-@router.post(
-    "/workflows/{name}/deliver", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
-)
+@router.post("/workflows/{name}/deliver", responses=ADDRESSED, dependencies=[allow(Role.OPERATOR)])
 async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest) -> dict[str, Any]:
     """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it)."""
     info = find_writable(connection_of(request), name)
@@ -53,9 +50,7 @@ async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest)
     return {"workflow": info.name, "accepted": accepted}
 
 
-@router.post(
-    "/workflows/{name}/run", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
-)
+@router.post("/workflows/{name}/run", responses=ADDRESSED, dependencies=[allow(Role.OPERATOR)])
 async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict[str, Any]:
     """Run a step now on the addressed runs, replacing what was scheduled; how many."""
     info = find_writable(connection_of(request), name)
@@ -66,7 +61,9 @@ async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict
 
 
 @router.post(
-    "/workflows/{name}/cancel", responses=WRITE_RESPONSES, dependencies=[allow(Role.OPERATOR)]
+    "/workflows/{name}/cancel",
+    responses=not_found("workflow"),
+    dependencies=[allow(Role.OPERATOR)],
 )
 async def cancel_workflow(request: Request, name: str, body: CancelRequest) -> dict[str, Any]:
     """End the addressed runs where they stand; how many were live."""

@@ -23,9 +23,12 @@
     return /** @type {HTMLInputElement} */ (submit && submit.elements.namedItem(name));
   }
 
+  /** The "on behalf of" field: only in open mode; with a credential, the principal submits. */
+  const picker = /** @type {HTMLInputElement|null} */ (submit.elements.namedItem("user"));
+
   example.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const user = field("user").value.trim() || "sam";
+    const user = (picker && picker.value.trim()) || "sam";
     const amount = Number(/** @type {HTMLInputElement} */ (example.elements.namedItem("amount")).value) || 0;
     status.textContent = "Creating an example claim…";
     const response = await fetch(example.dataset.claimsUrl || "", {
@@ -41,7 +44,7 @@
     status.textContent = "Created claim " + body.subject_key + "; submitting it…";
     field("subject_type").value = body.subject_type;
     field("subject_key").value = body.subject_key;
-    field("user").value = user;
+    if (picker) picker.value = user;
     submit.requestSubmit();
   });
 })();

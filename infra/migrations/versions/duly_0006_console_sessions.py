@@ -1,7 +1,7 @@
 """The console's login sessions: `duly_console_sessions`, one row a login, by its cookie's digest.
 
-Revision ID: duly_0005
-Revises: duly_0004
+Revision ID: duly_0006
+Revises: duly_0005
 Create Date: 2026-12-01 21:50:00.000000
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "duly_0005"
-down_revision: str | Sequence[str] | None = "duly_0004"
+revision: str = "duly_0006"
+down_revision: str | Sequence[str] | None = "duly_0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
