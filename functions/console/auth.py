@@ -139,8 +139,9 @@ class ConsoleAuth:
         given = headers.get(CSRF_HEADER) or _form_field(headers, body, CSRF_FIELD)
         if scope["path"] in LOGIN_PATHS:
             # Logging in or out: the form a browser was given, with or without a session.
-            good = {csrf_of(s) for s in (browser, found.secret if found else None) if s}
-            return None if given in good else _stale_form()
+            good = [csrf_of(s) for s in (browser, found.secret if found else None) if s]
+            matched = given and any(hmac.compare_digest(given.encode(), g.encode()) for g in good)
+            return None if matched else _stale_form()
         # Whoever the guard named (the session's principal, a bearer's, or LOCAL when
         # nothing is configured) acts; with nobody, the write is refused.
         if principal_in(scope) is None and found is None:
