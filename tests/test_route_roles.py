@@ -5,6 +5,7 @@
 - README's table is the routes' own: test_the_readme_table_is_the_routes
 - a key of each role walks every route: 403 below the route's role, through at or above it;
   no credential is 401 everywhere but the public routes: test_each_role_gets_what_the_table_says
+- the console's forms, each role logged in with its key: test_each_role_posts_the_forms_it_may
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from functions import examples
@@ -26,6 +28,7 @@ from tests.conftest import Database
 from tests.helpers import serving
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 TABLE = re.compile(
     r"<!-- route roles table[^>]*-->\n(?P<table>.*?)\n<!-- end route roles table -->", re.S
 )
@@ -131,3 +134,42 @@ async def test_the_metrics_token_reads_metrics_and_nothing_else(
             refused = await client.get(path, headers=bearer)
             assert refused.status_code == 403, (path, refused.text)
             assert "held to other routes" in refused.json()["detail"]
+
+
+async def test_each_role_posts_the_forms_it_may(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = {role: new_key() for role in Role}
+    entries = [
+        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
+        for role, key in keys.items()
+    ]
+    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    Session = await db.create(examples.Base.metadata)
+    app = create_dev_app(Session, run_worker=False)
+    forms = [
+        (path, Role(declared))
+        for method, path, declared in declared_routes(app.routes)
+        if method == "POST" and path.startswith("/console") and declared != PUBLIC
+    ]
+    assert len(forms) >= 8
+    async with serving(app) as server:
+        for role, key in keys.items():
+            async with httpx.AsyncClient(base_url=server.base_url, trust_env=False) as client:
+                login = await client.get("/console/login")
+                token = CSRF.search(login.text)
+                assert token is not None
+                data = {"csrf_token": token.group(1), "token": key}
+                assert (await client.post("/console/login", data=data)).status_code == 303
+                page = await client.get("/console/outbox")
+                csrf = CSRF.search(page.text)
+                assert csrf is not None, page.text[:500]
+                holder = Principal(id="x", roles=frozenset({role}), via=Via.API_KEY)
+                for path, needed in forms:
+                    sent = {"csrf_token": csrf.group(1)}
+                    reply = await client.post(concrete(path), data=sent)
+                    if holder.has(needed):
+                        assert reply.status_code not in (401, 403, 500), (role, path, reply.text)
+                    else:
+                        assert reply.status_code == 403, (role, path, reply.text)
+                        assert f"needs the {needed.value} role" in reply.text
