@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -157,6 +158,16 @@ async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         server.should_exit = True
         await task
         sock.close()
+
+
+CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
+
+
+def csrf_of(page: httpx.Response) -> str:
+    """The CSRF token a console page's forms carry."""
+    found = CSRF.search(page.text)
+    assert found is not None, page.text[:2000]
+    return found.group(1)
 
 
 # -- `duly` as a subprocess -------------------------------------------------------------

@@ -47,7 +47,7 @@ from functions import examples
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
 FAST_WORKER = {"max_idle_interval": timedelta(seconds=0.5)}
 PAGES = "/console/graphs"
@@ -61,14 +61,10 @@ async def client(db: Database, dev_app_configured: None) -> AsyncIterator[httpx.
         yield served
 
 
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
-
-
 async def write(client: httpx.AsyncClient, path: str, **given: Any) -> httpx.Response:
     """A console write with the CSRF token the pages' forms carry (as the designer's header)."""
-    found = CSRF.search((await client.get(PAGES)).text)
-    assert found is not None, "the graph pages carry no CSRF token"
-    return await client.post(path, headers={"X-CSRF-Token": found.group(1)}, **given)
+    token = csrf_of(await client.get(PAGES))
+    return await client.post(path, headers={"X-CSRF-Token": token}, **given)
 
 
 def diagram_of(page: httpx.Response) -> dict[str, Any]:

@@ -49,17 +49,9 @@ from functions.examples import Expense, Onboarding, Research
 from functions.http.app import create_app
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
 TOKEN = "s3cret-token-for-the-console"
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
-
-
-def csrf_of(page: httpx.Response) -> str:
-    """The CSRF token a page's forms carry."""
-    found = CSRF.search(page.text)
-    assert found is not None, page.text[:2000]
-    return found.group(1)
 
 
 @asynccontextmanager

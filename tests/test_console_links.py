@@ -25,11 +25,10 @@ from functions.http.segments import raw_route_path, sent_path
 from tests.apps import slashes
 from tests.apps.slashes import Ticket
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
 KEYS = ("x/cancel", "a/b", "x")  # "x" too: the run a decoded `x/cancel` would have opened
 EVENT_ID = "order/7/replay"
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 ATTRIBUTE = r'{}="(/console/[^"]*)"'
 
 
@@ -48,12 +47,6 @@ async def console(db: Database) -> AsyncIterator[httpx.AsyncClient]:
 def links(page: httpx.Response, attribute: str) -> list[str]:
     """Every console URL the page names in `attribute` (href, action, hx-get)."""
     return [html.unescape(u) for u in re.findall(ATTRIBUTE.format(attribute), page.text)]
-
-
-def csrf_of(page: httpx.Response) -> str:
-    found = CSRF.search(page.text)
-    assert found is not None, page.text[:2000]
-    return found.group(1)
 
 
 async def test_a_key_with_a_slash_opens_its_own_run_from_every_link(db: Database) -> None:

@@ -5,6 +5,9 @@
   key's name, roles and way in; logging in again ends the session before; the
   header shows who is logged in; the session's principal is held to its roles:
   test_an_api_key_logs_in
+- a session lasts only while what was typed is configured: a key's roles are read as they
+  are now, and a removed or rotated key, or a changed token, ends its sessions:
+  test_a_session_ends_with_its_credential
 - logout ends the session on the server: the old cookie gets the login page,
   and its CSRF token writes nothing: test_logout_ends_the_session_on_the_server
 - ten wrong logins from one client are refused one by one, the eleventh is a
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -46,22 +48,15 @@ from functions.http.app import create_app
 from functions.identity.keys import digest_of, new_key
 from functions.identity.principal import Principal, Role, Via
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 from tests.oidc_issuer import CLIENT_ID, LocalIssuer
 
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 OPERATOR_KEY = new_key()
 VIEWER_KEY = new_key()
 KEYS = [
     {"name": "deploy-bot", "roles": ["operator"], "sha256": digest_of(OPERATOR_KEY)},
     {"name": "dashboard", "roles": ["viewer"], "sha256": digest_of(VIEWER_KEY)},
 ]
-
-
-def csrf_of(page: httpx.Response) -> str:
-    found = CSRF.search(page.text)
-    assert found is not None, page.text[:2000]
-    return found.group(1)
 
 
 @asynccontextmanager
@@ -289,3 +284,39 @@ async def test_with_no_way_to_log_in_the_console_is_closed(
         refused = await client.post("/console/runs/onboarding/start", data=form)
         assert refused.status_code == 403 and "nobody can log in here" in refused.text
         assert db.sql("SELECT count(*) FROM onboarding") == [(0,)]
+
+
+async def test_a_session_ends_with_its_credential(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "the-console-admin-token-one"
+    Session = await db.create(examples.Base.metadata)
+
+    async def served(keys: list[dict[str, object]], admin: str) -> httpx.AsyncClient:
+        monkeypatch.setenv("DULY_API_KEYS", json.dumps(keys))
+        monkeypatch.setenv("DULY_API_TOKEN", admin)
+        return serving(create_app(Session, run_worker=False))  # type: ignore[return-value]
+
+    async with await served(KEYS, token) as client:
+        assert (await log_in(client, OPERATOR_KEY)).status_code == 303
+        as_key = dict(client.cookies)
+        client.cookies.clear()
+        assert (await log_in(client, token)).status_code == 303
+        as_token = dict(client.cookies)
+    demoted = [{**KEYS[0], "roles": ["viewer"]}, KEYS[1]]
+    async with await served(demoted, token) as client:
+        client.cookies.update(as_key)
+        page = await client.get("/console/runs/onboarding/start")
+        assert page.status_code == 200
+        form = {"csrf_token": csrf_of(page), "step": "welcome", "row.user_id": "u"}
+        refused = await client.post("/console/runs/onboarding/start", data=form)
+        assert refused.status_code == 403 and "needs the operator role" in refused.text
+        client.cookies.clear()
+        client.cookies.update(as_token)
+        assert (await client.get("/console/outbox")).status_code == 200
+    async with await served(KEYS[1:], "the-console-admin-token-two") as client:
+        for cookies in (as_key, as_token):
+            client.cookies.clear()
+            client.cookies.update(cookies)
+            gone = await client.get("/console/outbox")
+            assert gone.status_code == 303 and gone.headers["location"].startswith("/console/login")

@@ -33,14 +33,13 @@ from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
 PAGES = "/console/graphs"
 TOKEN = "graph-admin-token-of-some-length"
 KEYS = {name: new_key() for name in ("sam", "mia", "max", "mallory", "gail", "ops")}
 ROLES = {"ops": Role.ADMIN}
 GROUPS = {"gail": frozenset({"finance"})}
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 
 
 def keys_setting() -> str:
@@ -263,9 +262,7 @@ async def test_the_console_acts_as_the_key(served: httpx.AsyncClient) -> None:
     # An admin's form may still name a user (as the API's body may): on behalf, and shown so.
     legal = choice(await ok(await offered(client, instance["id"], "ops", "lee")), "Legal approves")
     form = {"branch_id": legal["branch_id"], "target_node_id": legal["target_id"], "user": "lee"}
-    token = CSRF.search(as_mia.text)
-    assert token is not None
-    form["csrf_token"] = token.group(1)
+    form["csrf_token"] = csrf_of(as_mia)
     assert (
         await client.post(f"{page_path}/transitions", data=form, headers=bearer("ops"))
     ).status_code == 303

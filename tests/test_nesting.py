@@ -28,9 +28,8 @@ from functions.requests.nesting import MAX_NESTING, TOO_DEEP
 from tests.apps.serverless_app import SIGNUP, Outbox, Signup
 from tests.aws_fakes import create_tables, function, row_of, settings_for, waiting_signup
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 STORED_LEVELS = 2_000  # twice Python's recursion limit: no recursive walk could read it
 DEEP_DESIGN_LEVELS = 300  # past the 255 levels that used to break a design's save
 PAST_RECURSIVE_WALKS = 700  # levels: past what jsonable_encoder and a recursive walk reach
@@ -140,11 +139,10 @@ async def test_the_console_refuses_a_json_field_nested_too_deep(db: Database) ->
     Session = await db.create(examples.Base.metadata)
     async with serving(create_app(Session, run_worker=False)) as client:
         form_url = "/console/runs/research/start"
-        token = CSRF.search((await client.get(form_url)).text)
-        assert token is not None
+        token = csrf_of(await client.get(form_url))
         pages = {}
         for levels in (MAX_NESTING + 1, STORED_LEVELS):  # the second is past json.loads' limit
-            form = {"csrf_token": token.group(1), "step": "research_all", "row.name": "deep"}
+            form = {"csrf_token": token, "step": "research_all", "row.name": "deep"}
             pages[levels] = await client.post(
                 form_url, data={**form, "row.companies": nested_text(levels)}
             )
@@ -172,10 +170,9 @@ async def test_a_design_nested_too_deep_is_refused_by_the_api_and_the_designer(
         await install_example_graph()
         before = (await client.get("/graphs/templates")).json()
         by_api = await client.post("/graphs/templates", json=design)
-        token = CSRF.search((await client.get("/console/graphs")).text)
-        assert token is not None
+        token = csrf_of(await client.get("/console/graphs"))
         by_designer = await client.post(
-            "/console/graphs/designer/save", json=design, headers={"X-CSRF-Token": token.group(1)}
+            "/console/graphs/designer/save", json=design, headers={"X-CSRF-Token": token}
         )
         after = (await client.get("/graphs/templates")).json()
     sentence = f"nodes[0]: {TOO_DEEP}"

@@ -21,9 +21,8 @@ from functions.requests.errors import Problem
 from tests.apps.serverless_app import SIGNUP, Outbox
 from tests.aws_fakes import create_tables, function, row_of, settings_for, waiting_signup
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 LONG = "x" * 100_000  # characters: a hundred times what any name may hold
 CONFIRM = {"step": "confirm", "args": {"code": "x"}}
 
@@ -68,9 +67,8 @@ async def test_a_bad_delivery_gets_the_same_refusal_from_every_door(db: Database
         # The console's deliver form names its run by the page's key: the where case has no
         # form, the others do.
         form_url = f"/console/runs/lambda_signup/{key}/deliver"
-        token = CSRF.search((await client.get(form_url)).text)
-        assert token is not None
-        form = {"csrf_token": token.group(1), "args.code": "x", "confirmed": "yes"}
+        token = csrf_of(await client.get(form_url))
+        form = {"csrf_token": token, "args.code": "x", "confirmed": "yes"}
         long_step = await client.post(form_url, data={**form, "step": LONG})
         wrong_key = await client.post(
             "/console/runs/lambda_signup/abc/deliver", data={**form, "step": "confirm"}

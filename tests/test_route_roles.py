@@ -25,10 +25,9 @@ from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Principal, Role, Via
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
-from tests.helpers import serving
+from tests.helpers import csrf_of, serving
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 TABLE = re.compile(
     r"<!-- route roles table[^>]*-->\n(?P<table>.*?)\n<!-- end route roles table -->", re.S
 )
@@ -42,6 +41,17 @@ PARAMETERS = {
     "instance_id": str(uuid.uuid4()),
     "event_id": str(uuid.uuid4()),
 }
+
+
+def role_keys(monkeypatch: pytest.MonkeyPatch) -> dict[Role, str]:
+    """A named key of each role, in DULY_API_KEYS: the keys by role."""
+    keys = {role: new_key() for role in Role}
+    entries = [
+        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
+        for role, key in keys.items()
+    ]
+    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    return keys
 
 
 def concrete(path: str) -> str:
@@ -71,12 +81,7 @@ def examples_sessionmaker() -> object:
 async def test_each_role_gets_what_the_table_says(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keys = {role: new_key() for role in Role}
-    entries = [
-        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
-        for role, key in keys.items()
-    ]
-    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    keys = role_keys(monkeypatch)
     Session = await db.create(examples.Base.metadata)
     app = create_dev_app(Session, run_worker=False)
     walked = 0
@@ -139,12 +144,7 @@ async def test_the_metrics_token_reads_metrics_and_nothing_else(
 async def test_each_role_posts_the_forms_it_may(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keys = {role: new_key() for role in Role}
-    entries = [
-        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
-        for role, key in keys.items()
-    ]
-    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    keys = role_keys(monkeypatch)
     Session = await db.create(examples.Base.metadata)
     app = create_dev_app(Session, run_worker=False)
     forms = [
@@ -156,17 +156,12 @@ async def test_each_role_posts_the_forms_it_may(
     async with serving(app) as server:
         for role, key in keys.items():
             async with httpx.AsyncClient(base_url=server.base_url, trust_env=False) as client:
-                login = await client.get("/console/login")
-                token = CSRF.search(login.text)
-                assert token is not None
-                data = {"csrf_token": token.group(1), "token": key}
+                data = {"csrf_token": csrf_of(await client.get("/console/login")), "token": key}
                 assert (await client.post("/console/login", data=data)).status_code == 303
-                page = await client.get("/console/outbox")
-                csrf = CSRF.search(page.text)
-                assert csrf is not None, page.text[:500]
+                csrf = csrf_of(await client.get("/console/outbox"))
                 holder = Principal(id="x", roles=frozenset({role}), via=Via.API_KEY)
                 for path, needed in forms:
-                    sent = {"csrf_token": csrf.group(1)}
+                    sent = {"csrf_token": csrf}
                     reply = await client.post(concrete(path), data=sent)
                     if holder.has(needed):
                         assert reply.status_code not in (401, 403, 500), (role, path, reply.text)

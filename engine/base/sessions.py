@@ -38,6 +38,8 @@ def declare_sessions_table(metadata: MetaData) -> Table:
         Column("roles", ARRAY(Text), nullable=False, server_default=text("'{}'")),
         Column("groups", ARRAY(Text), nullable=False, server_default=text("'{}'")),
         Column("via", Text, nullable=False),  # how the login was made: oidc, api-key, token
+        # What the login typed, as a digest: the session ends when it is no longer configured.
+        Column("credential", Text),
         Column("created_at", DateTime(timezone=True), nullable=False),
         Column("expires_at", DateTime(timezone=True), nullable=False),
         Column("ended_at", DateTime(timezone=True)),  # logged out; NULL while it lasts

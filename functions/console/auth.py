@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import cookie_parser
 
 from engine.base import settings as variables
-from functions.console.sessions import SESSION_SECONDS, Session, find_session
+from functions.console.sessions import SESSION_SECONDS, Session, find_session, session_principal
 from functions.console.templating import templates
 from functions.http.segments import sent_path
 from functions.identity.access import PRINCIPAL_SCOPE, principal_in
@@ -104,6 +104,28 @@ class ConsoleAuth:
         key = self.keys.find(typed)
         return key.principal() if key is not None else None
 
+    def credential_of(self, typed: str) -> str | None:
+        """What a session keeps of the key or token typed to start it: the key's SHA-256, or
+        an HMAC of the token (which never leaves this process)."""
+        if self.token is not None and hmac.compare_digest(typed.encode(), self.token.encode()):
+            return _token_digest(self.token)
+        key = self.keys.find(typed)
+        return key.sha256 if key is not None else None
+
+    def still_held(self, found: Session) -> Session | None:
+        """`found` while its credential is still configured (a key's roles as they are now);
+        None once its key is removed or rotated, or the token changed."""
+        if found.credential is None:
+            return found  # an issuer's login: good until it expires or ends
+        if self.token is not None and hmac.compare_digest(
+            found.credential, _token_digest(self.token)
+        ):
+            return found
+        for key in self.keys.keys:
+            if hmac.compare_digest(found.credential, key.sha256):
+                return Session(found.secret, session_principal(key.principal()), found.credential)
+        return None
+
     async def session(self, scope: Any, headers: Mapping[str, str]) -> Session | None:
         """The request's good session, looked up once per request (kept in its scope)."""
         if SESSION_SCOPE in scope:
@@ -114,6 +136,7 @@ class ConsoleAuth:
             secret = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
             if secret:
                 found = await find_session(engine_of(scope), secret)
+                found = None if found is None else self.still_held(found)
         scope[SESSION_SCOPE] = found
         return found
 
@@ -332,3 +355,7 @@ templates.env.globals["csrf_token"] = csrf_token
 templates.env.globals["signed_in"] = signed_in
 templates.env.globals["signed_in_as"] = signed_in_as
 templates.env.globals["csrf_field_name"] = CSRF_FIELD
+
+
+def _token_digest(token: str) -> str:
+    return hmac.new(token.encode(), b"duly console session", hashlib.sha256).hexdigest()

@@ -75,7 +75,7 @@ async def log_in(
             else "No API key or token is configured here, so there is nothing to type."
         )
         return login_page(request, target, message, status_code=401)
-    return await _signed_in(request, principal, target)
+    return await _signed_in(request, principal, target, auth.credential_of(token.strip()))
 
 
 @router.get("/login/oidc", dependencies=[allow(None)])
@@ -140,7 +140,9 @@ async def log_out(request: Request) -> Response:
     return response
 
 
-async def _signed_in(request: Request, principal: Principal, target: str) -> Response:
+async def _signed_in(
+    request: Request, principal: Principal, target: str, credential: str | None = None
+) -> Response:
     if not principal.roles:
         message = f"{principal.shown} holds no role here (DULY_ROLES, DULY_DEFAULT_ROLE)."
         return login_page(request, target, message, status_code=403)
@@ -148,7 +150,7 @@ async def _signed_in(request: Request, principal: Principal, target: str) -> Res
     previous = session_of(request)
     if previous is not None:  # logging in again: the session this browser had ends
         await end_session(engine, previous.secret)
-    started = await start_session(engine, principal)
+    started = await start_session(engine, principal, credential)
     response = RedirectResponse(target, status_code=303)
     set_cookie(request, response, SESSION_COOKIE, started.secret, SESSION_SECONDS)
     return response

@@ -38,10 +38,14 @@ class Session:
 
     secret: str
     principal: Principal
+    credential: str | None = None  # the digest of the key or token typed; None for an issuer
 
 
-async def start_session(engine: AsyncEngine, principal: Principal) -> Session:
-    """A new session of `principal`, good for SESSION_SECONDS; its cookie secret."""
+async def start_session(
+    engine: AsyncEngine, principal: Principal, credential: str | None = None
+) -> Session:
+    """A new session of `principal`, good for SESSION_SECONDS; its cookie secret.
+    `credential` is the digest of what was typed (`ConsoleAuth.credential_of`)."""
     secret = secrets.token_urlsafe(32)
     now = db_now()
     async with engine.begin() as conn:
@@ -53,18 +57,19 @@ async def start_session(engine: AsyncEngine, principal: Principal) -> Session:
                 roles=sorted(principal.roles),
                 groups=sorted(principal.groups),
                 via=principal.via.value,
+                credential=credential,
                 created_at=now,
                 expires_at=now + timedelta(seconds=SESSION_SECONDS),
             )
         )
-    return Session(secret, session_principal(principal))
+    return Session(secret, session_principal(principal), credential)
 
 
 async def find_session(engine: AsyncEngine, secret: str | None) -> Session | None:
     """The good session of a cookie's secret; None for an unknown, ended or expired one."""
     if not secret or len(secret) > MAX_SECRET:
         return None
-    query = select(_c.principal_id, _c.name, _c.roles, _c.groups).where(
+    query = select(_c.principal_id, _c.name, _c.roles, _c.groups, _c.credential).where(
         _c.id == session_id(secret), _c.ended_at.is_(None), _c.expires_at > db_now()
     )
     async with engine.connect() as conn:
@@ -78,7 +83,7 @@ async def find_session(engine: AsyncEngine, secret: str | None) -> Session | Non
         groups=frozenset(row.groups),
         name=row.name,
     )
-    return Session(secret, principal)
+    return Session(secret, principal, row.credential)
 
 
 async def end_session(engine: AsyncEngine, secret: str) -> bool:

@@ -30,6 +30,7 @@ def upgrade() -> None:
             "groups", postgresql.ARRAY(sa.Text()), server_default=sa.text("'{}'"), nullable=False
         ),
         sa.Column("via", sa.Text(), nullable=False),
+        sa.Column("credential", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
