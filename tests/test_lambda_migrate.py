@@ -1,0 +1,259 @@
+"""The migrate function (functions/lambdas/migrate.py), as CloudFormation's custom resource.
+
+Real requests (tests/events/custom_resource_*.json) with their ResponseURL pointed at
+a loopback HTTP server that keeps each PUT; a real PostgreSQL (the suite's `db`):
+- Create migrates to the newest revision, Update finds it done, Delete changes
+  nothing, each answered once with the request's ids and one PhysicalResourceId;
+- a revision that fails midway answers FAILED and leaves the tables and
+  alembic_version as they were;
+- a deploy waits for another's lock, and one that cannot get it in its time
+  answers FAILED before the invocation ends, with nothing committed;
+- a request the function cannot serve (no database setting) is answered FAILED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from functions.lambdas.migrate import ANSWER_MARGIN, on_deploy
+from infra.migrate import LOCK_KEY, OWN_VERSIONS
+from tests.aws_fakes import Context
+from tests.conftest import Database
+from tests.helpers import wait_until
+from tests.test_migrations import HEAD, schema, tables, version
+
+EVENTS = Path(__file__).resolve().parent / "events"
+EXAMPLES = "functions.examples"
+FAILING_REVISION = '''
+"""A revision that creates a table, alters another, then fails."""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "duly_0007"
+down_revision = "{head}"
+
+
+def upgrade() -> None:
+    op.create_table("half_done", sa.Column("id", sa.Integer, primary_key=True))
+    op.add_column("onboarding", sa.Column("later", sa.Integer))
+    raise RuntimeError("the seventh revision fails midway")
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
+class Answers:
+    """A loopback HTTP server standing in for the presigned S3 URL: the PUTs it was sent."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        answers = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                answers.received.append((self.path, dict(self.headers), json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, request_id: str) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/responses/{request_id}?X-Amz-Signature=abc"
+
+    def only(self) -> dict[str, Any]:
+        """The one answer received, its headers checked as S3 would."""
+        [(path, headers, body)] = self.received
+        assert path.startswith(f"/responses/{body['RequestId']}?")
+        assert headers["Content-Type"] == ""  # what the URL was presigned with
+        self.received.clear()
+        return body
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def answers() -> Iterator[Answers]:
+    server = Answers()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def settings(monkeypatch: pytest.MonkeyPatch, db: Database) -> pytest.MonkeyPatch:
+    """The migrate function's environment: the test's database, the examples."""
+    monkeypatch.setenv("DULY_DATABASE_URL", db.url)
+    monkeypatch.setenv("DULY_APP", EXAMPLES)
+    monkeypatch.delenv("DULY_MIGRATIONS", raising=False)
+    monkeypatch.delenv("DULY_DATABASE_SECRET_ARN", raising=False)
+    return monkeypatch
+
+
+def request(kind: str, answers: Answers) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((EVENTS / f"custom_resource_{kind}.json").read_text())
+    event["ResponseURL"] = answers.url(event["RequestId"])
+    return event
+
+
+def migrate_threads_ended() -> bool:
+    return not any(thread.name == "duly-migrate" for thread in threading.enumerate())
+
+
+def test_create_migrates_update_finds_it_done_delete_changes_nothing(
+    db: Database, settings: pytest.MonkeyPatch, answers: Answers
+) -> None:
+    create = request("create", answers)
+    assert on_deploy(create, Context(30.0))["Status"] == "SUCCESS"
+    created = answers.only()
+    assert created == {
+        "Status": "SUCCESS",
+        "Reason": f"{db.name} migrated to {HEAD} (was empty).",
+        "PhysicalResourceId": "shop-Migrations",  # the stack's name and the logical id
+        "StackId": create["StackId"],
+        "RequestId": create["RequestId"],
+        "LogicalResourceId": "Migrations",
+        "NoEcho": False,
+        "Data": {"Revision": HEAD},
+    }
+    assert version(db) == [HEAD]
+    assert {"onboarding", "duly_wake_slots", "duly_clock"} <= tables(db)
+    migrated = schema(db)
+
+    update = request("update", answers)
+    assert update["PhysicalResourceId"] == created["PhysicalResourceId"]
+    on_deploy(update, Context(30.0))
+    updated = answers.only()
+    assert (updated["Status"], updated["Reason"]) == ("SUCCESS", f"{db.name} already at {HEAD}.")
+    assert updated["PhysicalResourceId"] == "shop-Migrations"
+    assert updated["RequestId"] == update["RequestId"]
+
+    on_deploy(request("delete", answers), Context(30.0))
+    deleted = answers.only()
+    assert (deleted["Status"], deleted["PhysicalResourceId"]) == ("SUCCESS", "shop-Migrations")
+    assert "left as it is" in deleted["Reason"]
+    assert schema(db) == migrated
+    assert version(db) == [HEAD]
+
+
+def test_a_revision_that_fails_midway_answers_failed_and_changes_nothing(
+    db: Database, settings: pytest.MonkeyPatch, answers: Answers, tmp_path: Path
+) -> None:
+    versions = tmp_path / "versions"
+    shutil.copytree(OWN_VERSIONS, versions, ignore=shutil.ignore_patterns("__pycache__"))
+    settings.setenv("DULY_MIGRATIONS", str(versions))
+    on_deploy(request("create", answers), Context(30.0))
+    assert answers.only()["Status"] == "SUCCESS"
+    before = (schema(db), tables(db), version(db))
+
+    (versions / "duly_0007_fails.py").write_text(
+        textwrap.dedent(FAILING_REVISION.format(head=HEAD))
+    )
+    said = on_deploy(request("update", answers), Context(30.0))
+    failed = answers.only()
+    assert failed["Status"] == "FAILED" == said["Status"]
+    assert failed["Reason"] == (
+        "Not migrated, the schema is as it was: RuntimeError: the seventh revision fails midway"
+    )
+    assert failed["PhysicalResourceId"] == "shop-Migrations"
+    assert (schema(db), tables(db), version(db)) == before
+    assert "half_done" not in tables(db)
+
+
+async def test_a_deploy_waits_for_the_lock_another_deploy_holds(
+    db: Database, settings: pytest.MonkeyPatch, answers: Answers
+) -> None:
+    holder = await psycopg.AsyncConnection.connect(db.conninfo)
+    try:
+        await holder.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        deploy = asyncio.create_task(
+            asyncio.to_thread(on_deploy, request("create", answers), Context(30.0))
+        )
+        await wait_until(lambda: waiting_for_the_lock(db), timeout=10, what="a wait on the lock")
+        assert answers.received == [] and not deploy.done()
+        await holder.commit()  # the other deploy ends: this one goes on
+        said = await deploy
+    finally:
+        await holder.close()
+    assert said["Status"] == "SUCCESS"
+    assert answers.only()["Reason"] == f"{db.name} migrated to {HEAD} (was empty)."
+    assert version(db) == [HEAD]
+
+
+async def test_a_deploy_that_cannot_get_the_lock_in_time_answers_failed_before_its_end(
+    db: Database, settings: pytest.MonkeyPatch, answers: Answers
+) -> None:
+    remaining = ANSWER_MARGIN + 2.0  # seconds: two to migrate in, then the margin to answer
+    holder = await psycopg.AsyncConnection.connect(db.conninfo)
+    try:
+        await holder.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        started = time.monotonic()
+        said = await asyncio.to_thread(on_deploy, request("create", answers), Context(remaining))
+        took = time.monotonic() - started
+        # The database bounds the lock wait too: the migration's thread ends on its own.
+        await wait_until(migrate_threads_ended, timeout=10, what="the migration's end")
+    finally:
+        await holder.close()
+    assert said["Status"] == "FAILED"
+    assert took < remaining - 1.0, "answered with time to spare"
+    failed = answers.only()
+    assert failed["Status"] == "FAILED"
+    assert "did not finish within 2 s" in failed["Reason"]
+    assert tables(db) == set()  # not even alembic_version
+
+
+def test_without_a_database_setting_create_answers_failed_and_delete_succeeds(
+    monkeypatch: pytest.MonkeyPatch, answers: Answers
+) -> None:
+    for name in ("DULY_DATABASE_URL", "DULY_DATABASE_SECRET_ARN", "DULY_MIGRATIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DULY_APP", EXAMPLES)
+    on_deploy(request("create", answers), Context(30.0))
+    failed = answers.only()
+    assert failed["Status"] == "FAILED"
+    assert failed["Reason"] == (
+        "Not migrated, the schema is as it was: ConfigurationError: The migrate function "
+        "needs DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN."
+    )
+    on_deploy(request("delete", answers), Context(30.0))  # Delete never reaches the database
+    assert answers.only()["Status"] == "SUCCESS"
+
+
+def test_an_event_that_is_no_custom_resource_request_is_refused_without_raising() -> None:
+    said = on_deploy({"duly": "wake"}, Context(30.0))
+    assert said["Status"] == "FAILED"
+    assert "no RequestType, ResponseURL, StackId, RequestId, LogicalResourceId" in said["Reason"]
+
+
+def waiting_for_the_lock(db: Database) -> bool:
+    rows = db.sql(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database() "
+        "AND a.application_name = 'duly-migrate'"
+    )
+    return rows[0][0] == 1
