@@ -1,4 +1,4 @@
-"""Checks of the SAM template: cfn-lint clean, and the four functions wired up."""
+"""Checks of the SAM template: cfn-lint clean, the functions wired up, migrations first."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cfnlint.api import lint_file
 from cfnlint.decode.cfn_yaml import load
+from samtranslator.translator.transform import transform
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
 HANDLERS = {
@@ -16,7 +18,9 @@ HANDLERS = {
     "WakeFunction": "functions.lambdas.handlers.wake",
     "DrainFunction": "functions.lambdas.handlers.drain",
     "DeliverFunction": "functions.lambdas.handlers.deliver",
+    "MigrateFunction": "functions.lambdas.migrate.on_deploy",
 }
+SERVING = ("PublishFunction", "WakeFunction", "DrainFunction", "DeliverFunction")
 
 
 def test_cfn_lint_finds_nothing() -> None:
@@ -26,7 +30,7 @@ def test_cfn_lint_finds_nothing() -> None:
     assert matches == [], "\n".join(str(match) for match in matches)
 
 
-def test_four_functions_with_their_handlers() -> None:
+def test_the_functions_with_their_handlers() -> None:
     resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
     functions = {
         name: resource["Properties"]["Handler"]
@@ -55,3 +59,39 @@ def test_wake_has_a_safety_net_schedule_and_bounded_concurrency() -> None:
     assert safety_net["Type"] == "ScheduleV2"
     assert json.loads(safety_net["Properties"]["Input"]) == {"duly": "wake"}
     assert wake["ReservedConcurrentExecutions"] == {"Ref": "WakeConcurrency"}
+
+
+def test_the_serving_functions_wait_for_the_migrations_of_their_code() -> None:
+    resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
+    migrations = resources["Migrations"]
+    assert migrations["Type"] == "Custom::DulyMigrate"
+    assert migrations["Properties"]["ServiceToken"] == {"Fn::GetAtt": ["MigrateFunction", "Arn"]}
+    assert int(migrations["Properties"]["ServiceTimeout"]) > int(
+        resources["MigrateFunction"]["Properties"]["Timeout"]
+    ), "CloudFormation waits for the function's answer, not an hour"
+    for name in SERVING:
+        assert resources[name]["DependsOn"] == "Migrations", name
+
+
+class NoManagedPolicies:
+    """The SAM transform's policy loader, offline: the template names no AWS managed policy."""
+
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+def test_new_code_changes_the_migrations_resource_so_update_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    def code_version(code_uri: str) -> Any:
+        template: dict[str, Any] = load(str(TEMPLATE))
+        template["Globals"]["Function"]["CodeUri"] = code_uri  # as sam deploy uploads it
+        parameters = {"DatabaseSecretArn": "arn:aws:secretsmanager:us-east-1:1:secret:db"}
+        resources = transform(template, parameters, NoManagedPolicies())["Resources"]
+        return resources["Migrations"]["Properties"]["CodeVersion"]
+
+    first = code_version("s3://artifacts/0f1e2d")
+    assert first == code_version("s3://artifacts/0f1e2d")  # the same code: nothing to run
+    assert first != code_version("s3://artifacts/9a8b7c")  # new code: an Update
