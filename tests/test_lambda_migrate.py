@@ -32,7 +32,7 @@ from infra.migrate import LOCK_KEY, OWN_VERSIONS
 from tests.aws_fakes import Context
 from tests.conftest import Database
 from tests.helpers import wait_until
-from tests.test_migrations import HEAD, schema, tables, version
+from tests.schema_helpers import HEAD, schema, tables, version
 
 EVENTS = Path(__file__).resolve().parent / "events"
 EXAMPLES = "functions.examples"
@@ -166,7 +166,8 @@ def test_a_revision_that_fails_midway_answers_failed_and_changes_nothing(
 ) -> None:
     versions = tmp_path / "versions"
     shutil.copytree(OWN_VERSIONS, versions, ignore=shutil.ignore_patterns("__pycache__"))
-    settings.setenv("DULY_MIGRATIONS", str(versions))
+    settings.setenv("LAMBDA_TASK_ROOT", str(tmp_path))  # the bundle's root, as on Lambda
+    settings.setenv("DULY_MIGRATIONS", "versions")
     on_deploy(request("create", answers), Context(30.0))
     assert answers.only()["Status"] == "SUCCESS"
     before = (schema(db), tables(db), version(db))

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -33,6 +35,7 @@ log = logging.getLogger("duly.lambda")
 ANSWER_MARGIN = 5.0  # seconds kept at the end of the invocation to answer CloudFormation
 BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
 CONNECT_TIMEOUT = 10  # seconds, to reach the database
+TASK_ROOT = "LAMBDA_TASK_ROOT"  # where Lambda unpacked the bundle
 PASSWORD_IN_URL = re.compile(r"://([^:/@\s]+):[^@\s]+@")
 
 # Alembic's context is a module global: one migration per container at a time, even when a
@@ -138,7 +141,7 @@ def migrate_in_time(budget: Budget) -> Outcome:
 async def migrate_to_head(gate: CommitGate, time_limit: float) -> Outcome:
     """Upgrade DULY_APP's database to the newest revision, committing through `gate`."""
     url = database_url_of_environment()
-    migrations = migrations_for(variables.APP.read(), None, url)
+    migrations = migrations_for(variables.APP.read(), revisions_directory(), url)
     if not (migrations.versions.is_dir() and migrations.heads()):
         return Outcome(
             "FAILED",
@@ -173,6 +176,14 @@ async def migrate_to_head(gate: CommitGate, time_limit: float) -> Outcome:
     else:
         reason = f"{database} already at {revision}."
     return Outcome("SUCCESS", reason, {"Revision": revision})
+
+
+def revisions_directory() -> Path | None:
+    """DULY_MIGRATIONS, a relative one taken from the bundle's root (LAMBDA_TASK_ROOT)."""
+    named = variables.MIGRATIONS.read()
+    if not named:
+        return None
+    return Path(os.environ.get(TASK_ROOT, ".")) / named  # an absolute `named` stays as it is
 
 
 def database_url_of_environment() -> str:

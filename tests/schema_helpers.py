@@ -1,0 +1,47 @@
+"""The schema of a test's database as pg_catalog has it, and where Alembic says it is."""
+
+from __future__ import annotations
+
+from tests.conftest import Database
+
+# The schema as pg_catalog has it: every column (position, type, NOT NULL, default), every
+# constraint and index as PostgreSQL prints its definition, every sequence; alembic's own
+# bookkeeping table aside.
+SCHEMA = """
+SELECT 'column', c.relname, a.attnum || ' ' || a.attname,
+       format_type(a.atttypid, a.atttypmod)
+       || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+       || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE n.nspname = 'public' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint', c.relname, k.conname, pg_get_constraintdef(k.oid)
+FROM pg_constraint k
+JOIN pg_class c ON c.oid = k.conrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public'
+UNION ALL
+SELECT 'index', tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL
+SELECT 'sequence', sequencename, data_type::text, increment_by::text
+FROM pg_sequences WHERE schemaname = 'public'
+"""
+
+
+def schema(db: Database) -> set[tuple[object, ...]]:
+    return {row for row in db.sql(SCHEMA) if row[1] != "alembic_version"}
+
+
+def tables(db: Database) -> set[str]:
+    rows = db.sql("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    return {str(name) for (name,) in rows}
+
+
+def version(db: Database) -> list[str]:
+    return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
+
+
+HEAD = "duly_0006"  # duly's newest own revision (the console's sessions)
