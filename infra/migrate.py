@@ -176,11 +176,11 @@ class Migrations:
 
     def unknown(self, revisions: Iterable[str]) -> list[str]:
         """Those of `revisions` that are not in this directory's history."""
-        script = self.script()
+        revision_map = self.script().revision_map
         missing = []
         for revision in revisions:
             try:
-                known = script.get_revision(revision) is not None
+                known = revision_map.get_revision(revision) is not None
             except ResolutionError:
                 known = False
             if not known:

@@ -8,7 +8,10 @@ a loopback HTTP server that keeps each PUT; a real PostgreSQL (the suite's `db`)
   alembic_version as they were;
 - a deploy waits for another's lock, and one that cannot get it in its time
   answers FAILED before the invocation ends, with nothing committed;
-- a request the function cannot serve (no database setting) is answered FAILED.
+- an Update that finds the database at a revision its code does not know (a
+  rollback) leaves it and answers SUCCESS;
+- a request the function cannot serve (no database setting) is answered FAILED,
+  and an answer nobody takes is logged, never raised.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from functions.lambdas.migrate import ANSWER_MARGIN, on_deploy
 from infra.migrate import LOCK_KEY, OWN_VERSIONS
 from tests.aws_fakes import Context
 from tests.conftest import Database
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.schema_helpers import HEAD, schema, tables, version
 
 EVENTS = Path(__file__).resolve().parent / "events"
@@ -226,6 +229,40 @@ async def test_a_deploy_that_cannot_get_the_lock_in_time_answers_failed_before_i
     assert failed["Status"] == "FAILED"
     assert "did not finish within 2 s" in failed["Reason"]
     assert tables(db) == set()  # not even alembic_version
+
+
+def test_an_update_that_finds_a_newer_release_s_revision_leaves_it(
+    db: Database, settings: pytest.MonkeyPatch, answers: Answers, tmp_path: Path
+) -> None:
+    on_deploy(request("create", answers), Context(30.0))  # the newer release migrated
+    assert answers.only()["Status"] == "SUCCESS"
+    migrated = schema(db)
+    older = tmp_path / "older"  # the release a rollback goes back to: one revision fewer
+    shutil.copytree(OWN_VERSIONS, older, ignore=shutil.ignore_patterns("__pycache__"))
+    [newest] = older.glob(f"{HEAD}_*.py")
+    newest.unlink()
+    settings.setenv("DULY_MIGRATIONS", str(older))
+
+    on_deploy(request("update", answers), Context(30.0))
+    kept = answers.only()
+    assert kept["Status"] == "SUCCESS"
+    assert kept["Reason"] == (
+        f"{db.name} is left at {HEAD}, a revision this release does not know (a newer "
+        "release's, as when a deploy rolls back)."
+    )
+    assert (schema(db), version(db)) == (migrated, [HEAD])
+
+
+def test_an_answer_nobody_takes_is_logged_never_raised(
+    caplog: pytest.LogCaptureFixture, answers: Answers
+) -> None:
+    event = request("delete", answers)
+    event["ResponseURL"] = f"http://127.0.0.1:{free_port()}/nobody"
+    started = time.monotonic()
+    said = on_deploy(event, Context(2.0))
+    assert said["Status"] == "SUCCESS"
+    assert time.monotonic() - started < 2.0, "gave up within the invocation's time"
+    assert "CloudFormation was never answered SUCCESS" in caplog.text
 
 
 def test_without_a_database_setting_create_answers_failed_and_delete_succeeds(
