@@ -5,6 +5,8 @@ runs the HTTP app on it too); an engine of `POOL_SIZE` kept connections with
 `pool_pre_ping` and `prepare_threshold=None`; the app module (DULY_APP) and its event
 registry; the workflow connection, the wake slots and the scheduler; boto3 clients; the
 HTTP app, on the first HTTP event only. Why each: docs/architecture.md, "On AWS Lambda".
+A call to AWS after a committed write (`kick`, `invoke_another_wake`, `tell_idle`) never
+raises: `infra.kicks.survive_aws_call` logs and counts its failure.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.requests.lookup import mapped_event_tables
 from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.kicks import survive_aws_call
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
 from infra.settings import database_url
@@ -294,11 +297,26 @@ class Runtime:
             Payload=json.dumps(WAKE_INPUT).encode(),
         )
 
-    async def kick(self) -> None:
+    async def kick(self) -> bool:
         """Make sure a wake comes now: one kick per invocation that left work ready (processes
-        that address runs themselves debounce with `infra.kicks`)."""
+        that address runs themselves debounce with `infra.kicks`). Never raises: whether
+        the kick was sent (a failure is logged and counted; the safety net bounds it)."""
         container = await self.container()
-        await container.scheduler.kick()
+        return await survive_aws_call("kick", container.scheduler.kick)
+
+    async def invoke_another_wake(self) -> bool:
+        """Invoke one more wake now, as `kick` never raising; whether it was invoked."""
+        return await survive_aws_call("kick", self.invoke_wake)
+
+    async def tell_idle(self, at: datetime | None) -> None:
+        """The wake's `on_idle`: register the next instant with the scheduler, never raising
+        (the registration is kept as it was, and the next wake's tell writes it)."""
+        container = await self.container()
+
+        async def register() -> None:
+            await container.scheduler.on_idle(at)
+
+        await survive_aws_call("schedule", register)
 
 
 _runtime: list[Runtime] = []
