@@ -28,7 +28,10 @@ log = logging.getLogger("duly.kicks")
 
 DEFAULT_INTERVAL = 0.2  # seconds: at most one invoke per process this often
 RETRIES = 3  # failed invokes in a row retried, one interval apart
-BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
+BOTO_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10}  # seconds
+# Three tries in all: an AWS that cannot be reached (a VPC with no route to it) holds an
+# answer about ten seconds at most before the failure is logged, not a minute.
+BOTO_RETRIES = {"mode": "standard", "total_max_attempts": 3}
 
 Invoke = Callable[[], Awaitable[None]]
 
@@ -210,4 +213,6 @@ def _lambda_client() -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client("lambda", config=Config(**BOTO_TIMEOUTS))
+    return boto3.session.Session().client(
+        "lambda", config=Config(**BOTO_TIMEOUTS, retries=BOTO_RETRIES)
+    )

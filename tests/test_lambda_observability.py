@@ -7,7 +7,7 @@
   test_a_failed_schedule_write_is_a_warning_and_the_wake_still_answers
 - a handler's log lines are JSON with the invocation's request id:
   test_a_handlers_log_lines_are_json_with_the_request_id; a line from a step's body names
-  its workflow and run key: test_a_line_from_a_steps_body_names_its_workflow_and_run_key
+  its workflow and run key: test_a_wake_writes_its_metrics_in_embedded_metric_format
 - the metrics are EMF documents (directive, namespace, dimensions, values):
   test_a_wake_writes_its_metrics_in_embedded_metric_format,
   test_failed_attempts_dead_letters_and_stranded_runs_as_emf
@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import socket
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -89,9 +90,7 @@ async def call_in_container(rt: Runtime, entry: Any, event: Any) -> dict[str, An
 
     def invoke() -> dict[str, Any]:
         install(rt)
-        context = Context(30.0)
-        context.aws_request_id = REQUEST_ID  # type: ignore[attr-defined]
-        return entry(event, context)  # type: ignore[no-any-return]
+        return entry(event, Context(30.0, aws_request_id=REQUEST_ID))  # type: ignore[no-any-return]
 
     with ThreadPoolExecutor(1) as thread:
         try:
@@ -188,18 +187,18 @@ async def test_a_handlers_log_lines_are_json_with_the_request_id(
     assert after["request_id"] is None, "a line between invocations belongs to none"
 
 
-def test_a_line_from_a_steps_body_names_its_workflow_and_run_key(on_lambda: io.StringIO) -> None:
-    metrics = observing.start_observing("duly-test")
+def test_a_lines_extra_workflow_and_run_key_are_fields(on_lambda: io.StringIO) -> None:
     record = logging.LogRecord("app", logging.INFO, __file__, 1, "charged %s", ("ada",), None)
-    formatter = JsonFormatter()
-    assert "workflow" not in json.loads(formatter.format(record))
-    token = telemetry._current_run.set(("orders", "42"))
-    try:
-        said = json.loads(formatter.format(record))
-    finally:
-        telemetry._current_run.reset(token)
+    assert set(json.loads(JsonFormatter().format(record))) == {
+        "timestamp",
+        "level",
+        "logger",
+        "message",
+        "request_id",
+    }, "outside a step, no run"
+    record.workflow, record.run_key = "orders", "42"
+    said = json.loads(JsonFormatter().format(record))
     assert (said["workflow"], said["run_key"], said["message"]) == ("orders", "42", "charged ada")
-    assert metrics.flush() == []
 
 
 def emf_documents(out: str) -> list[dict[str, Any]]:
@@ -220,7 +219,11 @@ async def test_a_wake_writes_its_metrics_in_embedded_metric_format(
         await fn.call(lambda_handlers.publish, event)
         capfd.readouterr()
         woken = await fn.call(lambda_handlers.wake, WAKE_INPUT)
-    assert woken["steps"] == 2 and (await one_signup(Session)).status == "welcomed"
+    signup = await one_signup(Session)
+    assert woken["steps"] == 2 and signup.status == "welcomed"
+    [welcomed] = [x for x in log_lines(on_lambda.getvalue()) if x["logger"] == "tests.signup"]
+    assert (welcomed["workflow"], welcomed["run_key"]) == ("lambda_signup", str(signup.id))
+    assert uuid.UUID(welcomed["request_id"]), "the wake invocation's own id"
     documents = emf_documents(capfd.readouterr().out)
     for document in documents:
         [directive] = document["_aws"]["CloudWatchMetrics"]

@@ -54,7 +54,10 @@ WAKE_INPUT = {"duly": "wake"}  # what the scheduler and a kick send the wake fun
 POOL_SIZE = 2  # connections kept between invocations
 POOL_RECYCLE = 300  # seconds: a kept connection older than this is replaced
 DEFAULT_REMAINING = 60.0  # seconds, when an invocation has no Lambda context (a local call)
-BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
+BOTO_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10}  # seconds
+# Three tries in all: an AWS that cannot be reached (a VPC with no route to it) holds an
+# answer about ten seconds at most before the failure is logged, not a minute.
+BOTO_RETRIES = {"mode": "standard", "total_max_attempts": 3}
 
 
 class Scheduler(Protocol):
@@ -207,7 +210,9 @@ class Runtime:
         import boto3
         from botocore.config import Config
 
-        return boto3.session.Session().client(service, config=Config(**BOTO_TIMEOUTS))
+        return boto3.session.Session().client(
+            service, config=Config(**BOTO_TIMEOUTS, retries=BOTO_RETRIES)
+        )
 
     def close(self) -> None:
         """Dispose of the engine and close the loop (tests; a container never needs it)."""
