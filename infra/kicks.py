@@ -42,17 +42,20 @@ AFTER_COMMIT_CALLS = {
 }
 
 
-async def survive_aws_call(call: str, send: Invoke) -> bool:
+async def survive_aws_call(call: str, send: Invoke, *, aws_errors_only: bool = False) -> bool:
     """Run `send`, a call to AWS that follows a committed write; whether it succeeded.
 
     A failure never reaches the caller, whose write stands: it is logged once,
     as a warning with the error's class and first line (no payload, no
     traceback), and counted (`telemetry.kick_failed`). The safety-net schedule
-    bounds the delay it causes. `call` is a key of AFTER_COMMIT_CALLS.
+    bounds the delay it causes. `call` is a key of AFTER_COMMIT_CALLS. With
+    `aws_errors_only`, an error that is not boto3's (the database's) is raised.
     """
     try:
         await send()
     except Exception as error:
+        if aws_errors_only and not is_aws_error(error):
+            raise
         telemetry.kick_failed(call)
         log.warning(
             "Could not %s: %s: %s. The write stands; the safety-net schedule bounds the delay.",
@@ -62,6 +65,12 @@ async def survive_aws_call(call: str, send: Invoke) -> bool:
         )
         return False
     return True
+
+
+def is_aws_error(error: BaseException) -> bool:
+    """Whether `error` is botocore's (AWS refused, or could not be reached), told without
+    importing botocore."""
+    return type(error).__module__.partition(".")[0] in ("botocore", "boto3")
 
 
 class AsyncKicker:

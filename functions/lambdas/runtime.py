@@ -314,14 +314,15 @@ class Runtime:
         return await survive_aws_call("kick", self.invoke_wake)
 
     async def tell_idle(self, at: datetime | None) -> None:
-        """The wake's `on_idle`: register the next instant with the scheduler, never raising
-        (the registration is kept as it was, and the next wake's tell writes it)."""
+        """The wake's `on_idle`: register the next instant with the scheduler. AWS's failure
+        is logged and counted, not raised (the row keeps what AWS has, and the next wake's
+        tell writes it); the database's is raised, and the worker tells again next pass."""
         container = await self.container()
 
         async def register() -> None:
             await container.scheduler.on_idle(at)
 
-        await survive_aws_call("schedule", register)
+        await survive_aws_call("schedule", register, aws_errors_only=True)
 
 
 _runtime: list[Runtime] = []
