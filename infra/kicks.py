@@ -5,7 +5,9 @@ on `WorkflowConnection.kicks`: at most one asynchronous invoke per `interval`,
 the first kick at once and the rest of a burst as one send at its end, so a
 kick is merged, never dropped. A publisher that commits with its own session
 kicks after its commit; on Lambda, `await kicker.flush()` before a handler
-returns. A failed invoke is logged and retried, never raised into the caller.
+returns. A failed invoke is logged and retried, never raised into the caller:
+`survive_aws_call` is the one place a call to AWS that follows a committed write
+fails quietly (a warning, a count), for this kicker and the Lambda runtime alike.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine.base.errors import ConfigurationError
+from engine.base.errors import ConfigurationError, first_line
 from engine.base.settings import WAKE_FUNCTION_ARN
+from engine.model import telemetry
 from engine.model.connection import WorkflowConnection
 from infra.scheduler import wake_invoker
 
@@ -25,9 +28,49 @@ log = logging.getLogger("duly.kicks")
 
 DEFAULT_INTERVAL = 0.2  # seconds: at most one invoke per process this often
 RETRIES = 3  # failed invokes in a row retried, one interval apart
-BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
+BOTO_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10}  # seconds
+# Three tries in all: an AWS that cannot be reached (a VPC with no route to it) holds an
+# answer about ten seconds at most before the failure is logged, not a minute.
+BOTO_RETRIES = {"mode": "standard", "total_max_attempts": 3}
 
 Invoke = Callable[[], Awaitable[None]]
+
+# What each call after a commit does, as the warning of its failure says it.
+AFTER_COMMIT_CALLS = {
+    "kick": "invoke the wake function",
+    "schedule": "register the next wake-up with EventBridge Scheduler",
+}
+
+
+async def survive_aws_call(call: str, send: Invoke, *, aws_errors_only: bool = False) -> bool:
+    """Run `send`, a call to AWS that follows a committed write; whether it succeeded.
+
+    A failure never reaches the caller, whose write stands: it is logged once,
+    as a warning with the error's class and first line (no payload, no
+    traceback), and counted (`telemetry.kick_failed`). The safety-net schedule
+    bounds the delay it causes. `call` is a key of AFTER_COMMIT_CALLS. With
+    `aws_errors_only`, an error that is not boto3's (the database's) is raised.
+    """
+    try:
+        await send()
+    except Exception as error:
+        if aws_errors_only and not is_aws_error(error):
+            raise
+        telemetry.kick_failed(call)
+        log.warning(
+            "Could not %s: %s: %s. The write stands; the safety-net schedule bounds the delay.",
+            AFTER_COMMIT_CALLS[call],
+            type(error).__name__,
+            first_line(error, "no message"),
+        )
+        return False
+    return True
+
+
+def is_aws_error(error: BaseException) -> bool:
+    """Whether `error` is botocore's (AWS refused, or could not be reached), told without
+    importing botocore."""
+    return type(error).__module__.partition(".")[0] in ("botocore", "boto3")
 
 
 class AsyncKicker:
@@ -130,20 +173,13 @@ class AsyncKicker:
         task.add_done_callback(self._sending.discard)
 
     async def _invoke(self) -> None:
-        try:
-            await self.invoke()
-        except Exception:
-            self.failed += 1
-            self._failures_in_a_row += 1
-            retry = self._failures_in_a_row <= RETRIES
-            log.exception(
-                "Could not invoke the wake function (%s).",
-                "retrying after the interval" if retry else "the safety-net schedule will",
-            )
-            if retry:
-                self._schedule()
-        else:
+        if await survive_aws_call("kick", self.invoke):
             self._failures_in_a_row = 0
+            return
+        self.failed += 1
+        self._failures_in_a_row += 1
+        if self._failures_in_a_row <= RETRIES:
+            self._schedule()  # retried after the interval, RETRIES times in a row at most
 
 
 @contextlib.asynccontextmanager
@@ -186,4 +222,6 @@ def _lambda_client() -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client("lambda", config=Config(**BOTO_TIMEOUTS))
+    return boto3.session.Session().client(
+        "lambda", config=Config(**BOTO_TIMEOUTS, retries=BOTO_RETRIES)
+    )

@@ -67,11 +67,13 @@ def aws_client(endpoint: str, service: str) -> Any:
 
 @dataclass
 class Context:
-    """A Lambda context: the time left from when it was made, and the function's ARN."""
+    """A Lambda context: the time left from when it was made, the function's ARN, and the
+    invocation's request id."""
 
     remaining: float = 30.0  # seconds
     invoked_function_arn: str = WAKE_ARN
     started: float = field(default_factory=time.monotonic)
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def get_remaining_time_in_millis(self) -> int:
         return int((self.remaining - (time.monotonic() - self.started)) * 1000)

@@ -118,7 +118,7 @@ async def test_a_failing_invoke_is_logged_and_retried_never_raised(
 ) -> None:
     invokes = Invokes(fail=2)
     kicker = AsyncKicker(invokes, INTERVAL)
-    with caplog.at_level(logging.ERROR, "duly.kicks"):
+    with caplog.at_level(logging.WARNING, "duly.kicks"):
         kicker("orders")  # the caller's commit succeeded: nothing may come back at it
         await asyncio.sleep(0)
         await settle(kicker)
@@ -128,7 +128,7 @@ async def test_a_failing_invoke_is_logged_and_retried_never_raised(
 
     always = Invokes(fail=1000)
     giving_up = AsyncKicker(always, 0.0)
-    with caplog.at_level(logging.ERROR, "duly.kicks"):
+    with caplog.at_level(logging.WARNING, "duly.kicks"):
         giving_up("orders")
         await wait_until(lambda: len(always.at) >= 1 + kicks.RETRIES)
         await giving_up.flush()
@@ -223,3 +223,33 @@ async def test_start_run_and_deliver_kick_after_their_commit(db: Database) -> No
             await Reminder().start(Reminder.plan)  # folded into a send a minute away
             assert kicker.waiting
         assert len(seen) == 6, "leaving the block sent the waiting kick"
+
+
+async def test_an_aws_failure_after_a_commit_is_one_warning_and_one_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from botocore.exceptions import EndpointConnectionError
+    from prometheus_client import REGISTRY
+
+    def failed(call: str) -> float:
+        return REGISTRY.get_sample_value("duly_failed_kicks_total", {"call": call}) or 0.0
+
+    async def unreachable() -> None:
+        raise EndpointConnectionError(endpoint_url="https://scheduler.eu-west-1.amazonaws.com/")
+
+    async def database_down() -> None:
+        raise ConnectionRefusedError("the database is down")
+
+    before = failed("schedule")
+    with caplog.at_level(logging.WARNING, "duly.kicks"):
+        assert await kicks.survive_aws_call("schedule", unreachable, aws_errors_only=True) is False
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING and warning.exc_info is None
+    assert warning.getMessage().startswith(
+        "Could not register the next wake-up with EventBridge Scheduler: EndpointConnectionError"
+    )
+    assert failed("schedule") == before + 1
+    with pytest.raises(ConnectionRefusedError):  # not AWS's: the caller's to handle
+        await kicks.survive_aws_call("schedule", database_down, aws_errors_only=True)
+    assert await kicks.survive_aws_call("kick", database_down) is False, "any error, for a kick"
+    assert failed("schedule") == before + 1

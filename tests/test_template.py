@@ -95,3 +95,35 @@ def test_new_code_changes_the_migrations_resource_so_update_runs(
     first = code_version("s3://artifacts/0f1e2d")
     assert first == code_version("s3://artifacts/0f1e2d")  # the same code: nothing to run
     assert first != code_version("s3://artifacts/9a8b7c")  # new code: an Update
+
+
+def test_alarms_watch_the_metrics_the_functions_write_and_logs_are_kept_for_a_while() -> None:
+    from functions.lambdas.metrics import DEPLOYMENT, METRICS, NAMESPACE
+
+    template = load(str(TEMPLATE))
+    resources: dict[str, Any] = template["Resources"]
+    alarms = {
+        name: resource["Properties"]
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::CloudWatch::Alarm"
+    }
+    written = {metric.name for metric in METRICS}
+    watched = set()
+    for name, alarm in alarms.items():
+        assert alarm["AlarmActions"]["Fn::If"][0] == "NotifiesAlarms", name
+        if "MetricName" not in alarm:  # the functions' errors, summed over the four
+            stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+            assert {m["Dimensions"][0]["Value"]["Ref"] for m in stats} == set(SERVING)
+            continue
+        assert alarm["Namespace"] == NAMESPACE and alarm["MetricName"] in written, name
+        assert alarm["Dimensions"] == [{"Name": DEPLOYMENT, "Value": {"Ref": "ScheduleGroup"}}]
+        watched.add(alarm["MetricName"])
+    assert watched == {"StrandedRuns", "DeadLetters", "FailedKicks"}
+    groups = {
+        resource["Properties"]["LogGroupName"]["Fn::Sub"]
+        for resource in resources.values()
+        if resource["Type"] == "AWS::Logs::LogGroup"
+    }
+    names = {resources[f]["Properties"]["FunctionName"]["Fn::Sub"] for f in HANDLERS}
+    assert groups == {f"/aws/lambda/{name}" for name in names}
+    assert template["Parameters"]["LogRetentionDays"]["Default"] == 30

@@ -4,13 +4,16 @@ With `duly[tracing]` every step attempt is an OpenTelemetry span (`<workflow>.<s
 the application's tracer provider; with `duly[metrics]` attempts, step times, claim sizes,
 the event layer's figures and stranded runs are counted in prometheus-client's default
 registry, which the app serves at `/metrics`. Without them every function here returns at
-once: importing this module costs two failed imports, once.
+once: importing this module costs two failed imports, once. `add_emitter` hands the same
+figures to another sink as they happen (on Lambda, CloudWatch's embedded metric format);
+while one listens, a step's body runs with its workflow and run key as `current_run()`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from engine.model.attempt_log import run_key
@@ -24,6 +27,9 @@ try:
     import prometheus_client
 except ImportError:  # metrics not installed
     prometheus_client = None  # type: ignore[assignment]
+
+# A sink of figures as they happen: the figure's name, its value, its labels.
+Emitter = Callable[[str, float, Mapping[str, str]], None]
 
 TRACING = trace is not None
 METRICS = prometheus_client is not None
@@ -85,6 +91,12 @@ if prometheus_client is not None:
         "have, by workflow and step, as of its last check (engine.claims.stranded).",
         ["workflow", "step"],
     )
+    FAILED_KICKS: Any = prometheus_client.Counter(
+        "duly_failed_kicks",
+        "Calls to AWS after a committed write that failed (a kick or a schedule), by call; "
+        "the safety-net schedule bounds the delay they cause.",
+        ["call"],
+    )
     STEP_SECONDS: Any = prometheus_client.Histogram(
         "duly_step_seconds",
         "Time a step's body took, by workflow and step.",
@@ -94,6 +106,30 @@ if prometheus_client is not None:
 
 
 _children: dict[tuple[int, tuple[str, ...]], Any] = {}
+_emitters: list[Emitter] = []
+# The workflow and run key of the step body running in this context, while an emitter listens.
+_current_run: ContextVar[tuple[str, str] | None] = ContextVar("duly_current_run", default=None)
+
+
+def current_run() -> tuple[str, str] | None:
+    """The workflow and run key of the step body running here (None outside one, or with no
+    emitter listening): what a log line written from it is about."""
+    return _current_run.get()
+
+
+def add_emitter(emitter: Emitter) -> None:
+    """Hand every figure below to `emitter` too, as it happens, until `remove_emitter`."""
+    _emitters.append(emitter)
+
+
+def remove_emitter(emitter: Emitter) -> None:
+    """Stop handing figures to `emitter` (it was added)."""
+    _emitters.remove(emitter)
+
+
+def _emit(name: str, value: float, labels: Mapping[str, str]) -> None:
+    for emitter in _emitters:
+        emitter(name, value, labels)
 
 
 def _child(metric: Any, *labels: str) -> Any:
@@ -111,12 +147,28 @@ _NO_SPAN = contextlib.nullcontext()  # entered and left by every attempt while n
 def step_span(
     workflow: str, step: str, attempt: int, row: object
 ) -> contextlib.AbstractContextManager[None]:
-    """A span around one attempt of a step's body on `row` (nothing without tracing)."""
+    """A span around one attempt of a step's body on `row` (nothing without tracing); while
+    an emitter listens, the body's run is `current_run()` too."""
+    if _emitters:
+        return _in_run(workflow, step, attempt, row)
     # Until the application sets a tracer provider, a span would be a no-op that still
     # costs a context switch per attempt: skip it (FastAPI installs the API, not a provider).
     if _tracer is None or isinstance(trace.get_tracer_provider(), NO_PROVIDER):
         return _NO_SPAN
     return _span(workflow, step, attempt, row)
+
+
+@contextlib.contextmanager
+def _in_run(workflow: str, step: str, attempt: int, row: object) -> Iterator[None]:
+    token = _current_run.set((workflow, run_key(row)))
+    try:
+        if _tracer is None or isinstance(trace.get_tracer_provider(), NO_PROVIDER):
+            yield
+        else:
+            with _span(workflow, step, attempt, row):
+                yield
+    finally:
+        _current_run.reset(token)
 
 
 @contextlib.contextmanager
@@ -132,7 +184,9 @@ def _span(workflow: str, step: str, attempt: int, row: object) -> Iterator[None]
 
 
 def attempt_finished(workflow: str, step: str, outcome: str, took_ms: float) -> None:
-    """Count an attempt's outcome and time its body (nothing without metrics)."""
+    """Count an attempt's outcome and time its body (nothing without metrics or an emitter)."""
+    if _emitters:
+        _emit("step_attempts", 1, {"workflow": workflow, "step": step, "outcome": outcome})
     if prometheus_client is None:
         return
     _child(STEP_ATTEMPTS, workflow, step, outcome).inc()
@@ -154,6 +208,8 @@ def rows_claimed(workflow: str, rows: int) -> None:
 
 def runs_stranded(workflow: str, step: str, runs: int) -> None:
     """Set how many runs of `workflow` wait, past the grace period, at a step no worker took."""
+    if _emitters:
+        _emit("stranded_runs", runs, {"workflow": workflow, "step": step})
     if prometheus_client is not None:
         _child(STRANDED, workflow, step).set(runs)
 
@@ -167,6 +223,8 @@ def outbox_backlog(counts: dict[str, int]) -> None:
 
 def outbox_drained(status: str, seconds: float) -> None:
     """Count one drain of an outbox row by the status it left, and time it."""
+    if _emitters:
+        _emit("outbox_settled", 1, {"status": status})
     if prometheus_client is not None:
         _child(OUTBOX_SETTLED, status).inc()
         OUTBOX_SECONDS.observe(seconds)
@@ -189,3 +247,11 @@ def execution_state(engine: str, state: str) -> None:
     """Count an execution entering `state`."""
     if prometheus_client is not None:
         _child(EXECUTIONS, engine, state).inc()
+
+
+def kick_failed(call: str) -> None:
+    """Count a call to AWS after a committed write that failed (`call`: kick or schedule)."""
+    if _emitters:
+        _emit("failed_kicks", 1, {"call": call})
+    if prometheus_client is not None:
+        _child(FAILED_KICKS, call).inc()

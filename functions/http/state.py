@@ -1,7 +1,9 @@
 """What an app's routes find on its state: the workflow connection, and the runtime's hooks.
 
 The lifespan (or the Lambda runtime) sets `app.state.connection`; the
-Lambda runtime also sets `kick`, `wake` and `drain`, plain or async.
+Lambda runtime also sets `kick`, `wake` and `drain`, plain or async. Its `kick`
+follows a committed write and never raises: a kick that cannot reach AWS is
+logged and counted, and the route still answers its 2xx.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ publish `{"ids", "stored", "duplicates", "kicked"}`, wake `{"steps", "caught_up"
 "invoked"}` (and `"reason"` when it did not work), drain `{"routed", "caught_up",
 "kicked"}`, deliver `{"accepted", "workflow", "step"}`; a mistake in it answers `{"error",
 "type"}` and writes nothing. An HTTP event (Function URL, HTTP API 2.0) goes to the one app
-through `functions.lambdas.http_events`. Why: docs/architecture.md, "On AWS Lambda".
+through `functions.lambdas.http_events`. On Lambda every invocation's log lines are JSON
+with its request id, and its metrics EMF lines (`functions.lambdas.observing`). Why:
+docs/architecture.md, "On AWS Lambda".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from engine.base.errors import ConfigurationError
 from functions.lambdas import http_events, work
+from functions.lambdas.observing import invocation
 from functions.lambdas.runtime import Budget, Runtime, runtime
 from functions.requests.errors import refusal_of
 
@@ -61,13 +64,14 @@ def handle(
     budget = Budget.of(context, rt.settings.wake_margin_seconds)
     rt.budget = budget
     rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
-    if is_http(event):
-        return http_events.answer(rt, event, context)
-    try:
-        return rt.run(operation(rt, event, budget))
-    except ConfigurationError:
-        raise  # the deployment's mistake, not the input's: failed, and retried once it is fixed
-    except work.CLIENT_ERRORS as exc:
-        said = refusal_of(exc)
-        log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), said)
-        return {"error": said, "type": type(exc).__name__}
+    with invocation(context, rt.settings.schedule_group):
+        if is_http(event):
+            return http_events.answer(rt, event, context)
+        try:
+            return rt.run(operation(rt, event, budget))
+        except ConfigurationError:
+            raise  # the deployment's mistake, not the input's: failed, retried once fixed
+        except work.CLIENT_ERRORS as exc:
+            said = refusal_of(exc)
+            log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), said)
+            return {"error": said, "type": type(exc).__name__}

@@ -5,6 +5,8 @@ runs the HTTP app on it too); an engine of `POOL_SIZE` kept connections with
 `pool_pre_ping` and `prepare_threshold=None`; the app module (DULY_APP) and its event
 registry; the workflow connection, the wake slots and the scheduler; boto3 clients; the
 HTTP app, on the first HTTP event only. Why each: docs/architecture.md, "On AWS Lambda".
+A call to AWS after a committed write (`kick`, `invoke_another_wake`, `tell_idle`) never
+raises: `infra.kicks.survive_aws_call` logs and counts its failure.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.requests.lookup import mapped_event_tables
 from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.kicks import survive_aws_call
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
 from infra.settings import database_url
@@ -51,7 +54,10 @@ WAKE_INPUT = {"duly": "wake"}  # what the scheduler and a kick send the wake fun
 POOL_SIZE = 2  # connections kept between invocations
 POOL_RECYCLE = 300  # seconds: a kept connection older than this is replaced
 DEFAULT_REMAINING = 60.0  # seconds, when an invocation has no Lambda context (a local call)
-BOTO_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}  # seconds
+BOTO_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10}  # seconds
+# Three tries in all: an AWS that cannot be reached (a VPC with no route to it) holds an
+# answer about ten seconds at most before the failure is logged, not a minute.
+BOTO_RETRIES = {"mode": "standard", "total_max_attempts": 3}
 
 
 class Scheduler(Protocol):
@@ -204,7 +210,9 @@ class Runtime:
         import boto3
         from botocore.config import Config
 
-        return boto3.session.Session().client(service, config=Config(**BOTO_TIMEOUTS))
+        return boto3.session.Session().client(
+            service, config=Config(**BOTO_TIMEOUTS, retries=BOTO_RETRIES)
+        )
 
     def close(self) -> None:
         """Dispose of the engine and close the loop (tests; a container never needs it)."""
@@ -294,11 +302,27 @@ class Runtime:
             Payload=json.dumps(WAKE_INPUT).encode(),
         )
 
-    async def kick(self) -> None:
+    async def kick(self) -> bool:
         """Make sure a wake comes now: one kick per invocation that left work ready (processes
-        that address runs themselves debounce with `infra.kicks`)."""
+        that address runs themselves debounce with `infra.kicks`). Never raises: whether
+        the kick was sent (a failure is logged and counted; the safety net bounds it)."""
         container = await self.container()
-        await container.scheduler.kick()
+        return await survive_aws_call("kick", container.scheduler.kick)
+
+    async def invoke_another_wake(self) -> bool:
+        """Invoke one more wake now, as `kick` never raising; whether it was invoked."""
+        return await survive_aws_call("kick", self.invoke_wake)
+
+    async def tell_idle(self, at: datetime | None) -> None:
+        """The wake's `on_idle`: register the next instant with the scheduler. AWS's failure
+        is logged and counted, not raised (the row keeps what AWS has, and the next wake's
+        tell writes it); the database's is raised, and the worker tells again next pass."""
+        container = await self.container()
+
+        async def register() -> None:
+            await container.scheduler.on_idle(at)
+
+        await survive_aws_call("schedule", register, aws_errors_only=True)
 
 
 _runtime: list[Runtime] = []

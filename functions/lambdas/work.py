@@ -32,6 +32,7 @@ from engine.model.connection import activate
 from engine.model.registry import registered_workflows
 from engine.retention import prune
 from engine.worker.loop import Worker
+from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
 from functions.requests.events import parse_publish
@@ -98,13 +99,13 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
         stored = await registry.publish_many(events, session=session)
     new = set(stored)
     ids = [e.event_id for e in events]
-    if stored:
-        await rt.kick()  # an outbox row is due now: routed by a wake, which nothing runs yet
+    # An outbox row is due now: routed by a wake, which nothing runs yet.
+    kicked = bool(stored) and await rt.kick()
     return {
         "ids": ids,
         "stored": stored,
         "duplicates": [i for i in ids if i not in new],
-        "kicked": bool(stored),
+        "kicked": kicked,
     }
 
 
@@ -126,6 +127,14 @@ async def wake(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
 
 async def wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
     """One wake: a slot, a worker until caught up or out of time, the slot freed."""
+    started = time.monotonic()
+    try:
+        return await _wake_cycle(rt, budget)
+    finally:
+        wake_finished(time.monotonic() - started)
+
+
+async def _wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
     container = await rt.container()
     result: dict[str, Any] = {"steps": 0, "caught_up": False, "slot": None, "invoked": 0}
     if budget.until_stop() <= 0:
@@ -140,7 +149,7 @@ async def wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
     try:
         async with run_workflows(
             container.Session,
-            on_idle=container.scheduler.on_idle,
+            on_idle=rt.tell_idle,
             suspends_when_idle=True,
             lease=budget.lease(),
             shutdown_timeout=budget.shutdown(),
@@ -168,10 +177,8 @@ async def wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
         if not released:
             await container.slots.release(slot, holder)
     if not caught_up:
-        await (
-            rt.invoke_wake()
-        )  # what is left goes on in a fresh invocation, not at the next schedule
-        spread.invoked += 1
+        # What is left goes on in a fresh invocation, not at the next schedule.
+        spread.invoked += await rt.invoke_another_wake()
     return {
         **result,
         "steps": steps,
@@ -207,8 +214,7 @@ async def spread_work(
                 and not upcoming.held
                 and await container.slots.free() > 0
             ):
-                await rt.invoke_wake()
-                spread.invoked += 1
+                spread.invoked += await rt.invoke_another_wake()
                 pause = SPREAD_AFTER_INVOKE
         except Exception:
             log.exception("wake: could not judge whether to invoke another wake")
@@ -274,9 +280,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
         ) as worker:
             caught_up = await worker.wake(budget.until_stop())
             routed = worker.steps_started
-    kicked = not caught_up or await due_now(container)
-    if kicked:
-        await rt.kick()
+    kicked = (not caught_up or await due_now(container)) and await rt.kick()
     result: dict[str, Any] = {"routed": routed, "caught_up": caught_up, "kicked": kicked}
     retention = rt.retention
     if retention.prune_on_drain and budget.until_stop() > 0:

@@ -3,7 +3,8 @@
 - `signup.received` events start a `Signup` run through the handler this
   module registers on its own `event_registry` (a DatabaseEventRegistry the
   runtime configures, as `duly drain` does): the handler is the only way in.
-- `Signup.welcome` returns `wake_in(Signup.nudge, LATER)`; `nudge` then
+- `Signup.welcome` logs a line (as an app's step would) and returns
+  `wake_in(Signup.nudge, LATER)`; `nudge` then
   waits for `Signup.confirm` until `CONFIRM_WITHIN` (else `expire`): so the
   next instant moves from the nudge to the wait's deadline, and a delivery
   ends the run (nothing left to schedule).
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from datetime import timedelta
 
@@ -35,6 +37,8 @@ LATER = timedelta(hours=2)  # from welcome to nudge
 CONFIRM_WITHIN = timedelta(days=1)  # how long nudge waits for a confirmation
 CHUNK_SECONDS = 0.02  # how long one Chunk step takes
 SIGNUP = "signup.received"
+
+log = logging.getLogger("tests.signup")
 
 # Chunk steps running now, across every wake in the process, and the most at once.
 running_lock = threading.Lock()
@@ -59,6 +63,7 @@ class Signup(Base, Workflow):
 
     @step
     async def welcome(self) -> object:
+        log.info("welcoming a new signup")
         self.status = "welcomed"
         return wake_in(Signup.nudge, LATER)
 
