@@ -459,6 +459,11 @@ DATABASE_SSLMODE = choice(
     ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
     shown="require with IAM auth, else libpq's",
 )
+PUBLIC_URL = flag(
+    "DULY_PUBLIC_URL",
+    "this function's URL is public (auth type NONE): it serves nothing unless a credential is set",
+    False,
+)
 
 # Tests and benchmarks.
 TEST_DATABASE_URL = optional_text(
