@@ -1,13 +1,10 @@
 """Roles whose password the test server really checks, for the database login tests.
 
-The embedded server trusts every local connection, so a wrong password would
-log in as well as the right one. Members of `PASSWORD_GROUP` are made to log
-in with their password (scram-sha-256): a line for that group goes first in
-the embedded server's pg_hba.conf, once, and the server reloads it. Any other
-role logs in as before. A server of DULY_TEST_DATABASE_URL that checks
-passwords already needs no change; one that does not is skipped with a reason.
-`tcp_port` forwards a loopback TCP port to the server's unix socket, for a
-client that must name a host (an IAM token is signed for a host and port).
+The embedded server trusts every local connection. Members of `PASSWORD_GROUP`
+must give their password (scram-sha-256): a rule for the group goes first in
+its pg_hba.conf, once, then a reload. Another server that takes any password
+skips these tests. `tcp_port` pipes a loopback TCP port to the unix socket, for
+a client that must name a host (an IAM token is signed for a host and port).
 """
 
 from __future__ import annotations
