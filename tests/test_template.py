@@ -1,4 +1,5 @@
-"""Checks of the SAM template: cfn-lint clean, the functions wired up, migrations first."""
+"""Checks of the SAM template: cfn-lint clean, the functions wired up, migrations first, alarms,
+and the options for the database (RDS Proxy, IAM auth), the VPC's endpoints and the console URL."""
 
 from __future__ import annotations
 
@@ -21,6 +22,37 @@ HANDLERS = {
     "MigrateFunction": "functions.lambdas.migrate.on_deploy",
 }
 SERVING = ("PublishFunction", "WakeFunction", "DrainFunction", "DeliverFunction")
+CONSOLE = {"ConsoleFunction": "functions.lambdas.handlers.publish"}  # only with PublicConsole
+README = TEMPLATE.parent / "README.md"
+# The parameters "The database, the VPC and the console on AWS" documents in README.md.
+DATABASE_VPC_CONSOLE_PARAMETERS = (
+    "DatabaseSecretArn",
+    "DatabaseHost",
+    "DatabasePort",
+    "DatabaseName",
+    "DatabaseUser",
+    "DatabaseIamAuth",
+    "DatabaseResourceId",
+    "DatabaseSslMode",
+    "CreateDatabaseProxy",
+    "DatabaseInstanceId",
+    "DatabaseClusterId",
+    "ProxyMaxConnectionsPercent",
+    "SubnetIds",
+    "SecurityGroupIds",
+    "CreateVpcEndpoints",
+    "VpcId",
+    "PublicConsole",
+    "ApiKeys",
+    "OidcIssuer",
+    "OidcClientId",
+    "OidcAudience",
+    "OidcUserClaim",
+    "OidcGroupsClaim",
+    "OidcClientSecretArn",
+    "WebhookSecretArn",
+    "ApiTokenSecretArn",
+)
 
 
 def test_cfn_lint_finds_nothing() -> None:
@@ -37,7 +69,7 @@ def test_the_functions_with_their_handlers() -> None:
         for name, resource in resources.items()
         if resource["Type"] == "AWS::Serverless::Function"
     }
-    assert functions == HANDLERS
+    assert functions == HANDLERS | CONSOLE
 
 
 def test_the_http_api_has_an_iam_function_url() -> None:
@@ -47,7 +79,7 @@ def test_the_http_api_has_an_iam_function_url() -> None:
 
 
 def test_every_handler_the_template_names_imports() -> None:
-    for handler in HANDLERS.values():
+    for handler in (HANDLERS | CONSOLE).values():
         module_name, _, name = handler.rpartition(".")
         assert callable(getattr(importlib.import_module(module_name), name)), handler
 
@@ -127,3 +159,75 @@ def test_alarms_watch_the_metrics_the_functions_write_and_logs_are_kept_for_a_wh
     names = {resources[f]["Properties"]["FunctionName"]["Fn::Sub"] for f in HANDLERS}
     assert groups == {f"/aws/lambda/{name}" for name in names}
     assert template["Parameters"]["LogRetentionDays"]["Default"] == 30
+
+
+def test_the_public_console_url_is_made_only_when_asked_and_only_with_a_login() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    console = template["Resources"]["ConsoleFunction"]
+    assert console["Condition"] == "MakeConsoleUrl"
+    assert template["Conditions"]["MakeConsoleUrl"] == {
+        "Fn::Equals": [{"Ref": "PublicConsole"}, "true"]
+    }
+    assert console["Properties"]["FunctionUrlConfig"]["AuthType"] == "NONE"
+    # The function refuses to serve with no credential set (functions/lambdas/public_url.py).
+    assert console["Properties"]["Environment"]["Variables"]["DULY_PUBLIC_URL"] == "true"
+    rule = template["Rules"]["PublicConsoleHasALogin"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "PublicConsole"}, "true"]}
+    [assertion] = rule["Assertions"]
+    eithers = assertion["Assert"]["Fn::Or"]
+    refs = {either["Fn::Not"][0]["Fn::Equals"][0]["Ref"] for either in eithers}
+    assert refs == {"ApiKeys", "OidcIssuer", "ApiTokenSecretArn"}
+
+
+def test_secrets_come_by_dynamic_reference_never_as_parameters() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    for variable, parameter in (
+        ("DULY_WEBHOOK_SECRET", "WebhookSecretArn"),
+        ("DULY_API_TOKEN", "ApiTokenSecretArn"),
+        ("DULY_OIDC_CLIENT_SECRET", "OidcClientSecretArn"),
+    ):
+        _, reference, _ = variables[variable]["Fn::If"]
+        assert reference == {
+            "Fn::Sub": "{{resolve:secretsmanager:${" + parameter + "}:SecretString}}"
+        }
+        assert template["Parameters"][parameter]["AllowedPattern"].startswith("^$|^arn:")
+
+
+def test_the_proxy_is_an_option_the_functions_then_connect_through() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    resources = template["Resources"]
+    for name, kind in (
+        ("DatabaseProxy", "AWS::RDS::DBProxy"),
+        ("DatabaseProxyTargetGroup", "AWS::RDS::DBProxyTargetGroup"),
+        ("DatabaseProxyRole", "AWS::IAM::Role"),
+    ):
+        assert (resources[name]["Type"], resources[name]["Condition"]) == (kind, "UseProxy")
+    proxy = resources["DatabaseProxy"]["Properties"]
+    assert (proxy["EngineFamily"], proxy["RequireTLS"]) == ("POSTGRESQL", True)
+    assert proxy["Auth"][0]["SecretArn"] == {"Ref": "DatabaseSecretArn"}
+    host = template["Globals"]["Function"]["Environment"]["Variables"]["DULY_DATABASE_HOST"]
+    proxy_endpoint = {"Fn::GetAtt": ["DatabaseProxy", "Endpoint"]}
+    assert host == {"Fn::If": ["UseProxy", proxy_endpoint, {"Ref": "DatabaseHost"}]}
+
+
+def test_the_vpc_endpoints_are_those_of_what_duly_calls() -> None:
+    resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
+    endpoints = {
+        resource["Properties"]["ServiceName"]["Fn::Sub"]
+        for resource in resources.values()
+        if resource["Type"] == "AWS::EC2::VPCEndpoint"
+        and resource["Condition"] == "MakeVpcEndpoints"
+    }
+    assert endpoints == {
+        f"com.amazonaws.${{AWS::Region}}.{service}"
+        for service in ("secretsmanager", "scheduler", "lambda")
+    }
+
+
+def test_the_database_vpc_and_console_parameters_are_documented() -> None:
+    parameters: dict[str, Any] = load(str(TEMPLATE))["Parameters"]
+    readme = README.read_text()
+    assert set(DATABASE_VPC_CONSOLE_PARAMETERS) <= set(parameters)
+    undocumented = [p for p in DATABASE_VPC_CONSOLE_PARAMETERS if f"| `{p}` |" not in readme]
+    assert undocumented == [], "README's table of the database, VPC and console parameters"

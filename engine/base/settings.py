@@ -196,6 +196,24 @@ def port(name: str, meaning: str, default: int) -> Setting[int]:
     return Setting(name, default, str(default), meaning, parse)
 
 
+def optional_port(name: str, meaning: str, *, shown: str = "unset") -> Setting[int | None]:
+    """A TCP port number; None when unset."""
+    parse = port(name, meaning, 1).parse
+    return Setting[int | None](name, None, shown, meaning, parse)
+
+
+def choice(name: str, meaning: str, words: tuple[str, ...], *, shown: str) -> Setting[str | None]:
+    """One of `words` (in any case); None when unset."""
+
+    def parse(raw: str) -> str:
+        word = raw.lower()
+        if word not in words:
+            raise ConfigurationError(f"{name} must be one of {', '.join(words)}, not {raw!r}.")
+        return word
+
+    return Setting[str | None](name, None, shown, meaning, parse)
+
+
 def seconds(
     name: str, meaning: str, default: float, *, least: float | None = None
 ) -> Setting[float]:
@@ -392,7 +410,7 @@ OIDC_CLIENT_SECRET = optional_text(
 # The AWS functions.
 DATABASE_SECRET_ARN = optional_text(
     "DULY_DATABASE_SECRET_ARN",
-    "without DULY_DATABASE_URL: the Secrets Manager secret of the database, as RDS writes it",
+    "without DULY_DATABASE_URL: the Secrets Manager secret of the database (RDS-managed or JSON)",
 )
 WAKE_FUNCTION_ARN = optional_text(
     "DULY_WAKE_FUNCTION_ARN", "the wake function: the schedule's target and what a kick invokes"
@@ -411,6 +429,41 @@ WAKE_MARGIN_SECONDS = seconds(
     "DULY_WAKE_MARGIN_SECONDS", "a wake stops claiming this long before its deadline", 10.0,
     least=1.0,
 )  # fmt: skip
+# Where the database is and how the functions log in: these win over the secret's fields.
+DATABASE_HOST = optional_text(
+    "DULY_DATABASE_HOST",
+    "the database's host, over the secret's: an RDS Proxy's endpoint, or the instance of an "
+    "RDS-managed secret (username and password only)",
+)
+DATABASE_PORT = optional_port(
+    "DULY_DATABASE_PORT", "the database's port, over the secret's", shown="the secret's, or 5432"
+)
+DATABASE_NAME = optional_text(
+    "DULY_DATABASE_NAME",
+    "the database's name, over the secret's",
+    shown="the secret's, or postgres",
+)
+DATABASE_USER = optional_text(
+    "DULY_DATABASE_USER",
+    "the user to log in as, over the secret's (with IAM auth, a user granted `rds_iam`)",
+    shown="the secret's",
+)
+DATABASE_IAM_AUTH = flag(
+    "DULY_DATABASE_IAM_AUTH",
+    "log in with an IAM token made afresh for each connection, never a password",
+    False,
+)
+DATABASE_SSLMODE = choice(
+    "DULY_DATABASE_SSLMODE",
+    "libpq's sslmode for the AWS functions' connections",
+    ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    shown="require with IAM auth, else libpq's",
+)
+PUBLIC_URL = flag(
+    "DULY_PUBLIC_URL",
+    "this function's URL is public (auth type NONE): it serves nothing unless a credential is set",
+    False,
+)
 
 # Tests and benchmarks.
 TEST_DATABASE_URL = optional_text(

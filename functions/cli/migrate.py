@@ -160,12 +160,11 @@ def secret_database_url(arn: str) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from infra.aws_settings import AwsSettings, resolve_database_url
+    from infra.database_login import DatabaseLogin
 
-    # Only the database fields matter to resolve_database_url.
-    settings = AwsSettings(
-        None, arn, wake_function_arn="", schedule_group="", scheduler_role_arn=""
-    )
     try:
+        # Only the database fields matter to resolve_database_url.
+        settings = AwsSettings(None, arn, "", "", "", database=DatabaseLogin.from_env())
         return resolve_database_url(settings, lambda: boto3.client("secretsmanager"))
     except (BotoCoreError, ClientError) as exc:
         raise SecretUnreadable(f"the database secret {arn} cannot be read: {exc}") from None

@@ -11,6 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from engine.model.connection import activate
+from functions.lambdas.public_url import refuse_an_open_public_url
 from functions.lambdas.runtime import Budget, LambdaHandler, Runtime
 from functions.lambdas.work import drain as drain_outbox
 from functions.lambdas.work import http_wake
@@ -49,6 +50,7 @@ def _make_http(runtime: Runtime) -> LambdaHandler:
 
     from functions.http.app import create_app
 
+    refuse_an_open_public_url()
     container = runtime.run(runtime.container())
     app = create_app(container.Session, run_worker=False)
     # The lifespan is off under mangum (it would run on every invocation): set what it sets.

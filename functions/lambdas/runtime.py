@@ -36,10 +36,10 @@ from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import configure_app_events, configure_app_graphs
 from functions.requests.lookup import mapped_event_tables
 from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.iam_auth import install_iam_auth
 from infra.kicks import survive_aws_call
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
-from infra.settings import database_url
 from infra.wake_slots import WakeSlots
 
 if TYPE_CHECKING:
@@ -261,6 +261,8 @@ class Runtime:
             **self._engine_options,
         }
         engine = create_async_engine(url, **options)
+        if settings.database.iam_auth:
+            install_iam_auth(engine, lambda: self.client("rds"))
         Session = async_sessionmaker(engine, expire_on_commit=False)
         app_module = settings.app_module
         before = get_event_registry()
@@ -276,12 +278,7 @@ class Runtime:
         )
 
     def _database_url(self) -> str:
-        settings = self.settings
-        if settings.database_url:
-            url = database_url(settings.database_url)
-            assert url is not None
-            return url
-        return resolve_database_url(settings, lambda: self.client("secretsmanager"))
+        return resolve_database_url(self.settings, lambda: self.client("secretsmanager"))
 
     # -- waking ----------------------------------------------------------------------
 
