@@ -231,3 +231,9 @@ def test_the_database_vpc_and_console_parameters_are_documented() -> None:
     assert set(DATABASE_VPC_CONSOLE_PARAMETERS) <= set(parameters)
     undocumented = [p for p in DATABASE_VPC_CONSOLE_PARAMETERS if f"| `{p}` |" not in readme]
     assert undocumented == [], "README's table of the database, VPC and console parameters"
+
+
+def test_every_parameter_is_in_a_readme_table() -> None:
+    parameters: dict[str, Any] = load(str(TEMPLATE))["Parameters"]
+    readme = README.read_text()
+    assert [p for p in parameters if f"| `{p}` |" not in readme] == []
