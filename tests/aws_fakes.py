@@ -41,6 +41,17 @@ from tests.helpers import wait_until
 APP = "tests.apps.serverless_app"
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:duly-test-wake"
 ROLE_ARN = "arn:aws:iam::123456789012:role/duly-test-scheduler"
+# The settings of a deployed stack, as the template sets them (no database reached).
+PROD_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:duly-db-AbCdEf"
+PROD_WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:duly-wake"
+PROD_ROLE_ARN = "arn:aws:iam::123456789012:role/duly-scheduler"
+PROD_ENV = {
+    "DULY_DATABASE_SECRET_ARN": PROD_SECRET_ARN,
+    "DULY_WAKE_FUNCTION_ARN": PROD_WAKE_ARN,
+    "DULY_SCHEDULE_GROUP": "duly-prod",
+    "DULY_SCHEDULER_ROLE_ARN": PROD_ROLE_ARN,
+}
+AWKWARD_PASSWORD = "p@ss:w/rd%?#&=+ é"  # every character a URL gives a meaning to
 REGION = "us-east-1"
 SETTLE_TIMEOUT = 60.0  # seconds for every wake invocation to end
 SLOT_SAMPLE = 0.005  # seconds between looks at the wake slots

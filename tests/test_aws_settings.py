@@ -38,19 +38,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine import ConfigurationError
 from infra.aws_settings import AwsSettings, database_url_from_secret, resolve_database_url
+from tests.aws_fakes import AWKWARD_PASSWORD
+from tests.aws_fakes import PROD_ENV as ENV
+from tests.aws_fakes import PROD_ROLE_ARN as ROLE_ARN
+from tests.aws_fakes import PROD_SECRET_ARN as SECRET_ARN
+from tests.aws_fakes import PROD_WAKE_ARN as WAKE_ARN
 from tests.conftest import Database
-
-SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:duly-db-AbCdEf"
-WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:duly-wake"
-ROLE_ARN = "arn:aws:iam::123456789012:role/duly-scheduler"
-AWKWARD_PASSWORD = "p@ss:w/rd%?#&=+ é"  # every character a URL gives a meaning to
-
-ENV = {
-    "DULY_DATABASE_SECRET_ARN": SECRET_ARN,
-    "DULY_WAKE_FUNCTION_ARN": WAKE_ARN,
-    "DULY_SCHEDULE_GROUP": "duly-prod",
-    "DULY_SCHEDULER_ROLE_ARN": ROLE_ARN,
-}
 
 
 @pytest.fixture

@@ -42,6 +42,8 @@ from infra.database_login import DatabaseLogin
 from infra.pytest_plugin import Database, Server
 from tests.apps.serverless_app import SIGNUP
 from tests.aws_fakes import (
+    AWKWARD_PASSWORD,
+    PROD_ENV,
     Aws,
     Context,
     aws_client,
@@ -53,7 +55,6 @@ from tests.aws_fakes import (
 )
 from tests.password_login import Socket, logs_in, password_role, set_password, tcp_port
 from tests.pgbouncer import Bouncer, start_pgbouncer
-from tests.test_aws_settings import AWKWARD_PASSWORD, ENV
 
 LOOPBACK = "127.0.0.1"
 PROXY_HOST = "duly-proxy.proxy-abc.us-east-1.rds.amazonaws.com"
@@ -93,7 +94,7 @@ async def test_an_rds_managed_secret_logs_in_with_the_host_from_the_settings(
         arn = secrets.create_secret(
             Name="rds!db-1", SecretString=rds_managed_secret(role, AWKWARD_PASSWORD)
         )["ARN"]
-        settings = AwsSettings.from_env(ENV | where(db) | {"DULY_DATABASE_SECRET_ARN": arn})
+        settings = AwsSettings.from_env(PROD_ENV | where(db) | {"DULY_DATABASE_SECRET_ARN": arn})
         url = resolve_database_url(settings, secrets)
         assert make_url(url).password == AWKWARD_PASSWORD
         engine = create_async_engine(url)
@@ -107,7 +108,7 @@ async def test_an_rds_managed_secret_logs_in_with_the_host_from_the_settings(
         wrong = secrets.create_secret(
             Name="rds!db-2", SecretString=rds_managed_secret(role, "not the password")
         )["ARN"]
-        settings = AwsSettings.from_env(ENV | where(db) | {"DULY_DATABASE_SECRET_ARN": wrong})
+        settings = AwsSettings.from_env(PROD_ENV | where(db) | {"DULY_DATABASE_SECRET_ARN": wrong})
         engine = create_async_engine(resolve_database_url(settings, secrets))
         try:
             with pytest.raises(Exception, match="password authentication failed"):
@@ -165,7 +166,7 @@ def test_a_secret_of_another_engine_is_refused() -> None:
 
 
 def test_iam_auth_with_neither_url_nor_secret_needs_the_host_and_user() -> None:
-    bare = {k: v for k, v in ENV.items() if k != "DULY_DATABASE_SECRET_ARN"}
+    bare = {k: v for k, v in PROD_ENV.items() if k != "DULY_DATABASE_SECRET_ARN"}
     with pytest.raises(ConfigurationError) as caught:
         AwsSettings.from_env(bare | {"DULY_DATABASE_IAM_AUTH": "on", "DULY_DATABASE_HOST": "h"})
     assert "(or, with IAM auth, DULY_DATABASE_USER)" in str(caught.value)
@@ -175,7 +176,7 @@ def test_iam_auth_with_neither_url_nor_secret_needs_the_host_and_user() -> None:
     )
     assert settings.database == DatabaseLogin(host="h", user="u", iam_auth=True)
     with pytest.raises(ConfigurationError, match="DULY_DATABASE_SSLMODE must be one of"):
-        AwsSettings.from_env(ENV | {"DULY_DATABASE_SSLMODE": "always"})
+        AwsSettings.from_env(PROD_ENV | {"DULY_DATABASE_SSLMODE": "always"})
 
 
 # -- IAM database authentication ------------------------------------------------------------
@@ -291,7 +292,7 @@ async def test_publish_and_wake_through_pgbouncer_with_an_rds_managed_secret(
     aws = Aws(moto_endpoint)
     secret = rds_managed_secret(bouncer.user, "PgBouncer trusts this test")
     arn = aws.client("secretsmanager").create_secret(Name="rds!db", SecretString=secret)["ARN"]
-    env = ENV | {
+    env = PROD_ENV | {
         "DULY_DATABASE_SECRET_ARN": arn,
         "DULY_DATABASE_HOST": "127.0.0.1",
         "DULY_DATABASE_PORT": str(bouncer.port),

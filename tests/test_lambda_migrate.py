@@ -32,9 +32,11 @@ import pytest
 
 from functions.lambdas.migrate import ANSWER_MARGIN, on_deploy
 from infra.migrate import LOCK_KEY, OWN_VERSIONS
-from tests.aws_fakes import Context
+from infra.pytest_plugin import Server
+from tests.aws_fakes import AWKWARD_PASSWORD, Context, aws_client
 from tests.conftest import Database
 from tests.helpers import free_port, wait_until
+from tests.password_login import Socket, password_role
 from tests.schema_helpers import HEAD, schema, tables, version
 
 EVENTS = Path(__file__).resolve().parent / "events"
@@ -276,7 +278,8 @@ def test_without_a_database_setting_create_answers_failed_and_delete_succeeds(
     assert failed["Status"] == "FAILED"
     assert failed["Reason"] == (
         "Not migrated, the schema is as it was: ConfigurationError: The migrate function "
-        "needs DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN."
+        "needs DULY_DATABASE_URL, DULY_DATABASE_SECRET_ARN, or IAM auth with "
+        "DULY_DATABASE_HOST and DULY_DATABASE_USER."
     )
     on_deploy(request("delete", answers), Context(30.0))  # Delete never reaches the database
     assert answers.only()["Status"] == "SUCCESS"
@@ -295,3 +298,35 @@ def waiting_for_the_lock(db: Database) -> bool:
         "AND a.application_name = 'duly-migrate'"
     )
     return rows[0][0] == 1
+
+
+async def test_create_logs_in_as_the_other_functions_do_with_an_rds_managed_secret(
+    db: Database,
+    server: Server,
+    moto_endpoint: str,
+    answers: Answers,
+    settings: pytest.MonkeyPatch,
+) -> None:
+    """A master user secret RDS manages holds only the username and password: the migrate
+    function, like the four others, takes the host, port and name from the settings."""
+    async with password_role(db, server, AWKWARD_PASSWORD, superuser=True) as role:
+        secret = json.dumps({"username": role, "password": AWKWARD_PASSWORD})
+        arn = aws_client(moto_endpoint, "secretsmanager").create_secret(
+            Name="rds!db-migrate", SecretString=secret
+        )["ARN"]
+        socket = Socket.of(db)
+        settings.delenv("DULY_DATABASE_URL")
+        for name, value in {
+            "DULY_DATABASE_SECRET_ARN": arn,
+            "DULY_DATABASE_HOST": socket.directory,
+            "DULY_DATABASE_PORT": str(socket.port),
+            "DULY_DATABASE_NAME": db.name,
+            "AWS_ENDPOINT_URL": moto_endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",  # as Lambda sets them
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }.items():
+            settings.setenv(name, value)
+        answer = await asyncio.to_thread(on_deploy, request("create", answers), Context(30.0))
+        assert answer["Status"] == "SUCCESS", answer
+        assert version(db) == [HEAD]

@@ -27,8 +27,9 @@ from engine.base.errors import ConfigurationError
 from functions.lambdas.custom_resource import Outcome, Request, RequestUnreadable, answer
 from functions.lambdas.runtime import Budget
 from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.database_login import DatabaseLogin
+from infra.iam_auth import install_iam_auth
 from infra.migrate import migrations_for
-from infra.settings import database_url
 
 log = logging.getLogger("duly.lambda")
 
@@ -140,7 +141,7 @@ def migrate_in_time(budget: Budget) -> Outcome:
 
 async def migrate_to_head(gate: CommitGate, time_limit: float) -> Outcome:
     """Upgrade DULY_APP's database to the newest revision, committing through `gate`."""
-    url = database_url_of_environment()
+    url, login = database_url_of_environment()
     migrations = migrations_for(variables.APP.read(), revisions_directory(), url)
     if not (migrations.versions.is_dir() and migrations.heads()):
         return Outcome(
@@ -157,6 +158,11 @@ async def migrate_to_head(gate: CommitGate, time_limit: float) -> Outcome:
             "connect_timeout": CONNECT_TIMEOUT,
         },
     )
+    if login.iam_auth:
+        import boto3
+        from botocore.config import Config
+
+        install_iam_auth(engine, lambda: boto3.client("rds", config=Config(**BOTO_TIMEOUTS)))
     try:
         before, after = await migrations.upgrade(
             engine, keep_unknown=True, time_limit=time_limit, before_commit=gate.enter
@@ -186,26 +192,32 @@ def revisions_directory() -> Path | None:
     return Path(os.environ.get(TASK_ROOT, ".")) / named  # an absolute `named` stays as it is
 
 
-def database_url_of_environment() -> str:
-    """DULY_DATABASE_URL, else the URL in DULY_DATABASE_SECRET_ARN's secret."""
-    url = database_url(variables.DATABASE_URL.read())
-    if url is not None:
-        return url
-    arn = variables.DATABASE_SECRET_ARN.read()
-    if not arn:
+def database_url_of_environment() -> tuple[str, DatabaseLogin]:
+    """DULY_DATABASE_URL, else the URL of DULY_DATABASE_SECRET_ARN's secret, else the
+    settings' (IAM auth), as the other functions connect; and how to log in."""
+    login = DatabaseLogin.from_env()
+    url, arn = variables.DATABASE_URL.read(), variables.DATABASE_SECRET_ARN.read()
+    if not url and not arn and not login.complete:
         raise ConfigurationError(
-            "The migrate function needs DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN."
+            "The migrate function needs DULY_DATABASE_URL, DULY_DATABASE_SECRET_ARN, or IAM "
+            "auth with DULY_DATABASE_HOST and DULY_DATABASE_USER."
         )
     import boto3
     from botocore.config import Config
 
     # Only the database fields matter to resolve_database_url.
     settings = AwsSettings(
-        None, arn, wake_function_arn="", schedule_group="", scheduler_role_arn=""
+        url or None,
+        arn or None,
+        wake_function_arn="",
+        schedule_group="",
+        scheduler_role_arn="",
+        database=login,
     )
-    return resolve_database_url(
+    found = resolve_database_url(
         settings, lambda: boto3.client("secretsmanager", config=Config(**BOTO_TIMEOUTS))
     )
+    return found, login
 
 
 def reason_of(exc: BaseException) -> str:
