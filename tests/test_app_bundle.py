@@ -73,25 +73,39 @@ def find_tools() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    sam, python = find_tools()
-    root = tmp_path_factory.mktemp("bundle")
-    dist = root / "dist"
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """duly's wheel, built from this checkout as the README says."""
+    find_tools()
+    dist = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO_ROOT)],
         check=True,
         capture_output=True,
     )
-    (wheel,) = dist.glob("duly-*.whl")
+    (built,) = dist.glob("duly-*.whl")
+    return built
+
+
+def sam_build(folder: Path, *options: str) -> Path:
+    """`sam build` in `folder`, python3.12 on PATH; the build's folder."""
+    sam, python = find_tools()
+    env = {**os.environ, "PATH": f"{os.environ['PATH']}{os.pathsep}{Path(python).parent}"}
+    done = subprocess.run(
+        [sam, "build", *options], cwd=folder, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder / ".aws-sam" / "build"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Built:
+    root = tmp_path_factory.mktemp("bundle")
     app = root / "shipping-app"
     init = [*DULY, "init", str(app), "--package", PACKAGE, "--wheel", str(wheel)]
     subprocess.run(init, check=True, capture_output=True, cwd=root)
     architecture = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
-    env = {**os.environ, "PATH": f"{os.environ['PATH']}{os.pathsep}{Path(python).parent}"}
-    build = [sam, "build", "--parameter-overrides", f"Architecture={architecture}"]
-    done = subprocess.run(build, cwd=app, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return Built(app, app / ".aws-sam" / "build", python, lambda_runtime(root / "runtime"))
+    build = sam_build(app, "--parameter-overrides", f"Architecture={architecture}")
+    return Built(app, build, find_tools()[1], lambda_runtime(root / "runtime"))
 
 
 def lambda_runtime(folder: Path) -> Path:
@@ -219,3 +233,22 @@ def test_a_url_event_starts_a_run_a_schedule_wakes_it_and_an_invoke_delivers_to_
     assert finished["steps"] == 1, finished
     rows = db.sql("SELECT status, next_step FROM signup")
     assert rows == [("confirmed with 1234", None)]
+
+
+def test_dulys_own_template_bundles_its_wheel_and_dependencies_only(
+    wheel: Path, tmp_path: Path
+) -> None:
+    requirements = (REPO_ROOT / "deploy" / "requirements.txt").read_text().splitlines()
+    assert requirements[-1] == f"./dist/{wheel.name}", "deploy/ names the version pyproject builds"
+    shutil.copy(REPO_ROOT / "template.yaml", tmp_path)
+    shutil.copytree(REPO_ROOT / "deploy", tmp_path / "deploy")
+    (tmp_path / "dist").mkdir()
+    shutil.copy(wheel, tmp_path / "dist")
+    bundle = sam_build(tmp_path) / "PublishFunction"
+    size = megabytes(bundle)
+    print(f"duly's own bundle: {size:.1f} MB unzipped")
+    assert size < MOST_MEGABYTES, f"{size:.1f} MB"
+    top = {p.name for p in bundle.iterdir()}
+    assert {"engine", "functions", "infra", "sqlalchemy"} <= top
+    assert not top & {*NOT_IN_BUNDLE, "dist", "deploy", "README.md", "pyproject.toml"}
+    assert (bundle / "functions" / "examples.py").is_file(), "the example app is in the wheel"
