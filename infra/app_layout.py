@@ -9,6 +9,7 @@ app, the Lambda runtime: all through `infra.schema.load_app`); `duly init` refus
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def check_package_name(name: str) -> None:
 def check_app_layout(app_module: str, root: Path | None = None) -> None:
     """ConfigurationError if DULY_APP lives in one of duly's packages (other than duly's own
     example app), or if `root` (default: the current directory, which is the bundle's root on
-    Lambda) has a folder named like one of duly's packages that is not duly's own."""
+    Lambda) or the folder of the app's package has a folder named like one of duly's packages
+    that is not duly's own."""
     top = app_module.split(".", 1)[0]
     is_own_app = app_module == OWN_APP or app_module.startswith(OWN_APP + ".")
     if top in DULY_PACKAGES and not is_own_app:
@@ -47,14 +49,29 @@ def check_app_layout(app_module: str, root: Path | None = None) -> None:
             f"DULY_APP={app_module} is inside a package named {top!r}: {WHY}. Move the app's "
             "workflows into a package of another name."
         )
-    base = Path.cwd() if root is None else root
-    for name in DULY_PACKAGES:
-        folder = base / name
-        if folder.is_dir() and not same_folder(folder, installed_folder(name)):
-            raise ConfigurationError(
-                f"The folder {folder} shadows duly's package {name!r}: {WHY}. Rename the "
-                "app's folder."
-            )
+    for base in app_roots(top, root):
+        for name in DULY_PACKAGES:
+            folder = base / name
+            if folder.is_dir() and not same_folder(folder, installed_folder(name)):
+                raise ConfigurationError(
+                    f"The folder {folder} shadows duly's package {name!r}: {WHY}. Rename the "
+                    "app's folder."
+                )
+
+
+def app_roots(top: str, root: Path | None) -> list[Path]:
+    """Where the app's code sits: `root` (default: the current directory), and the folder
+    that holds the app's top-level package (src/ in a scaffolded app; found, not imported)."""
+    roots = [Path.cwd() if root is None else root]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None  # load_app says what is missing
+    if spec is not None and spec.origin is not None and spec.origin != "built-in":
+        origin = Path(spec.origin)
+        package_folder = origin.parent if origin.name == "__init__.py" else origin
+        roots.append(package_folder.parent)
+    return roots
 
 
 def installed_folder(package: str) -> Path:

@@ -147,6 +147,18 @@ def test_a_folder_of_the_apps_root_that_shadows_dulys_package_is_refused(tmp_pat
         check_app_layout("flows", tmp_path)
 
 
+def test_a_folder_beside_the_apps_package_that_shadows_dulys_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    (source / "parcels_app").mkdir(parents=True)
+    (source / "parcels_app" / "__init__.py").write_text("")
+    (source / "engine").mkdir()
+    monkeypatch.syspath_prepend(str(source))
+    with pytest.raises(ConfigurationError, match="shadows duly's package 'engine'"):
+        check_app_layout("parcels_app.workflows", tmp_path)
+
+
 def test_duly_dev_and_the_commands_refuse_a_folder_that_shadows_dulys(tmp_path: Path) -> None:
     (tmp_path / "functions").mkdir()
     (tmp_path / "flows.py").write_text("")
