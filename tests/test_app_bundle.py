@@ -63,13 +63,28 @@ class Built:
 
 def find_tools() -> tuple[str, str]:
     """sam and python3.12, or a skip saying which cannot be found here."""
-    sam = os.environ.get("DULY_SAM") or shutil.which("sam")
-    python = shutil.which("python3.12")
+    named = os.environ.get("DULY_SAM")
+    if named is not None and not os.access(named, os.X_OK):
+        pytest.fail(f"DULY_SAM={named} is not an executable sam")
+    sam = named or shutil.which("sam")
+    python = working_python()
     if sam is None:
         pytest.skip("aws-sam-cli is not installed: set DULY_SAM or put sam on PATH (.ci/run does)")
     if python is None:
         pytest.skip("sam build needs python3.12 on PATH (Lambda's runtime), and there is none")
     return sam, python
+
+
+def working_python() -> str | None:
+    """The first `python3.12` on PATH that runs (a pyenv shim may not: sam build skips it too)."""
+    for folder in os.environ["PATH"].split(os.pathsep):
+        candidate = Path(folder) / "python3.12"
+        if not os.access(candidate, os.X_OK):
+            continue
+        ran = subprocess.run([candidate, "-c", ""], capture_output=True, timeout=30)
+        if ran.returncode == 0:
+            return str(candidate)
+    return None
 
 
 @pytest.fixture(scope="module")
