@@ -16,10 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.model.attempt_log import attempt_log_classes
 from engine.model.registry import registered_workflows
+from infra.app_layout import check_app_layout
 
 
 def load_app(module_name: str) -> list[MetaData]:
-    """Import the app module; the distinct MetaData of the workflows and attempt logs it maps."""
+    """Import the app module; the distinct MetaData of the workflows and attempt logs it maps.
+
+    First refuses an app named or laid out so that it would merge with duly's own packages.
+    """
+    check_app_layout(module_name)
     before = set(mapped_classes())
     try:
         importlib.import_module(module_name)

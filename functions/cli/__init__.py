@@ -1,7 +1,7 @@
 """The `duly` command: `duly dev` runs the app, a worker and PostgreSQL on this machine.
 
 `duly dev`, `db-url` and `version` (develop), `drain` and `replay-dead-letters`
-(outbox), `status`, `runs` and `show` (runs), `prune`, `migrate`; the parser
+(outbox), `status`, `runs` and `show` (runs), `prune`, `migrate`, `init`; the parser
 and `main` (parser), what they share (common, output). `duly --help` lists
 every command and its options.
 """

@@ -10,6 +10,7 @@ from typing import Any
 from engine.views.overview import RUN_STATES
 from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS
 from functions.cli.develop import print_db_url, print_version, run_dev
+from functions.cli.init import add_init
 from functions.cli.keys import add_keys
 from functions.cli.migrate import run_migrate
 from functions.cli.outbox import run_drain, run_replay
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prune(commands)
     add_migrate(commands)
     add_keys(commands)
+    add_init(commands)
     show_version = commands.add_parser("version", help="print duly's version")
     show_version.set_defaults(command=print_version)
     return parser
