@@ -5,7 +5,8 @@ into a temporary folder, `sam build` (aws-sam-cli in a venv of its own: DULY_SAM
 on PATH; it needs `python3.12` on PATH), then the bundle: its size, nothing of the project
 but `src/`, and in a clean interpreter (`python3.12 -I -S`, the bundle and boto3 alone) the
 four handlers import, a Function URL event starts a run, a Scheduler event wakes it and a
-direct invoke delivers to it, on the suite's PostgreSQL with moto as AWS.
+direct invoke delivers to it, on the suite's PostgreSQL with moto as AWS; and
+`sam validate --lint` passes on duly's template and the app's.
 """
 
 from __future__ import annotations
@@ -275,3 +276,19 @@ def test_dulys_own_template_bundles_its_wheel_and_dependencies_only(
     assert {"engine", "functions", "infra", "sqlalchemy"} <= top
     assert not top & {*NOT_IN_BUNDLE, "dist", "deploy", "README.md", "pyproject.toml"}
     assert (bundle / "functions" / "examples.py").is_file(), "the example app is in the wheel"
+
+
+def test_sam_validate_lint_passes_on_dulys_template_and_the_apps(built: Built) -> None:
+    sam, _ = find_tools()
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    for folder in (REPO_ROOT, built.app):
+        done = subprocess.run(
+            [sam, "validate", "--lint", "--template-file", str(folder / "template.yaml")],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "is a valid SAM Template" in done.stdout + done.stderr, folder
