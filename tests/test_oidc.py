@@ -83,6 +83,17 @@ def test_the_settings_come_from_the_environment() -> None:
         OidcSettings.from_env({"DULY_OIDC_ISSUER": "id.example", "DULY_OIDC_CLIENT_ID": "c"})
 
 
+def test_an_issuer_without_the_oidc_extra_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyjwt alone cannot check RS256 or ES256: without cryptography (duly[oidc]), an issuer
+    configured is a ConfigurationError naming the extra, not a 401 on every login."""
+    monkeypatch.setattr("functions.identity.oidc.has_crypto", False)
+    environ = {"DULY_OIDC_ISSUER": "https://issuer.example", "DULY_OIDC_CLIENT_ID": "duly"}
+    with pytest.raises(ConfigurationError, match=r"duly\[oidc\]"):
+        OidcSettings.from_env(environ)
+
+
 async def test_a_good_token_names_its_principal(oidc_issuer: LocalIssuer) -> None:
     verifier = verifier_of(oidc_issuer)
     token = oidc_issuer.mint("u-1", ["ops", "finance"], name="Ada Lovelace")

@@ -28,7 +28,7 @@ from tests.helpers import REPO_ROOT
 READ_CHECKED = ("engine", "functions", "infra")  # no DULY_* read outside engine/base/settings.py
 MENTIONS_CHECKED = ("engine", "functions", "infra", "bench", "tests", "docs", "README.md")
 # Names that look like variables but are not: prefixes in prose and filters, a constant.
-NOT_VARIABLES = frozenset({"DULY_RETAIN_", "DULY_PRUNE_", "DULY_TABLES"})
+NOT_VARIABLES = frozenset({"DULY_RETAIN_", "DULY_PRUNE_", "DULY_TABLES", "DULY_PACKAGES"})
 ENVIRONMENT_NAMES = frozenset({"environ", "env"})
 README_TABLE = re.compile(
     r"<!-- settings table:[^\n]*-->\n(?P<table>.*?)\n<!-- end of the settings table -->", re.S

@@ -475,6 +475,9 @@ TEST_MARKS = optional_text(
     "DULY_TEST_MARKS", "the folder where the test suite's chain app leaves its marks"
 )
 CHAOS_KEEP = flag("DULY_CHAOS_KEEP", "bench/chaos.py keeps the soak's database to look at", False)
+SAM = optional_text(
+    "DULY_SAM", "the `sam` the bundle test builds with (.ci/run installs one); unset: PATH's"
+)
 
 # Every variable above, in the order declared (README's table follows it): a declaration is
 # the one place a variable is named.

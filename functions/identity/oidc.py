@@ -19,6 +19,7 @@ from typing import Any
 
 import jwt
 from jwt import PyJWKClient
+from jwt.algorithms import has_crypto
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
@@ -68,6 +69,11 @@ class OidcSettings:
             return None
         if urllib.parse.urlsplit(issuer).scheme not in ("https", "http"):
             raise ConfigurationError("DULY_OIDC_ISSUER must be the issuer's https:// URL.")
+        if not has_crypto:
+            raise ConfigurationError(
+                "DULY_OIDC_ISSUER needs the issuer's key algorithms: pip install 'duly[oidc]' "
+                "(or name duly[oidc] in the bundle's requirements.txt)."
+            )
         client_id = variables.OIDC_CLIENT_ID.read(environ)
         audience = variables.OIDC_AUDIENCE.read(environ) or client_id
         if audience is None:
