@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import sys
 from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base.errors import ConfigurationError
-from functions.command_line import USAGE_ERROR
+from functions.cli.output import refused
 from infra.app_layout import check_package_name
 
 TEMPLATE_SUFFIX = ".tmpl"
@@ -53,8 +52,7 @@ def run_init(args: argparse.Namespace) -> int:
         wheel = check_wheel(args.wheel)
         write_scaffold(target, package, wheel)
     except ConfigurationError as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+        return refused(exc)
     print(f"duly: wrote a new app in {target}: its workflows are {package}.workflows.")
     print(f"duly: next: cd {target}, then read README.md (pytest, duly dev, sam build).")
     return 0

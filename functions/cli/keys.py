@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from engine.base.errors import ConfigurationError
-from functions.command_line import USAGE_ERROR
+from functions.cli.output import refused
 from functions.identity.keys import NAME, ApiKey, digest_of, new_key, parse_keys
 from functions.identity.principal import role_of
 
@@ -20,23 +19,26 @@ from functions.identity.principal import role_of
 def run_new_key(args: argparse.Namespace) -> int:
     """`duly keys new`: print a fresh key and its DULY_API_KEYS entry."""
     try:
-        roles = frozenset(role_of(word) for word in args.role)
-    except ValueError as refused:
-        print(f"duly keys new: {refused}", file=sys.stderr)
-        return USAGE_ERROR
-    if not NAME.fullmatch(args.name):
-        print("duly keys new: a key's name is letters, digits and ._@+- only.", file=sys.stderr)
-        return USAGE_ERROR
-    key = new_key()
-    entry = ApiKey(args.name, roles, frozenset(args.group), digest_of(key)).entry()
-    try:
-        parse_keys(json.dumps([entry]))  # the entry reads back as DULY_API_KEYS reads it
-    except ConfigurationError as refused:
-        print(f"duly keys new: {refused}", file=sys.stderr)
-        return USAGE_ERROR
+        key, entry = new_entry(args.name, args.role, args.group)
+    except ConfigurationError as exc:
+        return refused(exc)
     print(f"key (shown once, give it to {args.name}): {key}")
     print(f"DULY_API_KEYS entry: {json.dumps(entry)}")
     return 0
+
+
+def new_entry(name: str, roles: list[str], groups: list[str]) -> tuple[str, dict[str, object]]:
+    """A fresh key and its entry, read back as DULY_API_KEYS reads it; ConfigurationError."""
+    if not NAME.fullmatch(name):
+        raise ConfigurationError("A key's name is letters, digits and ._@+- only.")
+    try:
+        held = frozenset(role_of(word) for word in roles)
+    except ValueError as wrong:
+        raise ConfigurationError(str(wrong)) from None
+    key = new_key()
+    entry = ApiKey(name, held, frozenset(groups), digest_of(key)).entry()
+    parse_keys(json.dumps([entry]))
+    return key, entry
 
 
 def add_keys(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
