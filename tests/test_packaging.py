@@ -90,6 +90,12 @@ def test_without_the_local_extra_duly_says_what_to_install(command: str, tmp_pat
     )
 
 
+def test_without_the_local_extra_a_command_still_asks_for_its_database(tmp_path: Path) -> None:
+    result = without_local("status", cwd=tmp_path)  # no duly dev to look for: no crash
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("duly: duly status needs the workflow database:")
+
+
 def test_without_the_local_extra_duly_version_still_works(tmp_path: Path) -> None:
     result = without_local("version", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

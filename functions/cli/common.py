@@ -1,8 +1,9 @@
-"""What every `duly` command shares: the command error and the app's database.
+"""What every `duly` command shares: the command error, the app and its database.
 
-`app_database` reads --database-url (else DULY_DATABASE_URL) and imports
-DULY_APP; `on_database` runs a command on it and turns a missing table or an
-unreachable database into a sentence and an exit status.
+`app_database` finds the database (`command_database_url`: --database-url, else
+DULY_DATABASE_URL, else the `duly dev` running here) and imports DULY_APP
+(`load_command_app`); `on_database` runs a command on it and turns a missing
+table or an unreachable database into a sentence and an exit status.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,9 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from engine import NotFoundError
 from engine.base import settings as variables
 from engine.base.errors import first_line
+from functions.cli.develop import LOCAL_EXTRA
 from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 from infra.schema import load_app
-from infra.settings import database_url
+from infra.settings import data_dir, database_url
+
+EXAMPLES_MODULE = variables.APP.default  # what the commands load when DULY_APP is unset
 
 # A command run on a database: given its session factory, answers the exit status.
 DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
@@ -31,25 +36,96 @@ class CommandError(Exception):
 
 
 def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list[Any]]:
-    """The database URL (--database-url, else DULY_DATABASE_URL), DULY_APP and the metadata
-    of its tables (imported now); CommandError if it cannot."""
-    given: str | None = args.database_url
+    """The database URL (`command_database_url`), DULY_APP and the metadata of its tables
+    (imported now, `load_command_app`); CommandError if it cannot."""
+    url = command_database_url(args.database_url, command)
+    app_module, metadatas = load_command_app()
+    return url, app_module, metadatas
+
+
+def command_database_url(given: str | None, command: str) -> str:
+    """--database-url (`given`), else DULY_DATABASE_URL, else the database of the `duly dev`
+    running from here; CommandError naming all three when there is none."""
+    url = configured_database_url(given)
+    if url is None:
+        url = running_dev_database_url()
+    if url is None:
+        raise CommandError(
+            f"{command} needs the workflow database: pass --database-url or set "
+            f"DULY_DATABASE_URL, or start duly dev in this folder (none runs in "
+            f"{dev_data_dir()}; it is found by itself)."
+        )
+    return url
+
+
+def configured_database_url(given: str | None) -> str | None:
+    """--database-url (`given`), else DULY_DATABASE_URL, as duly's URL; None when neither."""
     raw = given if given is not None else variables.DATABASE_URL.read()
     try:
-        url = database_url(raw)
+        return database_url(raw)
     except ValueError as exc:
         message = (
             str(exc) if given is None else str(exc).replace("DULY_DATABASE_URL", "--database-url")
         )
         raise CommandError(message) from None
-    if url is None:
-        raise CommandError(
-            f"{command} needs the workflow database: pass --database-url or set "
-            "DULY_DATABASE_URL (duly db-url prints the one duly dev runs)."
-        )
-    app_module = variables.APP.read()
+
+
+def running_dev_database_url() -> str | None:
+    """The database of the `duly dev` running from here, said on stderr; None when none runs."""
+    shown = running_dev_database()
+    if shown is None:
+        return None
+    print(
+        f"duly: using the database of the duly dev running in {dev_data_dir()}: {shown}",
+        file=sys.stderr,
+    )
+    return database_url(shown)
+
+
+def running_dev_database() -> str | None:
+    """The libpq URL of the `duly dev` database running from here (what `duly db-url`
+    prints); None when none runs, or without the local extra to look with."""
+    try:
+        from infra.embedded import running_postmaster
+    except ModuleNotFoundError as exc:
+        if exc.name not in LOCAL_EXTRA:
+            raise
+        return None  # no local extra: no duly dev can run from this installation
+    postmaster = running_postmaster(dev_data_dir())
+    return None if postmaster is None else postmaster.url
+
+
+def dev_data_dir() -> Path:
+    """Where `duly dev` keeps its embedded PostgreSQL: DULY_DATA_DIR, else .duly/pgdata here."""
+    return data_dir(variables.DATA_DIR.read())
+
+
+def load_command_app() -> tuple[str, list[Any]]:
+    """DULY_APP's name and the metadata of its tables, imported now.
+
+    Unset, says on stderr that duly's examples are used; CommandError when the
+    module maps no workflow (a command would show empty tables).
+    """
+    app_module = app_module_named()
     put_cwd_on_path()
-    return url, app_module, load_app(app_module)
+    metadatas = load_app(app_module)
+    if not metadatas:
+        raise CommandError(
+            f"{app_module} maps no workflow: point DULY_APP at the module that defines or "
+            "imports your Workflow classes."
+        )
+    return app_module, metadatas
+
+
+def app_module_named() -> str:
+    """DULY_APP; when it is unset, duly's examples, said once on stderr with how to name yours."""
+    if variables.APP.text() is None:
+        print(
+            f"duly: DULY_APP is not set: using duly's examples ({EXAMPLES_MODULE}); set "
+            "DULY_APP to the module that maps your workflows (DULY_APP=myapp.workflows).",
+            file=sys.stderr,
+        )
+    return variables.APP.read()
 
 
 async def on_database(url: str, command: DatabaseCommand) -> int:

@@ -19,9 +19,15 @@ from sqlalchemy.pool import NullPool
 
 from engine import ConfigurationError
 from engine.base import settings as variables
-from functions.cli.common import CommandError, unreachable
+from functions.cli.common import (
+    CommandError,
+    app_module_named,
+    configured_database_url,
+    dev_data_dir,
+    running_dev_database,
+    unreachable,
+)
 from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
-from infra.settings import database_url
 
 if TYPE_CHECKING:
     from infra.embedded import EmbeddedPostgres
@@ -47,7 +53,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     try:
         check_migrate_options(args)
         url = migrate_database_url(args)
-        app_module = variables.APP.read()
+        app_module = app_module_named()
         put_cwd_on_path()
         try:
             migrations = migrations_for(app_module, args.directory, url, stdout=sys.stdout)
@@ -132,26 +138,28 @@ def migrate_database_url(args: argparse.Namespace) -> str | None:
 
     None for --sql, which renders PostgreSQL's SQL without connecting, and for an
     --autogenerate that nothing names a database for (it runs on a scratch one).
+    Never the `duly dev` database the other commands find: `duly dev` creates its
+    tables without revisions, so an upgrade, a check or a comparison with it fails
+    or finds nothing to write.
     """
-    given: str | None = args.database_url
-    raw = given if given is not None else variables.DATABASE_URL.read()
-    try:
-        url = database_url(raw)
-    except ValueError as exc:
-        if given is None:
-            raise
-        raise ValueError(str(exc).replace("DULY_DATABASE_URL", "--database-url")) from None
+    url = configured_database_url(args.database_url)
     secret = variables.DATABASE_SECRET_ARN.read()
     if url is not None or args.sql:
         return url
-    if not secret and args.autogenerate:
+    if secret:
+        return secret_database_url(secret)
+    if args.autogenerate:
         return None  # a scratch database, at the newest revision, stands in
-    if not secret:
+    if running_dev_database() is not None:
         raise CommandError(
-            "duly migrate needs the workflow database: pass --database-url or set "
-            "DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN (or print the SQL with --sql)."
+            f"duly migrate needs a database of its own: the duly dev running in "
+            f"{dev_data_dir()} creates its tables without revisions, so migrating it would "
+            "find them there already. Pass --database-url or set DULY_DATABASE_URL."
         )
-    return secret_database_url(secret)
+    raise CommandError(
+        "duly migrate needs the workflow database: pass --database-url or set "
+        "DULY_DATABASE_URL or DULY_DATABASE_SECRET_ARN (or print the SQL with --sql)."
+    )
 
 
 def secret_database_url(arn: str) -> str:

@@ -133,7 +133,7 @@ def add_migrate(commands: Any) -> None:
     migrate = commands.add_parser(
         "migrate", help="upgrade the database to DULY_APP's newest schema (Alembic revisions)"
     )
-    add_database_url(migrate)
+    add_database_url(migrate, "DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's")
     migrate.add_argument(
         "--directory",
         help="the app's revisions (default: DULY_MIGRATIONS; duly's own for functions.examples)",
@@ -162,6 +162,9 @@ def add_migrate(commands: Any) -> None:
     migrate.set_defaults(command=run_migrate)
 
 
-def add_database_url(parser: argparse.ArgumentParser) -> None:
+DEV_DATABASE_DEFAULT = "DULY_DATABASE_URL, else that of the duly dev running here"
+
+
+def add_database_url(parser: argparse.ArgumentParser, default: str = DEV_DATABASE_DEFAULT) -> None:
     """The --database-url option of the commands that work on any database."""
-    parser.add_argument("--database-url", help="the workflow database (default: DULY_DATABASE_URL)")
+    parser.add_argument("--database-url", help=f"the workflow database (default: {default})")
