@@ -255,9 +255,8 @@ def _log_failures(
             _first_line(failure.error),
         )
         if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "event %s: %s failed with", event.event_id, failure.route, exc_info=failure.error
-            )
+            traceback = failure.error
+            log.debug("event %s: %s failed:", event.event_id, failure.route, exc_info=traceback)
     log.info(
         "event %s (%s): drain %s: %d of %d routes failed, %s",
         event.event_id,
