@@ -36,6 +36,8 @@ execution states, its backends and the execution record), against a real Postgre
   test_input_that_is_not_json_is_refused_before_anything_is_written
 - the engine finds its table through the connection, or the class it is given:
   test_the_engine_finds_its_table_through_the_connection_or_as_given
+- an execution's started, updated and finished times are the database clock's (which
+  tests move): test_an_executions_times_are_the_database_clocks
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import (
@@ -60,8 +64,10 @@ from engine import (
     run_workflows,
     wait_for_resume,
 )
+from engine.base.clock import db_now
 from engine.executions.durable import DurableWorkflowEngine
-from engine.testing import drain
+from engine.model.connection import session_engine
+from engine.testing import drain, move_clock
 from tests.apps import executions as app
 from tests.apps.executions import APPROVAL, DOUBLING, NOOP, PAYMENT, Execution
 from tests.conftest import Database
@@ -76,6 +82,12 @@ async def tables(db: Database) -> Sessions:
 
 def durable() -> DurableWorkflowEngine:
     return app.register_all(DurableWorkflowEngine())
+
+
+async def database_time(Session: Sessions) -> datetime:
+    async with session_engine(Session).connect() as conn:
+        now: datetime = (await conn.execute(select(db_now()))).scalar_one()
+    return now
 
 
 async def test_start_queues_a_row_that_a_worker_completes(db: Database) -> None:
@@ -456,3 +468,30 @@ async def test_the_engine_finds_its_table_through_the_connection_or_as_given(
     async with connect_workflows(Empty, workflows=[]):
         with pytest.raises(ConfigurationError, match="No execution table"):
             await DurableWorkflowEngine().status("x")
+
+
+async def test_an_executions_times_are_the_database_clocks(db: Database) -> None:
+    Session = await tables(db)
+    engine = durable()
+    await move_clock(Session, timedelta(days=-10))  # far from Python's clock
+    async with connect_workflows(Session):
+        before = await database_time(Session)
+        done = await engine.start(DOUBLING, {"n": 1})
+        waiting = await engine.start(APPROVAL, {"amount": 1})
+        assert await drain(Session) == 2
+        resumed = await engine.resume(waiting.execution_id, {"by": "ann"})
+        queued = await engine.start(DOUBLING, {"n": 2})
+        cancelled = await engine.cancel(queued.execution_id)
+        done = await engine.status(done.execution_id)
+        after = await database_time(Session)
+    assert (done.state, cancelled.state) == (WorkflowState.COMPLETED, WorkflowState.CANCELLED)
+    written = (
+        done.started_at,
+        done.updated_at,
+        done.finished_at,
+        resumed.started_at,
+        resumed.updated_at,
+        cancelled.updated_at,
+        cancelled.finished_at,
+    )
+    assert all(time is not None and before <= time <= after for time in written), written

@@ -10,6 +10,8 @@ Alembic carry it with the user's tables.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -28,6 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement as _ColumnElement
 
 CLOCK_TABLE = "duly_clock"
+# A column's `info` key: whatever value a step sets on it, its commit writes db_now() instead.
+DATABASE_TIME = "duly_database_time"
 
 # A lightweight handle for queries, independent of whichever metadata owns the table.
 clock = table(CLOCK_TABLE, column("id"), column("shift"))
@@ -60,3 +64,8 @@ def db_now() -> _ColumnElement[object]:
 def db_clock_now() -> _ColumnElement[object]:
     """Like db_now() but the wall time of the statement, for computing how long to sleep."""
     return (func.clock_timestamp() + clock_shift()).cast(DateTime(timezone=True))
+
+
+def written_as_database_time(column: Column[Any]) -> bool:
+    """Whether a step's commit writes `column` as db_now() (it is declared DATABASE_TIME)."""
+    return bool(column.info.get(DATABASE_TIME))

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.base.clock import db_now
+from engine.base.clock import db_now, written_as_database_time
 from engine.base.driver import fetch
 from engine.base.errors import InvalidArgumentError
 from engine.base.notify import announcement
@@ -162,6 +162,7 @@ def bulk_statement(
         column = v.c[f"v_{name}"]
         return cast(column, JSONB) if name == "next_args" else column
 
+    now = db_now()
     moved = (
         update(table)
         # The fence, row by row: each row is ours only at the version we claimed.
@@ -169,9 +170,15 @@ def bulk_statement(
         .where(table.c.wf_version == v.c.v_version)
         .values(
             {
-                **outcome_values(table, value, db_now()),
-                # Assigned, not cast: PostgreSQL checks the column's own limits.
-                **{table.c[name]: v.c[f"v_set_{name}"] for name in changed},
+                **outcome_values(table, value, now),
+                # Assigned, not cast: PostgreSQL checks the column's own limits; a time the
+                # database keeps is the commit's own.
+                **{
+                    table.c[name]: now
+                    if written_as_database_time(table.c[name])
+                    else v.c[f"v_set_{name}"]
+                    for name in changed
+                },
             }
         )
         .returning(

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.base.clock import db_now
+from engine.base.clock import db_now, written_as_database_time
 from engine.base.errors import InvalidArgumentError
 from engine.base.notify import announcement
 from engine.commits.outcomes import FIELD_TYPES, Write, log_values, outcome_values, write_fields
@@ -132,8 +132,13 @@ def _row_branch(
     if takes_key:
         values[table.c.recent_event_keys] = value("recent_event_keys")
     for name in changed:
-        # The row's own columns, typed by their column and never cast.
-        values[table.c[name]] = bindparam(f"w{index}_set_{name}", type_=table.c[name].type)
+        column = table.c[name]
+        # The row's own columns, typed by their column and never cast; a time the database
+        # keeps is the commit's own.
+        if written_as_database_time(column):
+            values[column] = now
+        else:
+            values[column] = bindparam(f"w{index}_set_{name}", type_=column.type)
     key = key_parameters(info, prefix=f"w{index}_key")
     moved = (
         update(table)

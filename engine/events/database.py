@@ -266,6 +266,8 @@ def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
     """
     records, outbox = tables.record_table, tables.outbox_table
     c = given.c
+    # Both rows' created_at are the database's time (its column default is not shifted).
+    now = db_now()
     stored = (
         insert(records)
         .from_select(
@@ -277,6 +279,7 @@ def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
                 "occurred_at",
                 "payload",
                 "metadata",
+                "created_at",
             ],
             select(
                 c.event_id,
@@ -286,13 +289,13 @@ def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
                 c.occurred_at,
                 cast(c.payload, JSONB),
                 cast(c.metadata, JSONB),
+                now,
             ),
         )
         .on_conflict_do_nothing(index_elements=[records.c.event_id])
         .returning(*records.c)
         .cte("stored")
     )
-    now = db_now()
     # A row in hand is leased to its publisher: due (to a drain) only once the lease ends.
     until = now + SECOND * bindparam("lease", type_=Float)
     return (
@@ -310,6 +313,7 @@ def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
                 "claimed_until",
                 "attempts",
                 "wf_version",
+                "created_at",
             ],
             select(
                 stored.c.event_id,
@@ -325,6 +329,7 @@ def queue_events(tables: EventTables, given: Any, in_hand: bool = False) -> CTE:
                 # A row in hand is as if claimed once: a drain that takes it over reads its
                 # deliveries (see WorkflowOutbox.route).
                 int_constant(1 if in_hand else 0),
+                stored.c.created_at,
             ),
         )
         .on_conflict_do_nothing()

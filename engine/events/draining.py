@@ -51,10 +51,14 @@ class Failure:
     attempts: int  # handler calls made
     error: BaseException
 
+    @property
+    def route(self) -> str:
+        """The route as a person reads it: `event key → module.handler`."""
+        return f"{self.reg.event_key} → {handler_name(self.reg)}"
+
     def describe(self) -> str:
         """The route and its error, for the row's error text."""
-        route = f"{self.reg.event_key} → {handler_name(self.reg)}"
-        return f"{route}: {type(self.error).__name__}: {self.error}"
+        return f"{self.route}: {type(self.error).__name__}: {self.error}"
 
 
 async def drain_event(
@@ -130,6 +134,7 @@ async def drain_event(
         verdict = await _judge(
             event, settings, completed, completed_now, succeeded, failed, refused, route_attempts
         )
+        _log_failures(event, settings, routes, failed, refused, route_attempts, verdict)
     else:  # every route that applied completed (or none applied): the row is processed
         verdict = Verdict(
             status=PROCESSED,
@@ -206,10 +211,11 @@ async def _dead_letter(event: WorkflowEvent, dead: list[Failure]) -> list[Failur
         handler = failure.reg.dead_letter
         if handler is None:
             log.warning(
-                "event %s (%s): dead-lettered for %s",
+                "event %s (%s): dead-lettered for %s: %s",
                 event.event_id,
                 event.event_type,
-                failure.describe(),
+                failure.route,
+                _first_line(failure.error),
             )
             continue
         try:
@@ -218,6 +224,69 @@ async def _dead_letter(event: WorkflowEvent, dead: list[Failure]) -> list[Failur
             log.exception("event %s: a dead-letter handler raised", event.event_id)
             broken.append(failure)
     return broken
+
+
+def _log_failures(
+    event: WorkflowEvent,
+    settings: EventSettings,
+    routes: Sequence[Registration],
+    failed: list[Failure],
+    refused: list[Failure],
+    route_attempts: int,
+    verdict: Verdict,
+) -> None:
+    """One line per failed route (its error's class and first line), then the drain's summary.
+
+    No payload and, at INFO, no traceback: a handler's error text is what the operator needs,
+    and the traceback follows at DEBUG.
+    """
+    if not log.isEnabledFor(logging.INFO):
+        return
+    drain = _drain_number(settings, route_attempts)
+    for failure in failed:
+        log.info(
+            "event %s (%s): %s failed in drain %s after %d handler call%s: %s",
+            event.event_id,
+            event.event_type,
+            failure.route,
+            drain,
+            failure.attempts,
+            "" if failure.attempts == 1 else "s",
+            _first_line(failure.error),
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            traceback = failure.error
+            log.debug("event %s: %s failed:", event.event_id, failure.route, exc_info=traceback)
+    log.info(
+        "event %s (%s): drain %s: %d of %d routes failed, %s",
+        event.event_id,
+        event.event_type,
+        drain,
+        len(failed) + len(refused),
+        len(routes),
+        _outcome(verdict),
+    )
+
+
+def _drain_number(settings: EventSettings, route_attempts: int) -> str:
+    """This drain's number, and of how many before the dead letter when there is a limit."""
+    number = route_attempts + 1
+    if not settings.dead_letter_enabled:
+        return str(number)
+    return f"{number} of {max(1, settings.max_retries)}"
+
+
+def _outcome(verdict: Verdict) -> str:
+    if verdict.status == FAILED:
+        return f"due again in {verdict.retry_in}"
+    if verdict.status == DEAD_LETTER:
+        return "the event is dead-lettered"
+    return "the event is processed (its failed routes dead-lettered)"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def _text(failure: Failure) -> str:

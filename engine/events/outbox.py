@@ -9,12 +9,13 @@ keeps the event.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from engine.events.configure import get_event_registry, routing_of
 from engine.events.deliveries import delivery_log, delivery_rows
 from engine.events.draining import drain_event, event_from_json
+from engine.events.event import utc_now
 from engine.events.records import OutboxColumns, tables_for
 from engine.model.companions import commit_with
 from engine.model.connection import current_connection
@@ -67,7 +68,8 @@ class WorkflowOutbox(OutboxColumns, Workflow, EngineOwned):
             self.route_attempts = verdict.route_attempts
         if verdict.error != self.error:
             self.error = verdict.error
-        self.settled_at = datetime.now(UTC)
+        # Marks the column set: its commit writes the database's time, not this one.
+        self.settled_at = utc_now()
         if verdict.retry_in is None:
             return None
         return wake_in(type(self).route(event), verdict.retry_in)

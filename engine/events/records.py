@@ -21,6 +21,7 @@ from sqlalchemy import DateTime, Index, Integer, MetaData, String, Table, Text, 
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
+from engine.base.clock import DATABASE_TIME
 from engine.base.errors import ConfigurationError
 
 PENDING = "pending"
@@ -73,7 +74,10 @@ class OutboxColumns:
     route_attempts: Mapped[int] = mapped_column(Integer, default=0)  # failed drains so far
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    settled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # Set by each drain; its commit writes the database's time (see engine.base.clock).
+    settled_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None, info={DATABASE_TIME: True}
+    )
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

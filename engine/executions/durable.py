@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 from sqlalchemy.sql import Executable
 
+from engine.base.clock import DATABASE_TIME, db_now
 from engine.base.errors import (
     ConfigurationError,
     InvalidWorkflowStateError,
@@ -76,9 +77,14 @@ class WorkflowExecutionRecord(Workflow, EngineOwned):
         "metadata", JSON_COLUMN, default=dict
     )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # A step that sets these commits the database's time (see engine.base.clock).
+    updated_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None, info={DATABASE_TIME: True}
+    )
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None, info={DATABASE_TIME: True}
+    )
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -118,16 +124,14 @@ async def run_handler(row: WorkflowExecutionRecord, given: dict[str, Any]) -> Wa
     """
     if row.state not in (WorkflowState.PENDING, WorkflowState.RUNNING, WorkflowState.WAITING):
         return None
-    now = _now()
     # Written at once (not with the step's commit), so status() says running while it runs.
     async with current_connection().autocommit.connect() as conn:
-        await conn.execute(
-            running_statement(table_of(type(row))),
-            {"duly_id": row.execution_id, "duly_now": now},
-        )
+        statement = running_statement(table_of(type(row)))
+        running = (await conn.execute(statement, {"duly_id": row.execution_id})).first()
     row.state = WorkflowState.RUNNING.value
-    row.started_at = row.started_at or now
-    row.updated_at = now
+    if running is not None:
+        row.started_at = running.started_at
+    row.updated_at = _marked_now()
     definition = definition_for(type(row), row.workflow_id)
     if definition is None:
         error = (
@@ -159,7 +163,7 @@ def _finish(
     output: dict[str, Any] | None = None,
     error: str | None = None,
 ) -> WaitFor | None:
-    now = _now()
+    now = _marked_now()
     row.state = state.value
     row.output = output if output is not None else {}
     row.error = error
@@ -297,7 +301,7 @@ class DurableWorkflowEngine:
         # The step writes the same when it runs; this says running until it does.
         resumed = await self._fetch(
             resumed_statement(table_of(record)),
-            {"duly_id": execution_id, "duly_metadata": metadata, "duly_now": _now()},
+            {"duly_id": execution_id, "duly_metadata": metadata},
         )
         return resumed if resumed is not None else await self._get(record, execution_id)
 
@@ -313,7 +317,7 @@ class DurableWorkflowEngine:
         await record.by(record.execution_id == execution_id).cancel()
         cancelled = await self._fetch(
             cancelled_statement(table_of(record)),
-            {"duly_id": execution_id, "duly_reason": reason, "duly_now": _now()},
+            {"duly_id": execution_id, "duly_reason": reason},
         )
         if cancelled is not None:
             return cancelled
@@ -407,12 +411,10 @@ def _json_copy(value: Any, what: str, execution_id: str | None = None) -> Any:
         ) from exc
 
 
-def _now() -> datetime:
+def _marked_now() -> datetime:
+    """A value for a DATABASE_TIME column: it marks the column set; the commit writes the
+    database's time instead."""
     return datetime.now(UTC)
-
-
-def _now_param() -> Any:
-    return bindparam("duly_now", type_=DateTime(timezone=True))
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
@@ -441,9 +443,10 @@ def running_statement(table: Table) -> Executable:
         )
         .values(
             state=WorkflowState.RUNNING.value,
-            started_at=func.coalesce(table.c.started_at, _now_param()),
-            updated_at=_now_param(),
+            started_at=func.coalesce(table.c.started_at, db_now()),
+            updated_at=db_now(),
         )
+        .returning(table.c.started_at)
     )
 
 
@@ -465,7 +468,7 @@ def resumed_statement(table: Table) -> Executable:
             {
                 table.c.state: WorkflowState.RUNNING.value,
                 table.c["metadata"]: bindparam("duly_metadata", type_=JSON_COLUMN),
-                table.c.updated_at: _now_param(),
+                table.c.updated_at: db_now(),
             }
         )
         .returning(*table.c)
@@ -484,8 +487,8 @@ def cancelled_statement(table: Table) -> Executable:
         .values(
             state=WorkflowState.CANCELLED.value,
             error=bindparam("duly_reason", type_=Text),
-            updated_at=_now_param(),
-            finished_at=_now_param(),
+            updated_at=db_now(),
+            finished_at=db_now(),
         )
         .returning(*table.c)
     )
