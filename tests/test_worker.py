@@ -368,3 +368,25 @@ async def test_drain_runs_what_a_step_made_due_while_its_pass_was_still_going(
         assert await row.start(Alarm.arm(0))
     assert await drain(Session, [Alarm]) == 2
     assert (await fetch(Session, Alarm, row.id)).rang_at is not None
+
+
+async def test_a_steps_log_line_names_what_comes_next_but_never_its_arguments(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Arguments carry payloads and personal data: the INFO line says `Pausing.pause(…)`."""
+    Session = await db.create(behaviour.Base.metadata)
+    behaviour.release.set()  # the first pause holds until released
+    with caplog.at_level("INFO", logger="duly.worker"):
+        async with run_workflows(Session, workflows=[Pausing]):
+            row = Pausing()
+            assert await row.start(Pausing.pause("jane@example.com"))
+            await wait_until(lambda: len(behaviour.holding) == 1)
+
+            def logged() -> bool:
+                return any(" pause ok in " in r.getMessage() for r in caplog.records)
+
+            await wait_until(logged)
+    [line] = [r.getMessage() for r in caplog.records if " pause ok in " in r.getMessage()]
+    assert line.endswith(", next Pausing.pause(…) in 1 day, 0:00:00"), line
+    assert "after run" not in line
+    assert "jane@example.com" not in caplog.text

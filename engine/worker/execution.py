@@ -27,7 +27,7 @@ from engine.model import telemetry
 from engine.model.attempt_log import logged_key
 from engine.model.companions import Collecting
 from engine.model.rows import refresh_row, user_changes
-from engine.model.steps import RetryPolicy, Step, decode_arguments
+from engine.model.steps import Call, RetryPolicy, Step, decode_arguments
 from engine.runs.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.runs.fanout import FanOut
 from engine.worker.committer import TRANSIENT_ERRORS, Committer
@@ -333,14 +333,20 @@ def _label(claim: Claim) -> str:
 
 
 def _describe(directive: RunNow | WakeIn | Every | WaitFor | FanOut | None) -> str:
+    """What comes next, named by its steps: never their arguments (payloads, personal data)."""
     if directive is None:
         return ", run finished"
     if isinstance(directive, FanOut):
-        return f", {len(directive.children)} children, then {directive.then!r}"
+        return f", {len(directive.children)} children, then {_named(directive.then)}"
     if isinstance(directive, WaitFor):
         return f", waiting for {directive.step.qualname}"
     if isinstance(directive, Every):
-        return f", next {directive.call!r} on its schedule"
+        return f", next {_named(directive.call)} on its schedule"
     if isinstance(directive, WakeIn):
-        return f", next {directive.call!r} in {directive.delay}"
-    return f", next {directive.call!r}"
+        return f", next {_named(directive.call)} in {directive.delay}"
+    return f", next {_named(directive.call)}"
+
+
+def _named(call: Call[Any]) -> str:
+    """A call as a log line shows it: `Step.name()`, or `Step.name(…)` when it has arguments."""
+    return f"{call.step.qualname}({'…' if call.args or call.kwargs else ''})"
