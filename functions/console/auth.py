@@ -22,16 +22,14 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import cookie_parser
 
-from engine.base import settings as variables
 from functions.console.sessions import SESSION_SECONDS, Session, find_session, session_principal
 from functions.console.templating import templates
 from functions.http.segments import sent_path
 from functions.identity.access import PRINCIPAL_SCOPE, principal_in
-from functions.identity.authenticate import ADMIN_TOKEN_ID
+from functions.identity.authenticate import Credentials
 from functions.identity.keys import KeyRing
-from functions.identity.oidc import OidcSettings, OidcVerifier
-from functions.identity.principal import Principal, Role, Via
-from functions.identity.roles import RoleMap
+from functions.identity.oidc import OidcVerifier
+from functions.identity.principal import Principal
 from functions.identity.throttle import Throttle
 
 CONSOLE_PREFIX = "/console"
@@ -58,34 +56,30 @@ class ConsoleAuth:
 
     def __init__(
         self,
-        token: str | None,
-        secret: str | None,
-        keys: KeyRing | None = None,
+        credentials: Credentials,
         oidc: OidcVerifier | None = None,
         throttle: Throttle | None = None,
     ) -> None:
-        self.token = token
-        self.secret = secret
-        self.keys = keys or KeyRing()
+        self.credentials = credentials
         self.oidc = oidc
         self.throttle = throttle or Throttle()
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, oidc: OidcVerifier | None = None
-    ) -> ConsoleAuth:
-        """Every credential the console logs in with, read from the environment; `oidc`, the
-        verifier the guard uses for bearer JWTs (one key cache for both), or one made here."""
-        if oidc is None:
-            settings = OidcSettings.from_env(environ)
-            oidc = OidcVerifier(settings, RoleMap.from_env(environ)) if settings else None
-        return cls(
-            token=variables.API_TOKEN.read(environ),
-            secret=variables.WEBHOOK_SECRET.read(environ)
-            or variables.WEBHOOK_SECRETS.read(environ),
-            keys=KeyRing.from_env(environ),
-            oidc=oidc,
-        )
+    def of(cls, credentials: Credentials) -> ConsoleAuth:
+        """The console of the app whose guard takes `credentials`: the same token, keys and
+        issuer (one verifier, so one key cache)."""
+        verifier = credentials.oidc
+        return cls(credentials, verifier if isinstance(verifier, OidcVerifier) else None)
+
+    @property
+    def token(self) -> str | None:
+        """DULY_API_TOKEN, the admin key."""
+        return self.credentials.token
+
+    @property
+    def keys(self) -> KeyRing:
+        """The named API keys."""
+        return self.credentials.keys
 
     @property
     def login_required(self) -> bool:
@@ -99,10 +93,7 @@ class ConsoleAuth:
 
     def typed_principal(self, typed: str) -> Principal | None:
         """The principal a typed DULY_API_TOKEN or named API key names; None for anything else."""
-        if self.token is not None and hmac.compare_digest(typed.encode(), self.token.encode()):
-            return Principal(id=ADMIN_TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
-        key = self.keys.find(typed)
-        return key.principal() if key is not None else None
+        return self.credentials.typed(typed)
 
     def credential_of(self, typed: str) -> str | None:
         """What a session keeps of the key or token typed to start it: the key's SHA-256, or

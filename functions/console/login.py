@@ -33,6 +33,7 @@ from functions.console.auth import (
 )
 from functions.console.sessions import SESSION_SECONDS, end_session, start_session
 from functions.console.templating import templates
+from functions.http.guard import client_of
 from functions.identity.access import allow, principal_in
 from functions.identity.oidc_login import MAX_CODE, LoginFlow, authorization_url, finish
 from functions.identity.principal import Principal, Via
@@ -68,7 +69,7 @@ async def log_in(
         return waiting
     principal = auth.typed_principal(token.strip())
     if principal is None:
-        auth.throttle.failed(_client(request))
+        auth.throttle.failed(client_of(request.scope))
         message = (
             "That is neither a key of DULY_API_KEYS nor DULY_API_TOKEN."
             if auth.token is not None or auth.keys.keys
@@ -122,7 +123,7 @@ async def issuer_callback(
     try:
         principal = await finish(verifier, LoginFlow(secret), state, code, _redirect_uri(request))
     except CredentialRefused as refused:
-        console_auth(request).throttle.failed(_client(request))
+        console_auth(request).throttle.failed(client_of(request.scope))
         return login_page(request, target, f"The login was refused. {refused}", 401)
     response = await _signed_in(request, principal, target)
     drop_cookie(request, response, FLOW_COOKIE)
@@ -158,7 +159,7 @@ async def _signed_in(
 
 def _throttled(request: Request, target: str) -> Response | None:
     """The 429 page when this client spent its free misses, with Retry-After; else None."""
-    wait = console_auth(request).throttle.wait(_client(request))
+    wait = console_auth(request).throttle.wait(client_of(request.scope))
     if wait is None:
         return None
     seconds = max(1, round(wait + 0.5))
@@ -171,10 +172,6 @@ def _throttled(request: Request, target: str) -> Response | None:
 def _acting_via(request: Request) -> Via | None:
     acting = principal_in(request.scope)
     return acting.via if acting is not None else None
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client is not None else "unknown"
 
 
 def _redirect_uri(request: Request) -> str:

@@ -34,7 +34,6 @@ from functions.http.routes.docs import (
     docs_router,
     workflow_openapi,
 )
-from functions.identity.oidc import OidcVerifier
 
 
 def create_app(
@@ -69,10 +68,7 @@ def create_app(
         public_prefixes=(f"{CONSOLE_STATIC_URL}/", f"{DOCS_ASSETS_URL}/")
     )
     # The console's logins: the same token, keys and issuer (one verifier) as the API's.
-    verifier = settings.credentials.oidc
-    app.state.console_auth = ConsoleAuth.from_env(
-        oidc=verifier if isinstance(verifier, OidcVerifier) else None
-    )
+    app.state.console_auth = ConsoleAuth.of(settings.credentials)
     # ServerErrors outside the Guard: a bug in the guard is a logged 500 too.
     app.add_middleware(Guard, settings=settings, console=app.state.console_auth)
     app.add_middleware(ServerErrors)

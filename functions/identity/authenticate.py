@@ -64,17 +64,23 @@ class Credentials:
 
     async def bearer(self, presented: str) -> Principal:
         """The principal a bearer token names; CredentialRefused when it names none."""
-        if _same(presented, self.token):
-            return Principal(id=ADMIN_TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
-        key = self.keys.find(presented)
-        if key is not None:
-            return key.principal()
+        typed = self.typed(presented)
+        if typed is not None:
+            return typed
         if _same(presented, self.metrics_token):
             roles = frozenset({Role.VIEWER})
             return Principal(id=METRICS_ID, roles=roles, via=Via.TOKEN, routes=METRICS_ROUTES)
         if self.oidc is not None and presented.count(".") == 2:
             return await self.oidc.principal(presented)
         raise CredentialRefused(UNKNOWN_BEARER)
+
+    def typed(self, presented: str) -> Principal | None:
+        """The principal of the admin token or a named key (what a person may also type into
+        the console's login); None for anything else."""
+        if _same(presented, self.token):
+            return Principal(id=ADMIN_TOKEN_ID, roles=frozenset({Role.ADMIN}), via=Via.TOKEN)
+        key = self.keys.find(presented)
+        return key.principal() if key is not None else None
 
     def iam(self, scope: Mapping[str, Any]) -> Principal | None:
         """The IAM caller of the Lambda Function URL event behind `scope`, if there is one."""
