@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sqlalchemy import insert, select, update
@@ -100,10 +100,4 @@ async def end_session(engine: AsyncEngine, secret: str) -> bool:
 
 def session_principal(principal: Principal) -> Principal:
     """The principal a session acts as: the one who logged in, through the session."""
-    return Principal(
-        id=principal.id,
-        roles=principal.roles,
-        via=Via.SESSION,
-        groups=principal.groups,
-        name=principal.name,
-    )
+    return replace(principal, via=Via.SESSION, routes=None)
