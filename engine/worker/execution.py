@@ -30,6 +30,7 @@ from engine.model.rows import refresh_row, user_changes
 from engine.model.steps import Call, RetryPolicy, Step, decode_arguments
 from engine.runs.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.runs.fanout import FanOut
+from engine.runs.schedules import SCHEDULE_ENTRY, paused_entry, schedule_entry
 from engine.worker.committer import TRANSIENT_ERRORS, Committer
 
 log = logging.getLogger("duly.worker")
@@ -94,7 +95,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
             # goes back through the claim rather than running on here.
             and (info.limit is None or info.limit.rate is None)
         )
-        outcome = _outcome_for(directive, claim, ctx.lease if keep else None)
+        outcome = _outcome_for(directive, claim, ctx.lease if keep else None, row.next_args)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the body, what it returned, or its schedule: a failed attempt
@@ -253,10 +254,16 @@ def _shortened(value: object) -> str:
     return shown if len(shown) <= SHOWN_ARGUMENTS else shown[: SHOWN_ARGUMENTS - 1] + "…"
 
 
-def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | None) -> Outcome:
+def _outcome_for(
+    directive: Directive | None,
+    claim: Claim,
+    hold: timedelta | None,
+    served_args: dict[str, Any] | None,
+) -> Outcome:
     """The engine columns a step's directive leaves on its row (before the row's own changes).
 
-    `hold` is the lease kept when this worker runs the next step itself.
+    `hold` is the lease kept when this worker runs the next step itself;
+    `served_args` are the stored arguments of the step that ran.
     """
     if directive is None:
         return Outcome(next_step=None, next_args=None, pending="discard")
@@ -269,10 +276,7 @@ def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | No
         # Nothing scheduled until the last child finishes; the commit counts them.
         return Outcome(directive.then.step.name, directive.then.encoded)
     if isinstance(directive, Every):
-        # Going back round a schedule drops a held event.
-        wake_at = _next_occurrence(directive, claim)
-        call = directive.call
-        return Outcome(call.step.name, call.encoded, wake_at=wake_at, pending="discard")
+        return _scheduled(directive, claim, paused_entry(served_args))
     call = directive.call
     return Outcome(call.step.name, call.encoded, wake_after=timedelta(0), hold=hold)
 
@@ -298,6 +302,21 @@ def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
         wake_at=deadline,
         waiting_for=directive.step.name,
         pending="wait",
+    )
+
+
+def _scheduled(directive: Every, claim: Claim, paused: bool) -> Outcome:
+    """The row back on its schedule, which travels in next_args for the schedules view.
+
+    A paused run fired by a trigger stays paused: nothing is due until it is resumed.
+    """
+    wake_at = _next_occurrence(directive, claim)
+    call = directive.call
+    entry = schedule_entry(directive.schedule, claim.claimed_at, wake_at if paused else None)
+    next_args = {**call.encoded, SCHEDULE_ENTRY: entry}
+    # Going back round a schedule drops a held event.
+    return Outcome(
+        call.step.name, next_args, wake_at=None if paused else wake_at, pending="discard"
     )
 
 
