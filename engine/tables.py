@@ -21,10 +21,8 @@ from sqlalchemy import MetaData, Table
 from sqlalchemy.orm import MappedAsDataclass
 
 import engine.dataclass as dataclass_mixins
-from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError
-from engine.base.seen_signatures import declare_seen_signatures_table
-from engine.base.sessions import declare_sessions_table
+from engine.base.owned_tables import declare_owned_tables
 from engine.events.outbox import WorkflowOutbox
 from engine.events.records import WorkflowDeliveryAttempt, WorkflowEventRecord
 from engine.executions.durable import WorkflowExecutionRecord
@@ -186,11 +184,9 @@ def declare_engine_tables(
         classes[role] = _map(base, _mixin(role, dataclass_base), table_name)
     for role, mixin in graph_mixins.items():
         classes[role] = _map(base, mixin, None)
-    declare_seen_signatures_table(base.metadata)
-    declare_sessions_table(base.metadata)  # the console's logins
     declared = EngineTables(
         base=base,
-        clock=declare_clock_table(base.metadata),
+        clock=declare_owned_tables(base.metadata),
         classes=classes,
         graph_classes=_graph_tables(classes) if graphs else None,
     )

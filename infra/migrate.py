@@ -31,9 +31,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from engine.base import settings as variables
-from engine.base.clock import CLOCK_TABLE, declare_clock_table
-from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE, declare_seen_signatures_table
-from engine.base.sessions import SESSIONS_TABLE, declare_sessions_table
+from engine.base.owned_tables import OWNED_TABLES, declare_owned_tables
 from infra import scheduler, wake_slots
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url
@@ -44,9 +42,7 @@ MIGRATIONS_VARIABLE = variables.MIGRATIONS.name  # an app's own revisions direct
 LOCK_KEY = 0x4E1D7A2B9C35F012  # pg_advisory_xact_lock's key for migrations (fixed, arbitrary)
 DIALECT = "postgresql"  # what `--sql` renders for when no database URL is given
 
-DULY_TABLES = frozenset(
-    {CLOCK_TABLE, SEEN_SIGNATURES_TABLE, SESSIONS_TABLE, scheduler.TABLE, wake_slots.TABLE}
-)
+DULY_TABLES = frozenset({*OWNED_TABLES, scheduler.TABLE, wake_slots.TABLE})
 
 # Keys of Config.attributes, what duly hands its env.py.
 CONNECTION = "connection"  # a synchronous Connection, in a transaction, to migrate through
@@ -60,24 +56,16 @@ def duly_metadata() -> list[MetaData]:
 
 
 def deployable_metadata(app_metadatas: Iterable[MetaData]) -> list[MetaData]:
-    """The app's metadata, duly's tables, the clock, the seen signatures and the console's
-    sessions, each key once.
+    """The app's metadata, duly's tables and the tables duly owns beside the app's
+    (`engine.base.owned_tables`), each key once.
 
-    Alembic refuses a table key in two MetaData objects, and `duly_clock`,
-    `duly_seen_signatures` and `duly_console_sessions` are declared on every
-    base that maps a workflow: a later metadata holding a table already seen
-    is copied without it (the first declaration wins).
+    Alembic refuses a table key in two MetaData objects, and the owned tables
+    are declared on every base that maps a workflow: a later metadata holding
+    a table already seen is copied without it (the first declaration wins).
     """
-    metadatas = [*app_metadatas, *duly_metadata()]
-    for name, declare in (
-        (CLOCK_TABLE, declare_clock_table),
-        (SEEN_SIGNATURES_TABLE, declare_seen_signatures_table),
-        (SESSIONS_TABLE, declare_sessions_table),
-    ):
-        if not any(name in metadata.tables for metadata in metadatas):
-            missing = MetaData()
-            declare(missing)
-            metadatas.append(missing)
+    owned = MetaData()
+    declare_owned_tables(owned)  # for an app whose bases declare none of them
+    metadatas = [*app_metadatas, *duly_metadata(), owned]
     target: list[MetaData] = []
     seen: set[str] = set()
     for metadata in metadatas:
@@ -85,7 +73,7 @@ def deployable_metadata(app_metadatas: Iterable[MetaData]) -> list[MetaData]:
             continue
         if seen.isdisjoint(metadata.tables):
             target.append(metadata)
-        else:
+        elif not seen.issuperset(metadata.tables):
             target.append(_without(metadata, seen))
         seen.update(metadata.tables)
     return target

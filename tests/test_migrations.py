@@ -32,9 +32,11 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import make_url
 
-from engine.base.clock import CLOCK_TABLE, declare_clock_table
-from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE, declare_seen_signatures_table
-from engine.base.sessions import SESSIONS_TABLE, declare_sessions_table
+from engine.base.audit import AUDIT_TABLE
+from engine.base.clock import CLOCK_TABLE
+from engine.base.owned_tables import declare_owned_tables
+from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
+from engine.base.sessions import SESSIONS_TABLE
 from functions.cli import build_parser
 from infra import scheduler, wake_slots
 from infra.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata
@@ -46,6 +48,7 @@ from tests.schema_helpers import HEAD, schema, tables, version
 
 EXAMPLES = "functions.examples"
 DULY_TABLES = {
+    AUDIT_TABLE,
     CLOCK_TABLE,
     SEEN_SIGNATURES_TABLE,
     SESSIONS_TABLE,
@@ -135,10 +138,8 @@ def test_the_target_holds_each_table_once() -> None:
     first, second = MetaData(), MetaData()
     Table("orders", first, Column("id", Integer, primary_key=True))
     Table("invoices", second, Column("id", Integer, primary_key=True))
-    for metadata in (first, second):  # every base that maps a workflow declares all three
-        declare_clock_table(metadata)
-        declare_seen_signatures_table(metadata)
-        declare_sessions_table(metadata)
+    for metadata in (first, second):  # every base that maps a workflow declares them all
+        declare_owned_tables(metadata)
 
     target = deployable_metadata([first, second])
     keys = [key for metadata in target for key in metadata.tables]

@@ -130,6 +130,7 @@ def test_the_default_parts_and_names() -> None:
     assert sorted(Base.metadata.tables) == [
         "calendar_events",
         "duly_attempts",
+        "duly_audit",
         "duly_clock",
         "duly_console_sessions",
         "duly_deliveries",
@@ -180,6 +181,7 @@ def test_parts_left_out_are_not_mapped() -> None:
     tables = declare_engine_tables(Base, events=False, names={"attempt_log": "audit"})
     assert sorted(Base.metadata.tables) == [
         "audit",
+        "duly_audit",
         "duly_clock",
         "duly_console_sessions",
         "duly_seen_signatures",
@@ -256,6 +258,7 @@ def test_twice_on_one_base_and_bases_it_cannot_use_are_refused() -> None:
     data = declare_engine_tables(Data, events=False, rate_buckets=True)
     assert sorted(Data.metadata.tables) == [
         "duly_attempts",
+        "duly_audit",
         "duly_clock",
         "duly_console_sessions",
         "duly_rate_buckets",

@@ -16,10 +16,8 @@ from typing import Any
 from sqlalchemy import Index, Table
 from sqlalchemy.orm import Mapper, class_mapper
 
-from engine.base.clock import declare_clock_table
 from engine.base.errors import ConfigurationError, NotAWorkflowError
-from engine.base.seen_signatures import declare_seen_signatures_table
-from engine.base.sessions import declare_sessions_table
+from engine.base.owned_tables import declare_owned_tables
 from engine.model.due import scheduled
 from engine.model.limits import Limit, check_limit
 from engine.model.steps import Step
@@ -115,9 +113,7 @@ def register_workflow(cls: type[Any]) -> WorkflowInfo:
         # How many of a group are running: only leased rows are in it.
         leased = table.c.claimed_until.isnot(None)
         _index_once(table, f"running_by_{limit.by}", column, where=leased)
-    declare_clock_table(table.metadata)
-    declare_seen_signatures_table(table.metadata)  # the HTTP guard's, as the clock is
-    declare_sessions_table(table.metadata)  # the console's logins, as the clock is
+    declare_owned_tables(table.metadata)
     logged = bool(getattr(cls, "__workflow_attempt_log__", True))
     info = WorkflowInfo(
         cls=cls,
