@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.views.overview import RUN_STATES
 from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS
+from functions.cli.deliver import add_deliver
 from functions.cli.develop import print_db_url, print_version, run_dev
 from functions.cli.init import add_init
 from functions.cli.keys import add_keys
@@ -16,6 +17,7 @@ from functions.cli.migrate import run_migrate
 from functions.cli.outbox import run_drain, run_replay
 from functions.cli.prune import run_prune
 from functions.cli.runs import run_runs, run_show, run_status
+from functions.cli.schedules import add_schedules
 
 SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
 
@@ -69,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON, for scripts")
     status.set_defaults(command=run_status)
     add_runs(commands)
+    add_schedules(commands, add_database_url)
+    add_deliver(commands, add_database_url)
     add_prune(commands)
     add_migrate(commands)
     add_keys(commands)

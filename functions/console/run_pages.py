@@ -26,6 +26,7 @@ from sqlalchemy.exc import DataError
 from engine.base.errors import ConfigurationError, DulyError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
+from engine.runs.refusals import MOVED_MEANWHILE, REFUSAL_REASONS
 from engine.views.overview import RUN_STATES
 from engine.views.run import RunDetail, database_now, run_detail
 from engine.views.runs import (
@@ -245,7 +246,11 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             return _confirm_page(request, info, detail, action, chosen, typed, options)
         if action == "deliver":
             body = DeliverRequest(key=_body_key(info, key), step=chosen.name, args=args, **options)
-            count = await runs.deliver_event(info, body)
+            delivered = await runs.deliver_event(info, body)
+            if not delivered:  # one run: one reason, said on its page
+                [reason] = delivered.refused or [MOVED_MEANWHILE]
+                return _back_to_run(info.name, key, action, 0, refused=reason)
+            count = delivered.accepted
         else:
             ran = RunRequest(key=_body_key(info, key), step=chosen.name, args=args)
             count = await runs.run_step(info, ran)
@@ -282,11 +287,14 @@ async def run_page(
     key: str,
     done: Annotated[str | None, Query(max_length=20)] = None,
     count: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    refused: Annotated[str | None, Query(max_length=40)] = None,
 ) -> HTMLResponse:
     """One run: its row, what it waits for, its attempts as a timeline, and its actions."""
     context = await _run_context(request, workflow, key)
     note = DONE.get(done or "")
     context["note"] = note.format(count=count) if note else None
+    if done == "deliver" and refused in REFUSAL_REASONS:  # a fixed sentence, never the query's
+        context["note"] = f"Not delivered: {REFUSAL_REASONS[refused]}."
     return render(request, "runs/run.html", context)
 
 
@@ -393,8 +401,13 @@ def _confirm_page(
     return render(request, "runs/confirm.html", context)
 
 
-def _back_to_run(workflow: str, key: str, action: str, count: int) -> RedirectResponse:
-    target = run_url(workflow, key) + "?" + urlencode({"done": action, "count": count})
+def _back_to_run(
+    workflow: str, key: str, action: str, count: int, refused: str | None = None
+) -> RedirectResponse:
+    query: dict[str, Any] = {"done": action, "count": count}
+    if refused is not None:
+        query["refused"] = refused
+    target = run_url(workflow, key) + "?" + urlencode(query)
     return RedirectResponse(target, status_code=303)
 
 

@@ -37,7 +37,7 @@ from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
 from functions.requests.events import parse_publish
 from functions.requests.lookup import database_registry, find_writable
-from functions.requests.runs import DeliverRequest, deliver_event, parse_body
+from functions.requests.runs import DeliverRequest, deliver_event, delivery_answer, parse_body
 
 log = logging.getLogger("duly.lambda")
 
@@ -322,10 +322,10 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
         known = ", ".join(info.name for info in connection.workflows) or "none"
         raise NotFoundError(f"{exc} The workflows are: {known}.") from None
     async with activate(connection):
-        accepted = await deliver_event(info, request)
-    if accepted:
+        delivered = await deliver_event(info, request)
+    if delivered:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here
-    return {"accepted": accepted, "workflow": info.name, "step": request.step}
+    return {**delivery_answer(info, delivered), "step": request.step}
 
 
 # -- errors --------------------------------------------------------------------------------
