@@ -19,6 +19,7 @@ from functions.console import (
     outbox_pages,
     overview_pages,
     run_pages,
+    schedule_pages,
 )
 from functions.console.rendering import ConsolePage
 from functions.identity.access import allow
@@ -39,5 +40,6 @@ console_router.include_router(login.router)
 console_router.include_router(overview_pages.router)
 console_router.include_router(run_pages.router)
 console_router.include_router(outbox_pages.router)
+console_router.include_router(schedule_pages.router)
 console_router.include_router(graph_pages.router)
 console_router.include_router(graph_designer.router)
