@@ -21,7 +21,7 @@ from functions import examples
 from functions.examples import Digest, Onboarding
 from functions.http.app import create_app
 from tests.conftest import Database
-from tests.helpers import fetch, serving
+from tests.helpers import csrf_of, fetch, serving
 
 LOS_ANGELES = "America/Los_Angeles"
 
@@ -126,3 +126,29 @@ async def test_a_running_step_unknown_runs_and_unscheduled_runs_are_refused(
     assert (await client.post(f"/workflows/digest/runs/{row.id}/schedule/stop")).status_code == 422
     async with Session() as session:
         assert await recent_actions(session) == [], "nothing refused is recorded"
+
+
+async def test_the_console_page_lists_and_steers_behind_a_confirmation(
+    client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
+) -> None:
+    row = await digest_fired(Session)
+    page = await client.get("/console/schedules")
+    assert page.status_code == 200
+    assert f'id="schedule-digest-{row.id}"' in page.text and "0 9 * * MON-FRI" in page.text
+    form = {"csrf_token": csrf_of(page), "workflow": "digest", "key": str(row.id)}
+    asked = await client.post("/console/schedules/pause", data=form)
+    assert f"Pause digest run {row.id}?" in asked.text
+    assert (await fetch(Session, Digest, row.id)).wake_at is not None, "nothing before yes"
+    done = await client.post("/console/schedules/pause", data={**form, "confirmed": "yes"})
+    assert done.status_code == 303 and done.headers["location"] == "/console/schedules?done=pause"
+    listed = await client.get(done.headers["location"])
+    assert "Paused: nothing fires until it is resumed." in listed.text
+    assert (await fetch(Session, Digest, row.id)).wake_at is None
+    async with Session() as session, session.begin():
+        lease = datetime.now().astimezone() + timedelta(hours=1)
+        await session.execute(update(Digest).where(Digest.id == row.id).values(claimed_until=lease))
+    busy = await client.post("/console/schedules/resume", data={**form, "confirmed": "yes"})
+    assert busy.status_code == 409 and "running its step now" in busy.text
+    async with Session() as session:
+        [paused] = await recent_actions(session, workflow="digest")
+    assert (paused.action, paused.via) == ("schedule.pause", "console")

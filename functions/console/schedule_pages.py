@@ -20,6 +20,7 @@ from functions.console.run_pages import run_url
 from functions.identity.access import allow, principal_of
 from functions.identity.principal import Role
 from functions.requests import schedules
+from functions.requests.lookup import find_writable
 
 router = APIRouter(prefix="/schedules", route_class=ConsolePage)
 
@@ -63,6 +64,7 @@ async def steer_schedule(request: Request, action: Action) -> Response:
     form = await request.form()
     workflow, key = str(form.get("workflow") or ""), str(form.get("key") or "")
     if form.get("confirmed") != "yes":
+        find_writable(connection_of(request), workflow)  # a workflow that is not: 404, no question
         context: dict[str, Any] = {
             "title": "Confirm",
             "question": QUESTIONS[action].format(workflow=workflow, key=key),
