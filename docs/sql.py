@@ -223,6 +223,13 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 True,
             ),
             built(
+                "why one run refused a delivery (asked only then)",
+                handles.refusal_statement,
+                expense,
+                False,
+                True,
+            ),
+            built(
                 "deliver to the runs a WHERE matches",
                 handles.delivery_statement_where,
                 onboarding,

@@ -278,8 +278,11 @@ def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execut
 def delivery_statement_where(
     info: WorkflowInfo, restart: bool, keyed: bool, where: Sequence[ColumnElement[bool]]
 ) -> Executable:
-    """The delivery of `delivery_statement` to the runs `where` matches, built for this call;
-    its third column counts the refusals by reason (a JSON object, NULL when none)."""
+    """The delivery of `delivery_statement` to the runs `where` matches, with refusals counted.
+
+    Built for this call; its third column counts the refusals by reason (a
+    JSON object, NULL when none refused).
+    """
     return _delivery(info, restart, keyed, and_(true(), *where), count_refusals=True)
 
 
@@ -332,9 +335,10 @@ def _verdicts(info: WorkflowInfo, restart: bool, keyed: bool) -> _Verdicts:
         not_(untaken_event),
     )
     # Why a row neither takes nor holds it, in the order a reader would look.
+    deduplicated = [(not_(key_free), DEDUPLICATED)] if keyed else []
     refused = case(
         (or_(accepts, may_hold), None),
-        (not_(key_free), DEDUPLICATED),
+        *deduplicated,
         (and_(ended, t.c.last_error == CANCELLED), "cancelled"),
         (and_(ended, t.c.last_error.is_not(None)), "failed"),
         (ended, "finished"),
@@ -347,8 +351,10 @@ def _verdicts(info: WorkflowInfo, restart: bool, keyed: bool) -> _Verdicts:
 
 @lru_cache(maxsize=256)
 def refusal_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
-    """Why the run with the given key refuses a delivery now (NULL if it would not); no row
-    when no run has the key. Asked only after a delivery to one run was refused."""
+    """Why the run with the given key refuses a delivery now, asked after one was refused.
+
+    NULL when it would not refuse now; no row when no run has the key.
+    """
     columns = info.mapper.primary_key
     named = [column == bindparam(f"duly_key_{i}") for i, column in enumerate(columns)]
     return select(_verdicts(info, restart, keyed).refused).where(*named)
