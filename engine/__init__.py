@@ -85,6 +85,7 @@ from engine.retention import PruneResult, RetentionSettings, count_prunable, pru
 from engine.runs.directives import every, wait_for, wake_in
 from engine.runs.fanout import child, fan_out
 from engine.runs.handles import Handle
+from engine.runs.refusals import Delivery
 from engine.runs.workflow import Workflow
 from engine.tables import EngineTables, declare_engine_tables
 from engine.worker.loop import Worker, run_workflows, wake
@@ -104,6 +105,7 @@ __all__ = [
     "ConfigurationError",
     "Cron",
     "DatabaseEventRegistry",
+    "Delivery",
     "Design",
     "Directory",
     "DulyError",

@@ -7,8 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import connect_workflows
-from engine.runs.refusals import Delivery
+from engine import Delivery, connect_workflows
 from engine.testing import drain, move_clock
 from functions.http.app import create_app
 from tests.apps import api
