@@ -181,10 +181,10 @@ def column_condition(info: WorkflowInfo, name: str, operator: str, text: str) ->
     """`name OP text` on one of the workflow's own columns that leads an index, typed."""
     allowed = filterable_columns(info)
     if name not in allowed:
-        what = "is not indexed" if name in info.table.c else "is no column"
+        what = "an indexed column" if name in info.table.c else "a column"
         raise FilterError(
-            f"{name} {what} of {info.name}: filter on {', '.join(KEYWORDS)} or a column that "
-            f"leads an index ({', '.join(allowed) or 'none'})."
+            f"{name} is not {what} of {info.name}: filter on {', '.join(KEYWORDS)} or a "
+            f"column that leads an index ({', '.join(allowed) or 'none'})."
         )
     operator = "=" if operator == ":" else operator
     column = info.table.c[name]
