@@ -239,6 +239,7 @@ async def list_runs(
     walks = newest if order == "newest" else soonest_walks(filters.state)
     if cursor is not None:
         walks = walks[walks.index(cursor.walk) :] if cursor.walk in walks else ()
+    windowed = filters.key is None  # one key is one row, found through the primary key
 
     async def read(as_text: bool) -> tuple[list[tuple[Any, str]], Cursor | None]:
         found: list[tuple[Any, str]] = []
@@ -250,11 +251,13 @@ async def list_runs(
                 start = cursor if cursor is not None and cursor.walk == walk else None
                 want = limit + 1 - len(found)
                 statement = walk_statement(
-                    info, walk, where, start, want, windowed=True, walked=walked
+                    info, walk, where, start, want, windowed=windowed, walked=walked
                 )
                 found += [(row, walk) for row in await rows_of(session, info, statement, as_text)]
                 if len(found) > limit:
                     break
+                if not windowed:
+                    continue
                 ending = window_end_statement(info, walk, start, walked)
                 end = (await session.execute(ending)).first()
                 if end is not None:  # the window ran out before the walk did: stop here
