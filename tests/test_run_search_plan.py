@@ -34,7 +34,7 @@ def fill(db: Database) -> None:
         f"""
         INSERT INTO payment (id, amount, created_at, customer, next_step, next_args, wake_at,
                              last_error)
-        SELECT i, (i * 7919 % 100000) / 100.0, now() - ({ROWS} - i) * interval '10 seconds',
+        SELECT i, (i::bigint * 7919 % 100000) / 100.0, now() - ({ROWS} - i) * interval '10 seconds',
             'c' || (i % 1000),
             CASE WHEN i % 20 = 0 THEN CASE WHEN i % 3 = 0 THEN 'refund' ELSE 'charge' END END,
             CASE WHEN i % 20 = 0 THEN '{{}}'::json END,
