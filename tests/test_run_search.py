@@ -11,17 +11,22 @@ a page by amount breaks its ties by key.
   test_each_mistake_is_refused_naming_what_is_allowed
 - pages of a filtered set, by the walked column's index or by key, with a window so small
   that pages stop where it ends, hold every matching run once: test_pages_never_repeat_or_skip
+- the console's search box takes the same text, and its value survives paging (each page's
+  next link carries it): test_the_console_search_survives_paging
 - `duly runs --where` reads the same text, with today's flags ANDed, and refuses a mistake
   with exit status 2: test_duly_runs_where_takes_the_same_language
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -200,6 +205,32 @@ async def test_pages_never_repeat_or_skip(
                 if after is None:
                     break
             assert seen == expected, q
+
+
+async def test_the_console_search_survives_paging(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Session = await filled(db)
+    monkeypatch.setattr(run_views, "SCAN_WINDOW", 4)  # each page stops where its window ends
+    q = "amount>=60 state:failed"
+    seen: list[str] = []
+    url: str | None = "/console/runs/payment?" + urlencode({"q": q})
+    async with serving(create_app(Session, run_worker=False)) as client:
+        for _ in range(RUNS):
+            assert url is not None
+            reply = await client.get(url)
+            assert reply.status_code == 200, reply.text
+            assert f'value="{html.escape(q)}"' in reply.text  # the box still holds the search
+            seen += re.findall(r'<th scope="row"><a href="/console/runs/payment/(\d+)"', reply.text)
+            found = re.search(r'<a href="([^"]+)" rel="next">', reply.text)
+            if found is None:
+                break
+            url = "/console/runs/payment" + html.unescape(found.group(1))
+            assert "q=" in url
+        refused = await client.get("/console/runs/payment", params={"q": "customer=c1"})
+    assert seen == by_amount([i for i in ALL if failed(i) and amount_of(i) >= 60])
+    assert refused.status_code == 400
+    assert "customer is not an indexed column of payment" in refused.text
 
 
 def env_for(db: Database, tmp_path: Path) -> dict[str, str]:

@@ -101,9 +101,8 @@ async def runs_page(
     connection = connection_of(request)
     info = find_workflow(connection, workflow)
     given = {"state": state, "step": step, "key": key, "error": error}
-    filters = RunFilter(
-        state=state or None, step=step or None, key=key or None, error=error or None
-    )
+    fields = RunFilter(state=state or None, step=step or None, key=key or None, error=error or None)
+    filters = fields
     chosen = order or "newest"
     search = (q or "").strip()
     refusal = None
@@ -131,7 +130,7 @@ async def runs_page(
         "now": now,
         "info": info,
         "page": page,
-        "filters": filters,
+        "filters": fields,  # what the fields show: the search box's terms stay in the box
         "search": search,
         "refusal": refusal,
         "filterable": filterable_columns(info),
