@@ -31,10 +31,6 @@ DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 RELATIVE = "-"  # a time value `-1h`: that long before the database's clock
 
 
-class FilterError(InvalidArgumentError):
-    """A filter that cannot be read: a sentence says what is allowed."""
-
-
 @dataclass(frozen=True)
 class ColumnCondition:
     """One comparison on a workflow's own indexed column: `amount >= 100`, `created_at > -1h`."""
@@ -82,13 +78,15 @@ class RunFilter:
         where: list[ColumnElement[bool]] = []
         if self.state is not None:
             if self.state not in RUN_STATES:
-                raise FilterError(
+                raise InvalidArgumentError(
                     f"No run state {self.state!r}: use one of {', '.join(RUN_STATES)}."
                 )
             where.append(state_condition(table, self.state))
         for name, text in (("step", self.step), ("key", self.key), ("error", self.error)):
             if text is not None and len(text) > MAX_FILTER_TEXT:
-                raise FilterError(f"The {name} filter is longer than {MAX_FILTER_TEXT} characters.")
+                raise InvalidArgumentError(
+                    f"The {name} filter is longer than {MAX_FILTER_TEXT} characters."
+                )
         if self.step is not None:
             where.append(table.c.next_step == self.step)
         if self.key is not None:
@@ -105,14 +103,14 @@ class RunFilter:
         return next((c for c in self.columns if c.operator != "!="), None)
 
     def also(self, other: RunFilter) -> RunFilter:
-        """This filter and `other`, ANDed; a FilterError when both set the same keyword."""
+        """This filter and `other`, ANDed; a InvalidArgumentError when both set the same keyword."""
         merged = self
         for name in ("state", "step", "key", "error"):
             theirs = getattr(other, name)
             if theirs is None:
                 continue
             if getattr(self, name) not in (None, theirs):
-                raise FilterError(f"The {name} filter is given twice: give it once.")
+                raise InvalidArgumentError(f"The {name} filter is given twice: give it once.")
             merged = replace(merged, **{name: theirs})
         return replace(merged, columns=(*self.columns, *other.columns))
 
@@ -138,9 +136,10 @@ def time_columns(info: WorkflowInfo) -> list[str]:
 
 
 def parse_filter(info: WorkflowInfo, text: str) -> RunFilter:
-    """The filter `text` writes, for `info`'s runs; a FilterError naming what is allowed."""
+    """The filter `text` writes, for `info`'s runs; an InvalidArgumentError naming what is
+    allowed when it cannot be read."""
     if len(text) > MAX_FILTER_TEXT:
-        raise FilterError(f"A filter is at most {MAX_FILTER_TEXT} characters.")
+        raise InvalidArgumentError(f"A filter is at most {MAX_FILTER_TEXT} characters.")
     found: dict[str, str] = {}
     columns: list[ColumnCondition] = []
     at = 0
@@ -148,7 +147,7 @@ def parse_filter(info: WorkflowInfo, text: str) -> RunFilter:
         term = TERM.match(text, at)
         if term is None or not term.group(3):
             shown = text[at:].strip()[:40]
-            raise FilterError(
+            raise InvalidArgumentError(
                 f"Cannot read {shown!r}: write terms as name:value or column>=value, "
                 'with "quotes" around a value that holds spaces.'
             )
@@ -156,24 +155,27 @@ def parse_filter(info: WorkflowInfo, text: str) -> RunFilter:
         name, operator, value = term.group(1), term.group(2), _unquoted(term.group(3))
         if name in KEYWORDS:
             if operator not in (":", "="):
-                raise FilterError(f"{name} takes {name}:value, not {operator}.")
+                raise InvalidArgumentError(f"{name} takes {name}:value, not {operator}.")
             if name in found:
-                raise FilterError(f"The {name} filter is given twice: give it once.")
+                raise InvalidArgumentError(f"The {name} filter is given twice: give it once.")
             found[name] = value
         else:
             columns.append(column_condition(info, name, operator, value))
     if "state" in found and found["state"] not in RUN_STATES:
-        raise FilterError(f"No run state {found['state']!r}: use one of {', '.join(RUN_STATES)}.")
+        states = ", ".join(RUN_STATES)
+        raise InvalidArgumentError(f"No run state {found['state']!r}: use one of {states}.")
     if "step" in found and found["step"] not in info.steps:
         steps = ", ".join(info.steps)
-        raise FilterError(f"{info.name} has no step {found['step']!r}: its steps are {steps}.")
+        raise InvalidArgumentError(
+            f"{info.name} has no step {found['step']!r}: its steps are {steps}."
+        )
     if "since" in found:
         columns.append(since_condition(info, found.pop("since")))
     if "key" in found:
         try:
             parse_key(info, found["key"])  # refused now, as a filter's mistake
         except DulyError as exc:
-            raise FilterError(str(exc)) from None
+            raise InvalidArgumentError(str(exc)) from None
     return RunFilter(**found, columns=tuple(columns))
 
 
@@ -182,7 +184,7 @@ def column_condition(info: WorkflowInfo, name: str, operator: str, text: str) ->
     allowed = filterable_columns(info)
     if name not in allowed:
         what = "an indexed column" if name in info.table.c else "a column"
-        raise FilterError(
+        raise InvalidArgumentError(
             f"{name} is not {what} of {info.name}: filter on {', '.join(KEYWORDS)} or a "
             f"column that leads an index ({', '.join(allowed) or 'none'})."
         )
@@ -190,10 +192,7 @@ def column_condition(info: WorkflowInfo, name: str, operator: str, text: str) ->
     column = info.table.c[name]
     if _is_time(column) and text.startswith(RELATIVE):
         return ColumnCondition(name, operator, parse_duration(text[1:]))
-    try:
-        return ColumnCondition(name, operator, typed_value(info, column, text))
-    except InvalidArgumentError as exc:
-        raise FilterError(str(exc)) from None
+    return ColumnCondition(name, operator, typed_value(info, column, text))
 
 
 def since_condition(info: WorkflowInfo, text: str) -> ColumnCondition:
@@ -201,7 +200,7 @@ def since_condition(info: WorkflowInfo, text: str) -> ColumnCondition:
     times = time_columns(info)
     if len(times) != 1:
         listed = ", ".join(times) or "none"
-        raise FilterError(
+        raise InvalidArgumentError(
             f"since: needs one indexed time column, and {info.name} has {len(times)} "
             f"({listed}): write column>=-{text} instead."
         )
@@ -209,10 +208,12 @@ def since_condition(info: WorkflowInfo, text: str) -> ColumnCondition:
 
 
 def parse_duration(text: str) -> timedelta:
-    """`1h30m`, `15m`, `2d`, `90s` as a timedelta; a FilterError for anything else."""
+    """`1h30m`, `15m`, `2d`, `90s` as a timedelta; a InvalidArgumentError for anything else."""
     found = DURATION.fullmatch(text)
     if not text or found is None:
-        raise FilterError(f"{text!r} is not a duration: write it as 90s, 15m, 1h, 1h30m or 2d.")
+        raise InvalidArgumentError(
+            f"{text!r} is not a duration: write it as 90s, 15m, 1h, 1h30m or 2d."
+        )
     days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 

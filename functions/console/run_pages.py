@@ -23,10 +23,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import ConfigurationError, DulyError
+from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
-from engine.views.filters import FilterError, filterable_columns, parse_filter
+from engine.views.filters import filterable_columns, parse_filter
 from engine.views.overview import RUN_STATES
 from engine.views.run import RunDetail, database_now, run_detail
 from engine.views.runs import (
@@ -112,7 +112,7 @@ async def runs_page(
         page = await list_runs(
             connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
         )
-    except FilterError as exc:
+    except InvalidArgumentError as exc:  # the search, as typed
         refusal = str(exc)
         page = RunPage(info.name, chosen, [], None, None)
     query = {name: value for name, value in given.items() if value}
