@@ -452,8 +452,7 @@ def walk_statement(
 def window_end_statement(
     info: WorkflowInfo, walk: str, cursor: Cursor | None, walked: ColumnCondition | None = None
 ) -> Select[Any]:
-    """The last row of a walk's window (its due time, or its walked column's value, and its
-    key), if the walk is that long."""
+    """The last row of a walk's window (its due time or walked value, and key), if any."""
     keys = list(info.mapper.primary_key)
     lead = info.table.c[walked.column] if walk == "c" and walked is not None else None
     return (
