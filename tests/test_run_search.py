@@ -62,9 +62,10 @@ async def filled(db: Database) -> async_sessionmaker[AsyncSession]:
     Session = await db.create(search.Base.metadata)
     db.sql(
         f"""
-        INSERT INTO payment (id, amount, created_at, customer, next_step, next_args, wake_at,
-                             last_error)
+        INSERT INTO payment (id, amount, created_at, customer, urgent, next_step, next_args,
+                             wake_at, last_error)
         SELECT i, (i % 6) * 50 + 10, now() - ({RUNS} - i) * interval '1 hour', 'c' || (i % 3),
+            i % 4 = 0,
             CASE WHEN i % 5 = 0 THEN NULL WHEN i % 7 = 0 THEN 'refund' ELSE 'charge' END,
             CASE WHEN i % 5 = 0 THEN NULL ELSE '{{}}'::json END,
             CASE WHEN i % 5 = 0 THEN NULL ELSE now() + i * interval '1 minute' END,
@@ -119,6 +120,8 @@ async def test_each_kind_of_term_finds_its_runs(db: Database) -> None:
         ({"q": "amount>=210.5"}, by_amount([i for i in ALL if amount_of(i) >= Decimal("210.5")])),
         ({"q": "amount>=100 amount<200"}, by_amount([i for i in ALL if 100 <= amount_of(i) < 200])),
         ({"q": "id>25"}, newest(list(range(26, RUNS + 1)))),
+        ({"q": "urgent=true"}, newest([i for i in ALL if i % 4 == 0])),
+        ({"q": "urgent:False state:failed"}, newest([i for i in ALL if i % 4 and failed(i)])),
         ({"q": f"created_at>={created_20.isoformat()}"}, newest(list(range(20, RUNS + 1)))),
         ({"q": "created_at>=-3h"}, newest([28, 29, 30])),  # 2, 1 and 0 hours old
         ({"q": "created_at<-27h30m"}, newest([1, 2])),
@@ -145,7 +148,7 @@ MISTAKES = [
     (
         {"q": "amont>=5"},
         "amont is not a column of payment: filter on state, step, key, error, "
-        "since or a column that leads an index (id, amount, created_at).",
+        "since or a column that leads an index (id, amount, created_at, urgent).",
     ),
     ({"q": "customer=c1"}, "customer is not an indexed column of payment"),
     ({"q": "amount>=lots"}, "'lots' is not a valid amount for payment: expected Decimal."),
@@ -154,6 +157,7 @@ MISTAKES = [
     ({"q": "state>=failed"}, "state takes state:value, not >=."),
     ({"q": "state:broke"}, "No run state 'broke': use one of running, waiting,"),
     ({"q": "step:ship"}, "payment has no step 'ship': its steps are charge, refund."),
+    ({"q": "urgent=maybe"}, "'maybe' is not a valid urgent for payment: expected true or false."),
     ({"q": "key:seven"}, "'seven' is not a valid id for payment: expected int."),
     ({"q": "created_at>=yesterday"}, "expected datetime (ISO 8601, e.g. 2026-12-01"),
     ({"q": "created_at>=-1y"}, "'1y' is not a duration: write it as 90s, 15m, 1h, 1h30m or 2d."),

@@ -119,7 +119,9 @@ def filterable_columns(info: WorkflowInfo) -> list[str]:
     """The workflow's own columns a filter may compare: those that lead an index (or the key)."""
     table = info.table
     leading: list[Any] = [next(iter(table.primary_key.columns), None)]
-    leading += [next(iter(index.expressions), None) for index in table.indexes]
+    # A partial index holds some rows only: the planner cannot answer a comparison with it.
+    whole = [i for i in table.indexes if i.dialect_options["postgresql"]["where"] is None]
+    leading += [next(iter(index.expressions), None) for index in whole]
     leading += [
         next(iter(constraint.columns), None)
         for constraint in table.constraints
@@ -241,6 +243,13 @@ def typed_value(info: WorkflowInfo, column: Any, value: Any) -> Any:
         return value
     if isinstance(value, kind):
         return value
+    if kind is bool:  # bool("false") is True: read the words
+        words = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}
+        if str(value).lower() in words:
+            return words[str(value).lower()]
+        raise InvalidArgumentError(
+            f"{value!r} is not a valid {column.name} for {info.name}: expected true or false."
+        )
     try:
         parse = getattr(kind, "fromisoformat", kind)
         typed = parse(value if isinstance(value, str) else str(value))

@@ -92,7 +92,8 @@ def add_runs(commands: Any) -> None:
     runs.add_argument(
         "--where",
         metavar="TEXT",
-        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (README: Search)",
+        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the README's "
+        "Searching runs)",
     )
     runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
     runs.add_argument(

@@ -1,7 +1,7 @@
 """A payments workflow with indexed columns of each kind, for the search of runs' tests.
 
-`amount` and `created_at` lead indexes (so filters may compare them), `customer` leads none;
-DULY_APP=tests.apps.search serves it to `duly runs`.
+`amount`, `created_at` and `urgent` lead indexes (so filters may compare them), `customer`
+leads only a partial one (which holds some rows only); DULY_APP=tests.apps.search serves it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import DateTime, Numeric, String, func
+from sqlalchemy import Boolean, DateTime, Index, Numeric, String, false, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import Workflow, step
@@ -28,6 +28,9 @@ class Payment(Base, Workflow):
         DateTime(timezone=True), server_default=func.now(), index=True
     )
     customer: Mapped[str] = mapped_column(String, default="")
+    urgent: Mapped[bool] = mapped_column(Boolean, server_default=false(), index=True)
+
+    __table_args__ = (Index("ix_payment_customer_urgent", "customer", postgresql_where=urgent),)
 
     @step
     async def charge(self) -> None:
