@@ -179,6 +179,12 @@ async def test_each_mistake_is_refused_naming_what_is_allowed(db: Database) -> N
         by_key = (await client.get(URL, params={"limit": 2})).json()["next_after"]
         reply = await client.get(URL, params={"q": "amount>=5", "after": by_key})
         assert reply.status_code == 400 and "page cursor" in reply.json()["detail"]
+        # Nor is a cursor of pages by one column one of pages by another.
+        by_amount_cursor = (await client.get(URL, params={"q": "amount>=5", "limit": 2})).json()
+        reply = await client.get(
+            URL, params={"q": "id>=5", "after": by_amount_cursor["next_after"]}
+        )
+        assert reply.status_code == 400 and "page cursor" in reply.json()["detail"]
 
 
 @pytest.mark.parametrize("window", [run_views.SCAN_WINDOW, 4])

@@ -94,14 +94,16 @@ class Cursor:
     key: tuple[Any, ...]
     wake_at: datetime | None = None
     value: Any = None  # of the column a `c` walk follows
+    column: str | None = None  # the column a `c` walk follows
 
     def encode(self) -> str:
         """The cursor as URL-safe text."""
-        document = {"o": self.order, "p": self.walk, "k": [json_value(k) for k in self.key]}
+        keys = [json_value(k) for k in self.key]
+        document: dict[str, Any] = {"o": self.order, "p": self.walk, "k": keys}
         if self.wake_at is not None:
             document["w"] = self.wake_at.isoformat()
         if self.walk == "c":
-            document["v"] = json_value(self.value)
+            document["c"], document["v"] = self.column, json_value(self.value)
         raw = json.dumps(document, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -131,6 +133,8 @@ class Cursor:
             raise refused
         if (walk == "c") != ("v" in document):
             raise refused
+        if walked is not None and document.get("c") != walked.column:
+            raise refused  # a cursor of pages by another column
         try:
             key = tuple(typed_value(info, c, p) for c, p in zip(columns, parts, strict=True))
             value = None
@@ -138,7 +142,7 @@ class Cursor:
                 value = typed_value(info, info.table.c[walked.column], document["v"])
         except DulyError:
             raise refused from None
-        return cls(order, walk, key, wake_at, value)
+        return cls(order, walk, key, wake_at, value, document.get("c"))
 
 
 # -- a page of runs ------------------------------------------------------------------------------
@@ -240,6 +244,7 @@ async def list_runs(
     if cursor is not None:
         walks = walks[walks.index(cursor.walk) :] if cursor.walk in walks else ()
     windowed = filters.key is None  # one key is one row, found through the primary key
+    along = None if walked is None else walked.column  # the column a `c` cursor names
 
     async def read(as_text: bool) -> tuple[list[tuple[Any, str]], Cursor | None]:
         found: list[tuple[Any, str]] = []
@@ -267,6 +272,7 @@ async def list_runs(
                         tuple(end)[1:],
                         end[0] if walk == "s" else None,
                         end[0] if walk == "c" else None,
+                        along,
                     )
         return found, None
 
@@ -285,7 +291,7 @@ async def list_runs(
             column = info.table.c[walked.column]
             value = getattr(last, info.mapper.get_property_by_column(column).key)
         at = last.wake_at if walk == "s" else None
-        next_after = Cursor(order, walk, key, at, value).encode()
+        next_after = Cursor(order, walk, key, at, value, along).encode()
     return RunPage(
         workflow=info.name,
         order=order,
