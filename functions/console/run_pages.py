@@ -26,7 +26,7 @@ from sqlalchemy.exc import DataError
 from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
-from engine.views.filters import filterable_columns, parse_filter
+from engine.views.filters import filterable_columns, parse_filter, time_columns
 from engine.views.overview import RUN_STATES
 from engine.views.run import RunDetail, database_now, run_detail
 from engine.views.runs import (
@@ -134,6 +134,7 @@ async def runs_page(
         "search": search,
         "refusal": refusal,
         "filterable": filterable_columns(info),
+        "times": time_columns(info),
         "order": chosen,
         "orders": RUN_ORDERS,
         "states": RUN_STATES,

@@ -118,7 +118,14 @@ async def list_workflow_runs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-    q: Annotated[str | None, Query(min_length=1, max_length=MAX_FILTER_TEXT)] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_FILTER_TEXT,
+            description='A filter: `state:failed error:"card declined" amount>=100 since:1h`.',
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
 
