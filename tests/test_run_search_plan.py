@@ -5,7 +5,8 @@ the planner would rather scan the table than use an index it does not need. For 
 filter the first page is read by `list_runs` while its SQL is caught, and each statement it
 sent is EXPLAINed with its parameters: the engine's filters (state, step, error text, key)
 walk the primary key's index, a bound on an own column walks that column's index, a time
-range (absolute, relative, `since:`) the time column's: test_each_filter_kind_reads_an_index
+range (absolute, relative, `since:`) the time column's: test_each_filter_kind_reads_an_index;
+a page after a cursor reads the same index from where the last ended.
 """
 
 from __future__ import annotations
@@ -82,3 +83,14 @@ async def test_each_filter_kind_reads_an_index(db: Database) -> None:
                 plan = await plan_of(engine, statement)
                 ways = reached_by(plan, "payment")
                 assert ways == expected, (text, drawn(plan))
+            if page.next_after is None:
+                continue
+            # The next page goes on through the same index, from the cursor.
+            with sent(engine) as seen:
+                after = await list_runs(
+                    connection, info, parse_filter(info, text), after=page.next_after
+                )
+            assert {r.key for r in after.runs}.isdisjoint(r.key for r in page.runs), text
+            for statement in [s for s in seen if "FROM payment" in s[0]]:
+                plan = await plan_of(engine, statement)
+                assert reached_by(plan, "payment") == expected, (text, drawn(plan))
