@@ -103,7 +103,7 @@ class RunFilter:
         return next((c for c in self.columns if c.operator != "!="), None)
 
     def also(self, other: RunFilter) -> RunFilter:
-        """This filter and `other`, ANDed; a InvalidArgumentError when both set the same keyword."""
+        """This filter and `other`, ANDed; an InvalidArgumentError if both set one keyword."""
         merged = self
         for name in ("state", "step", "key", "error"):
             theirs = getattr(other, name)
