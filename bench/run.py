@@ -56,6 +56,8 @@ from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.pgqueuer_peer import measure_pgqueuer, pgqueuer_version  # noqa: E402
 from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
+from bench.search import TARGET_MS as SEARCH_TARGET_MS  # noqa: E402
+from bench.search import measure_search  # noqa: E402
 from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
@@ -83,6 +85,7 @@ MEASUREMENTS = (
     "graphs",
     "prune",
     "console",
+    "search",
 )
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
@@ -128,6 +131,8 @@ class Sizes:
     prune_new_rows: int  # and rows within it, which it keeps
     console_runs: int  # runs in the table the console's pages are fetched over
     console_fetches: int  # timed fetches of each page
+    search_runs: int  # runs in the table the searches read
+    search_fetches: int  # timed first pages of each search
 
 
 FULL = Sizes(
@@ -158,6 +163,8 @@ FULL = Sizes(
     prune_new_rows=100_000,
     console_runs=100_000,
     console_fetches=40,
+    search_runs=1_000_000,
+    search_fetches=40,
 )
 QUICK = Sizes(
     update_seconds=0.6,
@@ -187,6 +194,8 @@ QUICK = Sizes(
     prune_new_rows=10_000,
     console_runs=20_000,
     console_fetches=10,
+    search_runs=200_000,
+    search_fetches=10,
 )
 
 
@@ -679,6 +688,21 @@ async def run_all(
             f"target: <= {CONSOLE_TARGET_MS:g} ms",
         )
 
+    async def search() -> None:
+        found = await measure_search(server, sizes.search_runs, sizes.search_fetches)
+        report.details["search"] = found
+        for name, page in found["searches"].items():
+            p95 = page["ms"]["p95"]
+            verdict = "holds" if p95 < SEARCH_TARGET_MS else "FAILS"
+            report.add(
+                "search_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + "_p95_ms",
+                f"Search's first page, {name} ({page['filter'] or 'none'}), {found['runs']:,} "
+                f"runs: p95 (p50 {page['ms']['p50']:.1f})",
+                p95,
+                "ms",
+                f"target: < {SEARCH_TARGET_MS:g} ms: {verdict}",
+            )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -760,6 +784,11 @@ async def run_all(
             f"every console page fetched {sizes.console_fetches} times over "
             f"{sizes.console_runs:,} runs",
             console,
+        ),
+        "search": (
+            f"each kind of search's first page, {sizes.search_fetches} times over "
+            f"{sizes.search_runs:,} runs",
+            search,
         ),
     }
     for name in MEASUREMENTS:

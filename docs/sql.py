@@ -58,6 +58,7 @@ from engine.runs import fanout, handles, history  # noqa: E402
 from engine.runs import start as runs  # noqa: E402
 from engine.views import activity  # noqa: E402
 from engine.views import runs as run_views  # noqa: E402
+from engine.views.filters import ColumnCondition  # noqa: E402
 from engine.views.overview import overview_statement, recent_statement  # noqa: E402
 from engine.worker import leases, listener  # noqa: E402
 from functions import examples  # noqa: E402
@@ -315,6 +316,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         ],
     )
     failed = [onboarding.table.c.last_error.isnot(None)]
+    by_user = ColumnCondition("user_id", ">=", "u5")
     yield (
         "What operators read",
         [
@@ -346,6 +348,13 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 onboarding,
                 "n",
                 None,
+            ),
+            (
+                "a page of runs by an own column's index (a search such as user_id>=u5)",
+                run_views.walk_statement,
+                run_views.walk_statement(
+                    onboarding, "c", failed, None, 51, windowed=True, walked=by_user
+                ),
             ),
             (
                 "a page of runs, soonest due first",

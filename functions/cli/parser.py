@@ -93,6 +93,12 @@ def add_runs(commands: Any) -> None:
     runs.add_argument("--step", help="only runs at this step (their next step)")
     runs.add_argument("--key", help="only the run with this key")
     runs.add_argument("--error", help="only runs whose last error contains this text")
+    runs.add_argument(
+        "--where",
+        metavar="TEXT",
+        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the README's "
+        "Searching runs)",
+    )
     runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
     runs.add_argument(
         "--limit", type=int, default=DEFAULT_PAGE, help=f"runs a page (default {DEFAULT_PAGE})"

@@ -18,6 +18,7 @@ from engine.base.shown import json_value
 from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
@@ -107,6 +108,8 @@ async def print_runs(
     async with connect_workflows(Session) as connection:
         try:
             info = find_app_workflow(connection, args.workflow, app_module)
+            if args.where is not None:
+                filters = parse_filter(info, args.where).also(filters)
             page = await list_runs(
                 connection, info, filters, order=args.order, limit=args.limit, after=args.after
             )

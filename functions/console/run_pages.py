@@ -23,10 +23,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import ConfigurationError, DulyError
+from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
 from engine.runs.refusals import MOVED_MEANWHILE, REFUSAL_REASONS
+from engine.views.filters import filterable_columns, parse_filter, time_columns
 from engine.views.overview import RUN_STATES
 from engine.views.run import RunDetail, database_now, run_detail
 from engine.views.runs import (
@@ -35,6 +36,7 @@ from engine.views.runs import (
     RUN_ORDERS,
     SCAN_WINDOW,
     RunFilter,
+    RunPage,
     list_runs,
 )
 from functions.console.charts import timeline
@@ -92,18 +94,31 @@ async def runs_page(
     key: FilterText = None,
     error: FilterText = None,
     order: FilterText = "newest",
+    q: FilterText = None,
     after: Annotated[str | None, Query(max_length=2000)] = None,
 ) -> HTMLResponse:
-    """A page of a workflow's runs, filtered, newest or soonest first."""
+    """A page of a workflow's runs, filtered (the search box and the fields, ANDed), newest
+    or soonest first; a search it cannot read is said beside the box."""
     connection = connection_of(request)
     info = find_workflow(connection, workflow)
     given = {"state": state, "step": step, "key": key, "error": error}
-    filters = RunFilter(**{name: value or None for name, value in given.items()})
+    fields = RunFilter(state=state or None, step=step or None, key=key or None, error=error or None)
+    filters = fields
     chosen = order or "newest"
-    page = await list_runs(
-        connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
-    )
+    search = (q or "").strip()
+    refusal = None
+    try:
+        if search:
+            filters = parse_filter(info, search).also(filters)
+        page = await list_runs(
+            connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
+        )
+    except InvalidArgumentError as exc:  # the search, as typed
+        refusal = str(exc)
+        page = RunPage(info.name, chosen, [], None, None)
     query = {name: value for name, value in given.items() if value}
+    if search:
+        query["q"] = search
     query["order"] = chosen
     next_url = None
     if page.next_after is not None:
@@ -116,7 +131,11 @@ async def runs_page(
         "now": now,
         "info": info,
         "page": page,
-        "filters": filters,
+        "filters": fields,  # what the fields show: the search box's terms stay in the box
+        "search": search,
+        "refusal": refusal,
+        "filterable": filterable_columns(info),
+        "times": time_columns(info),
         "order": chosen,
         "orders": RUN_ORDERS,
         "states": RUN_STATES,
@@ -128,7 +147,7 @@ async def runs_page(
         "startable": not info.engine_owned,
         "run_url": run_url,
     }
-    return render(request, "runs/list.html", context)
+    return render(request, "runs/list.html", context, status_code=400 if refusal else 200)
 
 
 # -- starting a run ------------------------------------------------------------------------------
