@@ -84,6 +84,7 @@ from engine.retention import PruneResult, RetentionSettings, count_prunable, pru
 from engine.runs.directives import every, wait_for, wake_in
 from engine.runs.fanout import child, fan_out
 from engine.runs.handles import Handle
+from engine.runs.start import start_many
 from engine.runs.workflow import Workflow
 from engine.tables import EngineTables, declare_engine_tables
 from engine.worker.loop import Worker, run_workflows, wake
@@ -198,6 +199,7 @@ __all__ = [
     "prune",
     "run_workflows",
     "save_design",
+    "start_many",
     "step",
     "stranded_runs",
     "validate_graph",
