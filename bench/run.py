@@ -58,6 +58,8 @@ from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
 from bench.search import TARGET_MS as SEARCH_TARGET_MS  # noqa: E402
 from bench.search import measure_search  # noqa: E402
+from bench.starts import BATCH as START_BATCH  # noqa: E402
+from bench.starts import measure_batch_starts  # noqa: E402
 from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
@@ -76,6 +78,7 @@ MEASUREMENTS = (
     "timer",
     "timerload",
     "deliver",
+    "starts",
     "fanout",
     "idle",
     "claims",
@@ -116,6 +119,7 @@ class Sizes:
     latency_runs: int
     timer_runs: int
     deliver_runs: int
+    start_runs: int  # started one at a time, and as many again with start_many
     fanout_children: int
     idle_window_seconds: float
     idle_wakes: int
@@ -148,6 +152,7 @@ FULL = Sizes(
     latency_runs=300,
     timer_runs=300,
     deliver_runs=2000,
+    start_runs=10_000,
     fanout_children=1000,
     idle_window_seconds=12.0,
     idle_wakes=50,
@@ -179,6 +184,7 @@ QUICK = Sizes(
     latency_runs=60,
     timer_runs=60,
     deliver_runs=400,
+    start_runs=2000,
     fanout_children=200,
     idle_window_seconds=3.0,
     idle_wakes=10,
@@ -418,6 +424,18 @@ async def run_all(
             "calls/s",
             f"start() from one client, same run: {one['start_per_s']:,.0f}/s "
             f"(deliver x{one['deliver_over_start']:.2f})",
+        )
+
+    async def starts() -> None:
+        found = await measure_batch_starts(server, sizes.start_runs)
+        report.details["starts"] = found
+        report.add(
+            "batched_starts_per_s",
+            f"start_many() runs/s, batches of {START_BATCH}, one client",
+            found["batched_per_s"],
+            "runs/s",
+            f"start() one at a time, same run: {found['one_at_a_time_per_s']:,.0f}/s "
+            f"(x{found['batched_over_one']:.1f})",
         )
 
     async def fanout() -> None:
@@ -744,6 +762,11 @@ async def run_all(
             f"{sizes.deliver_runs} parked runs, one deliver() each from "
             f"{measures.DELIVER_TASKS} tasks",
             deliver,
+        ),
+        "starts": (
+            f"{sizes.start_runs:,} runs started one at a time, then {sizes.start_runs:,} "
+            f"with start_many in batches of {START_BATCH}, one client",
+            starts,
         ),
         "fanout": (f"one parent fanning out {sizes.fanout_children} no-op children", fanout),
         "idle": (

@@ -22,10 +22,10 @@ from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
+from functions.app_config import mapped_event_tables
 from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import aligned, refused
 from functions.command_line import USAGE_ERROR
-from functions.requests.lookup import mapped_event_tables
 
 
 def run_status(args: argparse.Namespace) -> int:
