@@ -44,4 +44,4 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
-HEAD = "duly_0006"  # duly's newest own revision (the console's sessions)
+HEAD = "duly_0007"  # duly's newest own revision (failed attempts' tracebacks)

@@ -10,6 +10,7 @@ outcome means (`tests/test_commits.py` checks that they write the same).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +33,8 @@ class AttemptRecord:
     outcome: str
     error: str | None
     took_ms: float
+    traceback: str | None = None  # a failed attempt's, scrubbed and bounded
+    args: Any = None  # a failed attempt's arguments, as JSON holds them
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,9 @@ def write_fields(write: Write) -> dict[str, Any]:
             log_outcome=record.outcome,
             log_error=record.error,
             log_took_ms=record.took_ms,
+            log_traceback=record.traceback,
+            # JSON text on both paths: only a failed attempt has any to encode.
+            log_args=None if record.args is None else json.dumps(record.args, default=str),
         )
     return fields
 

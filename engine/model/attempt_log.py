@@ -2,7 +2,8 @@
 
 The application maps `AttemptLog` on its own base, so its migrations carry the
 table; a deployment that maps none pays nothing. Both commit paths write it
-through `log_attempts`; only `row.history()` reads it.
+through `log_attempts`; only `row.history()` and the views read it. A failed
+attempt also keeps its traceback and its arguments (NULL for an attempt that succeeded).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     Float,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    cast,
     literal,
     select,
 )
@@ -38,6 +41,8 @@ RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
     ("outcome", Text),
     ("error", Text),
     ("took_ms", Float),
+    ("traceback", Text),
+    ("args", Text),  # JSON text, stored as JSON
 )
 LOG_COLUMNS = ["workflow", *(name for name, _ in RECORD_FIELDS), "finished_at"]
 
@@ -67,8 +72,12 @@ def log_attempts(
 
     `records` are the SQL values of RECORD_FIELDS, in order.
     """
+    values = [
+        cast(value, JSON) if name == "args" else value
+        for (name, _), value in zip(RECORD_FIELDS, records, strict=True)
+    ]
     return insert(attempt_log.__table__).from_select(
-        LOG_COLUMNS, select(literal(workflow), *records, db_now()).select_from(written)
+        LOG_COLUMNS, select(literal(workflow), *values, db_now()).select_from(written)
     )
 
 
@@ -97,3 +106,6 @@ class AttemptLog(AttemptLogColumns):
     error: Mapped[str | None] = mapped_column(Text)
     took_ms: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A failed attempt's (outcome retry or failed); NULL for one that succeeded.
+    traceback: Mapped[str | None] = mapped_column(Text)
+    args: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)
