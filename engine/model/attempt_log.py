@@ -41,10 +41,13 @@ RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
     ("outcome", Text),
     ("error", Text),
     ("took_ms", Float),
+)
+# What a failed attempt records too, after RECORD_FIELDS; a statement that logs only
+# attempts that succeeded leaves them out (NULL), so they cost the hot path nothing.
+FAILURE_FIELDS: tuple[tuple[str, Any], ...] = (
     ("traceback", Text),
     ("args", Text),  # JSON text, stored as JSON
 )
-LOG_COLUMNS = ["workflow", *(name for name, _ in RECORD_FIELDS), "finished_at"]
 
 _log_classes: list[type[Any]] = []
 
@@ -65,19 +68,27 @@ def logged_key(key: Sequence[Any]) -> str:
     return json.dumps(key[0] if len(key) == 1 else list(key), default=str)
 
 
+def recorded_fields(failures: bool) -> tuple[tuple[str, Any], ...]:
+    """The fields a statement logs: RECORD_FIELDS, and FAILURE_FIELDS if it logs failures."""
+    return (*RECORD_FIELDS, *FAILURE_FIELDS) if failures else RECORD_FIELDS
+
+
 def log_attempts(
     attempt_log: type[Any], workflow: str, records: Sequence[Any], written: Any
 ) -> Insert:
     """INSERT one log row per row of `written` (a fenced write's RETURNING), so only what moved.
 
-    `records` are the SQL values of RECORD_FIELDS, in order.
+    `records` are the SQL values of RECORD_FIELDS, in order, then those of FAILURE_FIELDS
+    for a statement that may log a failure.
     """
+    fields = recorded_fields(len(records) > len(RECORD_FIELDS))
     values = [
         cast(value, JSON) if name == "args" else value
-        for (name, _), value in zip(RECORD_FIELDS, records, strict=True)
+        for (name, _), value in zip(fields, records, strict=True)
     ]
+    columns = ["workflow", *(name for name, _ in fields), "finished_at"]
     return insert(attempt_log.__table__).from_select(
-        LOG_COLUMNS, select(literal(workflow), *values, db_now()).select_from(written)
+        columns, select(literal(workflow), *values, db_now()).select_from(written)
     )
 
 
