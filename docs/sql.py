@@ -129,8 +129,8 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
     claim = Claim(onboarding, (1,), 7)
     where = [Onboarding.user_id == "u1"]
     check = as_call(Onboarding.check)
-    changed = (("nudges", "status"), True, False, "keep", False)
-    waits = (("status",), True, False, "wait", False)
+    changed = (("nudges", "status"), True, False, "keep", False, False)
+    waits = (("status",), True, False, "wait", False, False)
     yield (
         "Starting runs",
         [
@@ -176,6 +176,16 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 bulk_commits.bulk_statement,
                 onboarding,
                 WorkflowAttempt,
+            ),
+            built(
+                "the fast path: a batch that logs a failed attempt's traceback and arguments",
+                bulk_commits.bulk_statement,
+                onboarding,
+                WorkflowAttempt,
+                (),
+                (),
+                False,
+                True,
             ),
             built(
                 "the fast path: an outbox drain, its plain columns and its delivery records",

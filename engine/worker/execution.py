@@ -3,8 +3,9 @@
 The step's body runs with no transaction open; what it returned, the changes it made to
 its row and its attempt record are then written in one fenced statement through the
 worker's commit queue. A body that raised, or a commit the database refused, is a failed
-attempt, retried on the step's policy; stored arguments that no longer bind to the step's
-signature are one failed attempt whatever the policy, since every try would fail alike.
+attempt, retried on the step's policy, its traceback and arguments kept in the attempt log;
+stored arguments that no longer bind to the step's signature are one failed attempt
+whatever the policy, since every try would fail alike.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.base.errors import InternalError, StepError
+from engine.base.scrubbing import scrub_secrets
 from engine.claims.claim import Claim
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
 from engine.model import telemetry
@@ -32,6 +34,7 @@ from engine.runs.directives import Directive, Every, RunNow, WaitFor, WakeIn, re
 from engine.runs.fanout import FanOut
 from engine.runs.schedules import SCHEDULE_ENTRY, paused_entry, schedule_entry
 from engine.worker.committer import TRANSIENT_ERRORS, Committer
+from engine.worker.failures import failure_arguments, failure_traceback
 
 log = logging.getLogger("duly.worker")
 
@@ -167,7 +170,9 @@ async def _record_failure(
     policy: RetryPolicy,
     took: float,
 ) -> None:
-    error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+    # What the run, its log and the worker's own log keep of the failure, its secrets scrubbed.
+    error = scrub_secrets(f"{type(exc).__name__}: {exc}")[:ERROR_TEXT_LIMIT]
+    trace = failure_traceback(exc)
     delay = policy.delay_after(failures)
     if delay is None:
         outcome = Outcome(
@@ -190,15 +195,26 @@ async def _record_failure(
             recent_event_keys=_taken_keys(row),
         )
         verdict = "retry"
-    record = AttemptRecord(logged_key(claim.key), name, failures, verdict, error, took)
+    # The traceback and arguments too, for whoever reads the history (never a frame's locals).
+    record = AttemptRecord(
+        logged_key(claim.key),
+        name,
+        failures,
+        verdict,
+        error,
+        took,
+        traceback=trace,
+        args=failure_arguments(row.next_args) if claim.info.logged else None,
+    )
     log.warning(
-        "%s %s attempt %d %s: %s",
+        "%s %s attempt %d %s: %s%s",
         _label(claim),
         name,
         failures,
         verdict,
         error,
-        exc_info=exc if verdict == "failed" else None,
+        # A run given up logs its traceback, as scrubbed as the attempt log's.
+        f"\n{trace.rstrip()}" if verdict == "failed" else "",
     )
     try:
         written = await ctx.committer.write(

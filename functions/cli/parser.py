@@ -114,6 +114,10 @@ def add_runs(commands: Any) -> None:
         "--attempts", type=int, default=SHOWN_ATTEMPTS, help=f"newest attempts shown "
         f"(default {SHOWN_ATTEMPTS})"
     )  # fmt: skip
+    show.add_argument(
+        "--failures", action="store_true", help="every failed attempt's arguments and "
+        "traceback shown (default: the newest one's)"
+    )  # fmt: skip
     show.add_argument("--json", action="store_true", help="print JSON, for scripts")
     show.set_defaults(command=run_show)
 

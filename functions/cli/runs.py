@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TextIO
+from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -194,11 +194,11 @@ async def print_run(
         }
         print(json.dumps(json_value(document), indent=2), file=out)
         return 0
-    print(run_text(detail), file=out)
+    print(run_text(detail, every_failure=args.failures), file=out)
     return 0
 
 
-def run_text(detail: RunDetail) -> str:
+def run_text(detail: RunDetail, *, every_failure: bool = False) -> str:
     """A run as people read it: where it stands, its row, its newest attempts."""
     run = detail.summary
     when = run.row.get("wake_at")
@@ -226,7 +226,7 @@ def run_text(detail: RunDetail) -> str:
     if detail.history is None:
         lines.append("\nno attempt log is mapped: no history")
     elif not detail.history:
-        lines.append("\nno attempt yet")
+        lines.append(f"\n{detail.no_attempts_text()}")
     else:
         rows = [["finished", "step", "attempt", "outcome", "took", "error"]]
         for attempt in detail.history:
@@ -241,4 +241,26 @@ def run_text(detail: RunDetail) -> str:
             ])  # fmt: skip
         earlier = " (older ones left out: --attempts)" if detail.earlier else ""
         lines += [f"\nattempts, oldest first{earlier}:", aligned(rows, right={2, 4})]
+        lines += failures_text(detail.failed_attempts(), every_failure=every_failure)
     return "\n".join(lines)
+
+
+def failures_text(failed: Sequence[dict[str, Any]], *, every_failure: bool) -> list[str]:
+    """The newest failed attempt's arguments and traceback (each one's, oldest first, with
+    `every_failure`), and how to see the others."""
+    shown = failed if every_failure else failed[-1:]
+    lines: list[str] = []
+    for attempt in shown:
+        when = attempt["finished_at"].strftime("%Y-%m-%d %H:%M:%S")
+        lines += [
+            f"\n{attempt['step']} attempt {attempt['attempt']} ({attempt['outcome']}, {when}):",
+            f"  arguments: {json.dumps(json_value(attempt.get('args')))}",
+        ]
+        trace = attempt.get("traceback")
+        if trace:
+            lines += ["  traceback:", *(f"    {line}" for line in trace.splitlines())]
+        else:
+            lines.append("  traceback: none kept (logged before duly kept them)")
+    if len(failed) > len(shown):
+        lines.append(f"\n{len(failed) - 1} earlier failed attempts: --failures shows each")
+    return lines

@@ -1,8 +1,10 @@
 """A workflow's runs (`/console/runs/{workflow}`) and one run's page, with its actions.
 
 The list and the run are `engine.views.runs`'s (the queries of the JSON
-API and of `duly runs` / `duly show`). A run's page redraws its live part
-every 2 s while the run can still change. Every action is a form read
+API and of `duly runs` / `duly show`). A run's page redraws its state, row
+and attempts every 2 s while the run can still change (5 s once it rests),
+its actions' forms untouched; its newest failed attempts open onto their
+arguments and traceback. Every action is a form read
 into the request layer's own model (`functions.requests.runs`) and done
 by its functions, as the JSON API's routes do, so a form is checked and
 refused exactly as the API would; run, deliver and cancel ask for a
@@ -60,6 +62,7 @@ from functions.requests.runs import (
 router = APIRouter(prefix="/runs", route_class=ConsolePage)
 
 ATTEMPTS_SHOWN = 200  # a run page's newest attempts
+FAILURES_DETAILED = 20  # of those, the newest failed ones shown with arguments and traceback
 LIVE_STATES = frozenset({"running", "waiting", "scheduled", "retrying"})
 ACTIONS = ("run", "deliver")
 FilterText = Annotated[str | None, Query(max_length=MAX_FILTER_TEXT)]
@@ -340,10 +343,17 @@ async def _run_context(request: Request, workflow: str, key: str) -> dict[str, A
         parent_key = parent.get("key", [])
         parent_text = str(parent_key[0]) if len(parent_key) == 1 else _json_list(parent_key)
         parent_url = run_url(str(parent.get("table")), parent_text)
+    failed = detail.failed_attempts()
+    # Running a step again on a failed run most often means the step that failed.
+    rerun_step = summary.row.get("next_step")
+    if summary.state == "failed" and failed:
+        rerun_step = failed[-1]["step"]
     return {
         "title": f"{info.name} {summary.key}",
         "info": info,
         "detail": detail,
+        "detailed": {a["id"] for a in failed[-FAILURES_DETAILED:]},
+        "rerun_step": rerun_step,
         "run": summary,
         "business": business,
         "engine": detail.engine,
