@@ -140,6 +140,8 @@ async def test_client_mistakes_are_4xx_pages(db: Database) -> None:
             assert reply.status_code == status, (url, reply.status_code, reply.text[:300])
             assert reply.headers["content-type"].startswith("text/html"), url
             assert 'role="alert"' in reply.text, url
+        unknown = (await client.get("/console/runs/nope")).text
+        assert "No workflow named &#39;nope&#39;. This app maps: digest, " in unknown
         # A cursor of the newest order is not one of the soonest order.
         for n in range(3):
             assert await Onboarding(user_id=f"u-m{n}", email="x@example.com").start(
