@@ -24,6 +24,8 @@
   node, or their edge: test_the_designers_save_names_the_nodes_and_edges_of_problems
 - the designer opens a copy of a version, based on it:
   test_the_designer_edits_a_copy_of_a_version
+- the example's claim form shows only while the dev app serves the examples:
+  test_the_index_lists_versions_and_instances, test_a_users_own_app_has_no_example_form
 - an unknown instance or version is an HTML 404: test_unknown_pages_are_404
 - the pages' forms carry the console's CSRF token (the move forms are posted
   with their own fields alone), and a write without it is refused before it
@@ -138,6 +140,16 @@ async def test_the_index_lists_versions_and_instances(client: httpx.AsyncClient)
     )
     assert f'href="{PAGES}/instances/{instance_id}"' in page.text
     assert 'data-claims-url="/dev/expense-claims"' in page.text  # the dev app serves examples
+
+
+async def test_a_users_own_app_has_no_example_form(db: Database, dev_app_configured: None) -> None:
+    Session = await db.create(examples.Base.metadata)
+    async with serving(create_dev_app(Session, run_worker=False, examples=False)) as client:
+        await install_example_graph()
+        page = await client.get(PAGES)
+    assert page.status_code == 200
+    assert "<caption>expense-approval</caption>" in page.text  # the graph itself is shown
+    assert "example-form" not in page.text and "submit.js" not in page.text
 
 
 async def test_the_stored_layout_is_drawn_only_while_it_matches(client: httpx.AsyncClient) -> None:
