@@ -9,6 +9,7 @@ offered its own moves; with no credential configured (open mode, `LOCAL`) the pa
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
@@ -22,7 +23,7 @@ from starlette.routing import NoMatchFound
 from engine.base.errors import ConfigurationError, DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.document import describe, design_matches, drawn_design
-from engine.graphs.design.model import Graph, load_graph
+from engine.graphs.design.model import Graph, Node, load_graph
 from engine.graphs.design.validation import validate_graph
 from engine.graphs.design.versions import list_templates, load_design
 from engine.graphs.moves.actors import Actor
@@ -30,6 +31,7 @@ from engine.graphs.moves.directory import effective_assignees
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
 from engine.graphs.moves.subjects import subject_types
+from engine.graphs.moves.votes import counts_votes, required_approvals
 from functions.console.graph_diagrams import instance_marks, problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of
@@ -44,6 +46,7 @@ from functions.requests.graphs import (
     recent_instances,
     stored_layout,
     visited_states,
+    votes_at_current_visits,
 )
 
 # Pages: a client's mistake (an unknown instance, no graph runtime) is a page saying so.
@@ -55,6 +58,8 @@ RECENT_INSTANCES = 50  # rows in the index's list of instances
 # imported: what deploys imports nothing of functions.local).
 EXAMPLE_CLAIMS_ROUTE = "dev_create_expense_claim"
 UserField = Annotated[str, Query(max_length=200)]
+FINGERPRINT_LENGTH = 32  # hex digits of the live fragment's fingerprint
+SeenField = Annotated[str, Query(max_length=FINGERPRINT_LENGTH)]
 FormText = Annotated[str, Form()]
 
 # What a redirect after a write says on the page it lands on (`?done=`).
@@ -207,6 +212,22 @@ async def instance_page(
     return await _instance_page(request, instance_id, user=user, note=NOTES.get(done))
 
 
+@router.get(
+    "/instances/{instance_id}/live",
+    response_class=HTMLResponse,
+    dependencies=[allow(Role.VIEWER)],
+)
+async def instance_live(
+    request: Request, instance_id: uuid.UUID, user: UserField = "", seen: SeenField = ""
+) -> Response:
+    """The part of the instance page that updates itself: 204 while it is as `seen` shows it,
+    so a page left open is not redrawn (nor a form being filled touched) until a move."""
+    context = await _instance_context(request, instance_id, user=user)
+    if context["fingerprint"] == seen:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    return _page(request, "graphs/instance_live.html", context)
+
+
 async def _instance_page(
     request: Request,
     instance_id: uuid.UUID,
@@ -216,6 +237,16 @@ async def _instance_page(
     error: str | None = None,
     status: int = 200,
 ) -> Response:
+    context = await _instance_context(request, instance_id, user=user)
+    return _page(
+        request, "graphs/instance.html", {**context, "note": note, "error": error}, status=status
+    )
+
+
+async def _instance_context(
+    request: Request, instance_id: uuid.UUID, *, user: str
+) -> dict[str, Any]:
+    """What the instance page shows, read now, and a fingerprint of it."""
     runtime = get_graph_runtime()
     principal = principal_of(request)
     picking = picks_who_acts(principal)
@@ -229,6 +260,7 @@ async def _instance_page(
         graph = await load_graph(conn, runtime.tables, snapshot.template_id)
         layout = await stored_layout(conn, runtime.tables, snapshot.template_id)
         visits = await visited_states(conn, runtime.tables, instance_id)
+        votes = await votes_at_current_visits(conn, runtime.tables, instance_id)
     drawn = drawn_design(layout, graph)
     diagram = {
         "nodes": drawn["nodes"],
@@ -236,19 +268,21 @@ async def _instance_page(
         "preset": design_matches(layout, graph),
         **instance_marks(graph, snapshot.branches, entries, visits),
     }
-    context = {
+    branches = await _branches(runtime, graph, snapshot.branches, choices, actor, votes)
+    shown = (snapshot, entries, choices, branches, user, actor)
+    return {
         "title": f"{snapshot.workflow} instance",
         "instance": snapshot,
         "history": entries,
         "user": user,
         "picking": picking,
         "acting": actor.shown if actor is not None else None,
-        "branches": await _branches(runtime, graph, snapshot.branches, choices, actor),
+        "branches": branches,
         "diagram": diagram,
-        "note": note,
-        "error": error,
+        # What the page shows, summed up: the live fragment answers 204 while it is the same.
+        "fingerprint": hashlib.sha256(repr(shown).encode()).hexdigest()[:FINGERPRINT_LENGTH],
+        "live_url": f"{PAGES}/instances/{instance_id}/live",
     }
-    return _page(request, "graphs/instance.html", context, status=status)
 
 
 async def _branches(
@@ -257,8 +291,10 @@ async def _branches(
     branches: Sequence[BranchSnapshot],
     choices: Sequence[AvailableTransition],
     actor: Actor | None,
+    votes: Mapping[uuid.UUID, Mapping[uuid.UUID, Sequence[str]]],
 ) -> list[dict[str, Any]]:
-    """Each active branch with who may move it and the moves the acting user may make."""
+    """Each active branch with who may move it, the votes for each of its moves (where its
+    state counts them), and the moves the acting user may make."""
     shown = []
     for branch in branches:
         node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
@@ -272,10 +308,31 @@ async def _branches(
                 "branch": branch,
                 "node": node,
                 "assignees": people,
+                "tally": _tally(graph, node, people, votes.get(branch.id, {})),
                 "choices": [c for c in choices if c.branch_id == branch.id],
             }
         )
     return shown
+
+
+def _tally(
+    graph: Graph,
+    node: Node | None,
+    people: Sequence[str],
+    cast: Mapping[uuid.UUID, Sequence[str]],
+) -> list[dict[str, Any]]:
+    """Each move out of a state that counts votes: its votes (of people who are assignees
+    now, as the runtime counts them) and the votes it needs; [] for any other node."""
+    if node is None or not counts_votes(node.approval_threshold):
+        return []
+    needed = required_approvals(node.approval_threshold, len(people))
+    tally = []
+    for edge in graph.outgoing(node.id):
+        voters = [person for person in cast.get(edge.target_id, ()) if person in people]
+        target = graph.nodes.get(edge.target_id)
+        name = edge.label or (target.title if target is not None else "?")
+        tally.append({"name": name, "voters": voters, "count": len(voters), "needed": needed})
+    return tally
 
 
 @router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
