@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from functions.console import (
     auth,
     graph_designer,
+    graph_instance_pages,
     graph_pages,
     login,
     outbox_pages,
@@ -42,4 +43,5 @@ console_router.include_router(run_pages.router)
 console_router.include_router(outbox_pages.router)
 console_router.include_router(schedule_pages.router)
 console_router.include_router(graph_pages.router)
+console_router.include_router(graph_instance_pages.router)
 console_router.include_router(graph_designer.router)
