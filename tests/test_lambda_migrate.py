@@ -47,14 +47,14 @@ FAILING_REVISION = '''
 import sqlalchemy as sa
 from alembic import op
 
-revision = "duly_0007"
+revision = "duly_failing_next"
 down_revision = "{head}"
 
 
 def upgrade() -> None:
     op.create_table("half_done", sa.Column("id", sa.Integer, primary_key=True))
     op.add_column("onboarding", sa.Column("later", sa.Integer))
-    raise RuntimeError("the seventh revision fails midway")
+    raise RuntimeError("the next revision fails midway")
 
 
 def downgrade() -> None:
@@ -177,14 +177,14 @@ def test_a_revision_that_fails_midway_answers_failed_and_changes_nothing(
     assert answers.only()["Status"] == "SUCCESS"
     before = (schema(db), tables(db), version(db))
 
-    (versions / "duly_0007_fails.py").write_text(
+    (versions / "duly_failing_next.py").write_text(
         textwrap.dedent(FAILING_REVISION.format(head=HEAD))
     )
     said = on_deploy(request("update", answers), Context(30.0))
     failed = answers.only()
     assert failed["Status"] == "FAILED" == said["Status"]
     assert failed["Reason"] == (
-        "Not migrated, the schema is as it was: RuntimeError: the seventh revision fails midway"
+        "Not migrated, the schema is as it was: RuntimeError: the next revision fails midway"
     )
     assert failed["PhysicalResourceId"] == "shop-Migrations"
     assert (schema(db), tables(db), version(db)) == before
