@@ -1,0 +1,193 @@
+"""Bulk actions over real HTTP: the dry run, the confirmation, an apply that goes on.
+
+- runs: test_a_retry_is_dry_run_confirmed_and_applied_with_continuations
+- the confirmation: test_an_apply_refuses_more_runs_than_confirmed
+- bad bodies are 4xx, never 500: test_bad_bodies_are_refused_and_write_nothing
+- roles: test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit
+- dead letters: test_dead_letters_matching_a_filter_are_replayed
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from functions.http.app import create_app
+from functions.identity.keys import ApiKey, digest_of, new_key
+from functions.identity.principal import Role
+from tests.apps import chores, outbox
+from tests.apps.chores import Chore
+from tests.conftest import Database
+from tests.helpers import serving
+from tests.test_bulk import audit
+from tests.test_outbox_http import Handlers, dead_letters, event, handlers, publish
+
+__all__ = ["handlers"]  # the outbox tests' fixture, used here
+
+RETRY = {"action": "retry", "step": "work", "args": {"label": "again"}}
+
+
+@pytest.fixture(autouse=True)
+def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DULY_API_TOKEN", "DULY_API_KEYS", "DULY_WEBHOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
+    return await db.create(chores.Base.metadata)
+
+
+@pytest.fixture
+async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(create_app(Session, run_worker=False)) as client:
+        yield client
+
+
+async def add_failed(Session: async_sessionmaker[AsyncSession], count: int) -> None:
+    rows = [{"label": f"f{n}", "last_error": "RuntimeError: boom"} for n in range(count)]
+    async with Session.begin() as session:
+        await session.execute(insert(Chore), rows)
+
+
+async def steps(Session: async_sessionmaker[AsyncSession]) -> list[str | None]:
+    async with Session() as session:
+        return list((await session.scalars(select(Chore.next_step).order_by(Chore.id))).all())
+
+
+async def test_a_retry_is_dry_run_confirmed_and_applied_with_continuations(
+    db: Database,
+    client: httpx.AsyncClient,
+    Session: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("engine.bulk.runs.BATCH_SIZE", 2)
+    monkeypatch.setattr("functions.requests.bulk.BUDGET", 0.0)  # one batch a request
+    await add_failed(Session, 5)
+    dry = await client.post("/workflows/chore/bulk", json=RETRY)
+    assert dry.status_code == 200, dry.text
+    assert dry.json() == {
+        "workflow": "chore", "dry_run": True, "expected": 5, "held": 0, "upto": "5",
+        "action": "retry",
+    }  # fmt: skip
+    assert await steps(Session) == [None] * 5, "a dry run writes nothing"
+    body: dict[str, Any] = {**RETRY, "expected": 5, "upto": "5"}
+    answers = []
+    while True:
+        reply = await client.post("/workflows/chore/bulk", json=body)
+        assert reply.status_code == 200, reply.text
+        answers.append(reply.json())
+        if reply.json()["next"] is None:
+            break
+        body = {**RETRY, "next": reply.json()["next"]}
+    assert [(a["done"], a["batches"], a["finished"]) for a in answers] == [
+        (2, 1, False), (4, 2, False), (5, 3, True),
+    ]  # fmt: skip
+    assert len({a["bulk_id"] for a in answers}) == 1
+    assert await steps(Session) == ["work"] * 5
+    trail = await audit(db)
+    assert [(r[0], r[1], r[2], r[4]) for r in trail] == [("local", "http", "bulk.run", 2)] * 2 + [
+        ("local", "http", "bulk.run", 1)
+    ]
+    other = await client.post(
+        "/workflows/chore/bulk", json={**RETRY, "args": {}, "next": body["next"]}
+    )
+    assert other.status_code == 409, other.text
+
+
+async def test_an_apply_refuses_more_runs_than_confirmed(
+    db: Database, client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
+) -> None:
+    await add_failed(Session, 3)
+    reply = await client.post("/workflows/chore/bulk", json={**RETRY, "expected": 2, "upto": "3"})
+    assert reply.status_code == 409
+    assert "the dry run counted 2" in reply.json()["detail"]
+    assert await steps(Session) == [None] * 3 and await audit(db) == []
+
+
+async def test_bad_bodies_are_refused_and_write_nothing(
+    db: Database, client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
+) -> None:
+    await add_failed(Session, 1)
+    cases: list[tuple[str, dict[str, Any], int]] = [
+        ("/workflows/chore/bulk", {"action": "explode"}, 422),
+        ("/workflows/chore/bulk", {"action": "run"}, 422),
+        ("/workflows/chore/bulk", {"action": "run", "step": "nope"}, 404),
+        ("/workflows/chore/bulk", {**RETRY, "args": {"label": 3}}, 422),
+        ("/workflows/chore/bulk", {"action": "cancel", "step": "work"}, 422),
+        ("/workflows/chore/bulk", {**RETRY, "filter": {"state": "running"}}, 422),
+        ("/workflows/chore/bulk", {**RETRY, "action": "run", "filter": {"state": "asleep"}}, 400),
+        ("/workflows/chore/bulk", {**RETRY, "filter": {"colour": "red"}}, 422),
+        ("/workflows/chore/bulk", {**RETRY, "filter": {"key": "x"}}, 400),
+        ("/workflows/chore/bulk", {**RETRY, "expected": -1, "upto": "1"}, 422),
+        ("/workflows/chore/bulk", {**RETRY, "expected": 1, "upto": "one"}, 422),
+        ("/workflows/chore/bulk", {**RETRY, "next": "not-a-continuation"}, 400),
+        ("/workflows/chore/bulk", {**RETRY, "filter": {"error": "x" * 1001}}, 422),
+        ("/workflows/nothing/bulk", RETRY, 404),
+        ("/outbox/dead-letters/bulk", {}, 404),
+    ]
+    for path, body, status in cases:
+        reply = await client.post(path, json=body)
+        assert reply.status_code == status, (body, reply.text)
+    assert await steps(Session) == [None] and await audit(db) == []
+
+
+async def test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit(
+    db: Database, Session: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = {role: new_key() for role in (Role.VIEWER, Role.OPERATOR)}
+    entries = [
+        ApiKey(f"key-{role.value}", frozenset({role}), frozenset(), digest_of(key)).entry()
+        for role, key in keys.items()
+    ]
+    monkeypatch.setenv("DULY_API_KEYS", json.dumps(entries))
+    await add_failed(Session, 1)
+    async with serving(create_app(Session, run_worker=False)) as client:
+
+        def bearer(role: Role) -> dict[str, str]:
+            return {"authorization": f"Bearer {keys[role]}"}
+
+        seen = await client.post("/workflows/chore/bulk", json=RETRY, headers=bearer(Role.VIEWER))
+        assert seen.status_code == 403
+        body = {**RETRY, "expected": 1, "upto": "1"}
+        done = await client.post("/workflows/chore/bulk", json=body, headers=bearer(Role.OPERATOR))
+        assert done.status_code == 200, done.text
+        assert (done.json()["done"], done.json()["finished"]) == (1, True)
+    [(actor, via, action, workflow, count, _)] = await audit(db)
+    assert (actor, via, action, workflow, count) == ("key-operator", "http", "bulk.run", "chore", 1)
+
+
+async def test_dead_letters_matching_a_filter_are_replayed(
+    db: Database, handlers: Handlers
+) -> None:
+    Session = await db.create(outbox.Base.metadata)
+    await publish(Session, event("order.placed", "p1"))
+    await dead_letters(Session, "c1", "c2", "c3")
+    async with serving(create_app(Session, run_worker=False)) as client:
+        none = await client.post(
+            "/outbox/dead-letters/bulk", json={"filter": {"event_name": "order_placed"}}
+        )
+        assert none.json()["expected"] == 0
+        chosen = {"filter": {"error": "PAYMENT PROVIDER", "route": "nope"}}
+        assert (await client.post("/outbox/dead-letters/bulk", json=chosen)).json()["expected"] == 0
+        charge = "tests.test_outbox_http.Handlers.charge"
+        matching = {
+            "filter": {"event_name": "order_charged", "error": "payment provider", "route": charge}
+        }
+        dry = await client.post("/outbox/dead-letters/bulk", json=matching)
+        assert dry.json() == {"outbox": "duly_outbox", "dry_run": True, "expected": 3, "upto": "c3"}
+        applied = await client.post(
+            "/outbox/dead-letters/bulk", json={**matching, "expected": 3, "upto": "c3"}
+        )
+        assert applied.status_code == 200, applied.text
+        assert (applied.json()["done"], applied.json()["finished"]) == (3, True)
+        counts = (await client.get("/outbox")).json()["counts"]
+        assert (counts["pending"], counts["dead_letter"]) == (3, 0)
+    [(actor, via, action, _, count, detail)] = await audit(db)
+    assert (actor, via, action, count, detail["skipped"]) == ("local", "http", "bulk.replay", 3, 0)
