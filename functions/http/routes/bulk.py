@@ -13,10 +13,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.encoders import jsonable_encoder
 
-from engine.bulk import Actor
 from functions.http.refusals import conflict, not_found
 from functions.http.state import call_state, connection_of
-from functions.identity.access import allow, principal_of
+from functions.identity.access import allow
+from functions.identity.actors import actor_of
 from functions.identity.principal import Role
 from functions.requests import bulk
 from functions.requests.bulk import BulkReplayRequest, BulkRunsRequest
@@ -25,12 +25,6 @@ from functions.requests.lookup import event_tables, find_writable
 CHANGED = conflict("The filter matches more than the dry run counted, or `next` is another's")
 
 router = APIRouter()
-
-
-def actor_of(request: Request) -> Actor:
-    """The principal of the request, and its door: `lambda` when a Lambda event carried it."""
-    via = "lambda" if request.scope.get("aws.event") is not None else "http"
-    return Actor(principal_of(request).id, via)
 
 
 @router.post(
