@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows, run_workflows
@@ -33,6 +33,7 @@ from engine.model.connection import WorkflowConnection, current_connection
 from engine.views.runs import RunFilter
 from tests.apps import chores
 from tests.apps.chores import Chore
+from tests.bulk_helpers import add_failed, audit
 from tests.conftest import Database
 from tests.helpers import wait_until
 
@@ -61,20 +62,9 @@ async def connection(
         yield current_connection()
 
 
-async def add_failed(Session: async_sessionmaker[AsyncSession], count: int) -> None:
-    """`count` runs that gave up, as a failed step leaves them."""
-    rows = [{"label": f"f{n}", "last_error": "RuntimeError: boom"} for n in range(count)]
-    async with Session.begin() as session:
-        await session.execute(insert(Chore), rows)
-
-
 async def rows(Session: async_sessionmaker[AsyncSession]) -> list[Chore]:
     async with Session() as session:
         return list((await session.scalars(select(Chore).order_by(Chore.id))).all())
-
-
-async def audit(db: Database) -> list[tuple[Any, ...]]:
-    return db.sql("SELECT actor, via, action, workflow, count, detail FROM duly_audit ORDER BY id")
 
 
 async def apply_all(

@@ -12,12 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions.http.app import create_app
 from tests.apps import chores
-from tests.apps.chores import Chore
+from tests.bulk_helpers import add_failed
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 
@@ -26,12 +24,6 @@ APP = "tests.apps.chores"
 
 def env_for(db: Database, tmp_path: Path) -> dict[str, str]:
     return dev_env(tmp_path / "pg", DULY_APP=APP, DULY_DATABASE_URL=db.url)
-
-
-async def add_failed(Session: async_sessionmaker[AsyncSession], count: int) -> None:
-    rows = [{"label": f"f{n}", "last_error": "RuntimeError: boom"} for n in range(count)]
-    async with Session.begin() as session:
-        await session.execute(insert(Chore), rows)
 
 
 async def test_a_retry_is_a_dry_run_then_an_apply_the_audit_names(

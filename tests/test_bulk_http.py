@@ -5,30 +5,38 @@
 - bad bodies are 4xx, never 500: test_bad_bodies_are_refused_and_write_nothing
 - roles: test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit
 - dead letters: test_dead_letters_matching_a_filter_are_replayed
+- the console: test_the_console_counts_confirms_and_posts_on_to_the_end
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine import configure_event_registry
 from functions.http.app import create_app
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
 from tests.apps import chores, outbox
 from tests.apps.chores import Chore
+from tests.bulk_helpers import (
+    CHARGE,
+    add_failed,
+    audit,
+    configure_failing_registry,
+    dead_letters,
+    event,
+    publish,
+)
 from tests.conftest import Database
-from tests.helpers import serving
-from tests.test_bulk import audit
-from tests.test_outbox_http import Handlers, dead_letters, event, handlers, publish
-
-__all__ = ["handlers"]  # the outbox tests' fixture, used here
+from tests.helpers import csrf_of, serving
 
 RETRY = {"action": "retry", "step": "work", "args": {"label": "again"}}
 
@@ -48,12 +56,6 @@ async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
 async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
     async with serving(create_app(Session, run_worker=False)) as client:
         yield client
-
-
-async def add_failed(Session: async_sessionmaker[AsyncSession], count: int) -> None:
-    rows = [{"label": f"f{n}", "last_error": "RuntimeError: boom"} for n in range(count)]
-    async with Session.begin() as session:
-        await session.execute(insert(Chore), rows)
 
 
 async def steps(Session: async_sessionmaker[AsyncSession]) -> list[str | None]:
@@ -163,9 +165,17 @@ async def test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit(
     assert (actor, via, action, workflow, count) == ("key-operator", "http", "bulk.run", "chore", 1)
 
 
-async def test_dead_letters_matching_a_filter_are_replayed(
-    db: Database, handlers: Handlers
-) -> None:
+@pytest.fixture
+def failing_registry() -> Iterator[None]:
+    configure_failing_registry()
+    try:
+        yield
+    finally:
+        configure_event_registry(None)
+
+
+@pytest.mark.usefixtures("failing_registry")
+async def test_dead_letters_matching_a_filter_are_replayed(db: Database) -> None:
     Session = await db.create(outbox.Base.metadata)
     await publish(Session, event("order.placed", "p1"))
     await dead_letters(Session, "c1", "c2", "c3")
@@ -176,9 +186,8 @@ async def test_dead_letters_matching_a_filter_are_replayed(
         assert none.json()["expected"] == 0
         chosen = {"filter": {"error": "PAYMENT PROVIDER", "route": "nope"}}
         assert (await client.post("/outbox/dead-letters/bulk", json=chosen)).json()["expected"] == 0
-        charge = "tests.test_outbox_http.Handlers.charge"
         matching = {
-            "filter": {"event_name": "order_charged", "error": "payment provider", "route": charge}
+            "filter": {"event_name": "order_charged", "error": "payment provider", "route": CHARGE}
         }
         dry = await client.post("/outbox/dead-letters/bulk", json=matching)
         assert dry.json() == {"outbox": "duly_outbox", "dry_run": True, "expected": 3, "upto": "c3"}
@@ -191,3 +200,42 @@ async def test_dead_letters_matching_a_filter_are_replayed(
         assert (counts["pending"], counts["dead_letter"]) == (3, 0)
     [(actor, via, action, _, count, detail)] = await audit(db)
     assert (actor, via, action, count, detail["skipped"]) == ("local", "http", "bulk.replay", 3, 0)
+
+
+async def test_the_console_counts_confirms_and_posts_on_to_the_end(
+    db: Database,
+    client: httpx.AsyncClient,
+    Session: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("engine.bulk.runs.BATCH_SIZE", 2)
+    monkeypatch.setattr("functions.requests.bulk.BUDGET", 0.0)
+    await add_failed(Session, 3)
+    listed = await client.get("/console/runs/chore", params={"state": "failed"})
+    assert 'href="/console/bulk/chore?state=failed&amp;step=&amp;key=&amp;error="' in listed.text
+    page = await client.get("/console/bulk/chore", params={"state": "failed"})
+    assert page.status_code == 200 and 'value="retry" selected' in page.text
+    token = csrf_of(page)
+    form = {"csrf_token": token, "action": "retry", "step": "work", "args": '{"label": "c"}'}
+    form["filter.state"] = "failed"
+    dry = await client.post("/console/bulk/chore", data=form)
+    assert dry.status_code == 200 and "3 chore run(s) match" in dry.text
+    assert 'name="expected" value="3"' in dry.text and await steps(Session) == [None] * 3
+    confirmed = {**form, "confirmed": "yes", "expected": "3", "upto": "3"}
+    more = await client.post("/console/bulk/chore", data={**confirmed, "expected": "1"})
+    assert more.status_code == 409 and "the dry run counted 1" in more.text
+    first = await client.post("/console/bulk/chore", data=confirmed)
+    assert "2 of 3 done, 0 skipped" in first.text and 'hx-trigger="load' in first.text
+    cont = re.search(r'name="next" value="([^"]+)"', first.text)
+    assert cont is not None
+    rest = await client.post(
+        "/console/bulk/chore",
+        data={**form, "confirmed": "yes", "next": cont[1]},
+        headers={"HX-Request": "true"},
+    )
+    assert rest.text.lstrip().startswith('<div id="bulk-progress">')
+    assert "3 of 3 done, 0 skipped" in rest.text and "finished" in rest.text
+    assert await steps(Session) == ["work"] * 3
+    assert {(r[0], r[1]) for r in await audit(db)} == {("local", "console")}
+    bad = await client.post("/console/bulk/chore", data={**form, "args": "[1"})
+    assert bad.status_code == 400 and "args" in bad.text
