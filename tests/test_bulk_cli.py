@@ -1,14 +1,18 @@
 """`duly bulk` and `duly audit` as an operator runs them: processes on a real database.
 
 The app is tests/apps/chores.py; failed runs are written from the test, and what the
-commands print and leave in the database (and its audit trail) is checked.
+commands print and leave in the database (and its audit trail) is checked; on a
+terminal an apply draws rich's progress bar, and off one it prints nothing on stderr.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import os
+import pty
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,7 @@ from functions.http.app import create_app
 from tests.apps import chores
 from tests.bulk_helpers import add_failed
 from tests.conftest import Database
-from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
+from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly, serving
 
 APP = "tests.apps.chores"
 
@@ -102,3 +106,39 @@ async def test_get_audit_reads_the_trail_newest_first(db: Database) -> None:
         assert rest["before"] is None
         assert (await client.get("/audit", params={"workflow": "other"})).json()["actions"] == []
         assert (await client.get("/audit", params={"limit": 501})).status_code == 422
+
+
+async def test_an_apply_draws_a_progress_bar_on_a_terminal(db: Database, tmp_path: Path) -> None:
+    Session = await db.create(chores.Base.metadata)
+    await add_failed(Session, 3)
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.run(
+            [*DULY, "bulk", "cancel", "chore", "--apply", "--expected", "3", "--upto", "3"],
+            cwd=REPO_ROOT,
+            env=env_for(db, tmp_path) | {"COLUMNS": "100"},
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=30,
+        )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(controller)
+    assert process.returncode == 0, drawn
+    # Finished runs are not live: a cancel leaves them, and says it skipped them.
+    assert "0 of 3 in chore done, 3 skipped" in process.stdout
+    text = drawn.decode()
+    assert "cancel chore" in text and "3/3" in text and "3 skipped" in text

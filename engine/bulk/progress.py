@@ -36,7 +36,9 @@ class BulkProgress:
     bulk_id: str
     action: str
     done: int  # rows acted on so far
-    skipped: int  # rows a worker held (a live lease, or locked) or that changed meanwhile
+    # Rows read but not acted on: a worker held them (a live lease, or a lock), or they no
+    # longer match (a cancel's finished runs: nothing to end).
+    skipped: int
     total: int  # the rows the confirmed dry run counted
     batches: int  # batches committed so far
     after: tuple[Any, ...] | None  # the last key read; None before the first batch
@@ -86,8 +88,8 @@ class BulkProgress:
                 skipped=int(d["s"]),
                 total=int(d["t"]),
                 batches=int(d["n"]),
-                after=None if d["a"] is None else tuple(d["a"]),
-                upto=None if d["u"] is None else tuple(d["u"]),
+                after=_key(d["a"]),
+                upto=_key(d["u"]),
                 digest=str(d["h"]),
             )
         except (ValueError, KeyError, TypeError, binascii.Error):
@@ -111,6 +113,15 @@ class BulkProgress:
             batches=self.batches + 1,
             after=after,
         )
+
+
+def _key(given: Any) -> tuple[Any, ...] | None:
+    """A key of a continuation: a JSON list, or null."""
+    if given is None:
+        return None
+    if not isinstance(given, list):
+        raise TypeError("a key is a list")
+    return tuple(given)
 
 
 def digest_of(*parts: Any) -> str:

@@ -100,7 +100,7 @@ def _keys(info: WorkflowInfo) -> Any:
     return columns[0] if len(columns) == 1 else tuple_(*columns)
 
 
-def _key_value(info: WorkflowInfo, key: tuple[Any, ...]) -> Any:
+def _key_value(key: tuple[Any, ...]) -> Any:
     return key[0] if len(key) == 1 else tuple_(*key)
 
 
@@ -109,9 +109,9 @@ def _bounded(
 ) -> list[ColumnElement[bool]]:
     """The filter's clauses, after the last key read and up to the snapshot bound."""
     keys = _keys(info)
-    where = [*filters.clauses(info), keys <= _key_value(info, upto)]
+    where = [*filters.clauses(info), keys <= _key_value(upto)]
     if after is not None:
-        where.append(keys > _key_value(info, after))
+        where.append(keys > _key_value(after))
     return where
 
 
@@ -226,7 +226,7 @@ async def _batch(
     seen = [tuple(row) for row in (await session.execute(window)).all()]
     if not seen:
         return replace(progress, finished=True)
-    in_window = _keys(info).in_([_key_value(info, key) for key in seen])
+    in_window = _keys(info).in_([_key_value(key) for key in seen])
     # Of those, the rows no worker holds: a live lease is skipped (its step may commit),
     # and a row another transaction has locked is passed over, never waited on.
     free = (
@@ -238,7 +238,7 @@ async def _batch(
     taken = [tuple(row) for row in (await session.execute(free)).all()]
     done = 0
     if taken:
-        chosen = [_keys(info).in_([_key_value(info, key) for key in taken])]
+        chosen = [_keys(info).in_([_key_value(key) for key in taken])]
         if isinstance(action, BulkRun):
             done = int((await session.execute(run_statement(info, chosen, action.call))).one()[0])
         else:
