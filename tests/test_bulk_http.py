@@ -6,6 +6,7 @@
 - roles: test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit
 - dead letters: test_dead_letters_matching_a_filter_are_replayed
 - the console: test_the_console_counts_confirms_and_posts_on_to_the_end
+- on Lambda, the time budget ends before the invocation: test_the_budget_follows_a_lambdas_deadline
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.requests import Request
 
 from engine import configure_event_registry
 from functions.http.app import create_app
+from functions.http.routes.bulk import budget_of
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
+from functions.requests import bulk
 from tests.apps import chores, outbox
 from tests.apps.chores import Chore
 from tests.bulk_helpers import (
@@ -239,3 +243,23 @@ async def test_the_console_counts_confirms_and_posts_on_to_the_end(
     assert {(r[0], r[1]) for r in await audit(db)} == {("local", "console")}
     bad = await client.post("/console/bulk/chore", data={**form, "args": "[1"})
     assert bad.status_code == 400 and "args" in bad.text
+
+
+class LambdaContext:
+    """What mangum puts in the scope: the invocation's context, with its time left."""
+
+    def __init__(self, remaining_ms: int) -> None:
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def test_the_budget_follows_a_lambdas_deadline() -> None:
+    def budget(scope: dict[str, Any]) -> float:
+        return budget_of(Request({"type": "http", "headers": [], **scope}))
+
+    assert budget({}) == bulk.BUDGET
+    assert budget({"aws.context": LambdaContext(60_000)}) == bulk.BUDGET
+    assert budget({"aws.context": LambdaContext(4_500)}) == pytest.approx(2.5)
+    assert budget({"aws.context": LambdaContext(500)}) == 0.0, "one batch, then the answer"

@@ -1,13 +1,10 @@
-"""Acting on every run a filter matches: a dry run's count, then short batches.
+"""Acting on every run a filter matches: the dry run, its confirmation, then short batches.
 
-    plan = await plan_runs(connection, info, RunFilter(state="failed"))     # writes nothing
-    async for progress in apply_runs(connection, info, filters, BulkRun(call), plan.start(actor)):
-        ...                                                                   # after each batch
-
-A batch is one transaction: the next BATCH_SIZE matching rows by primary key, those no
-worker holds locked `FOR UPDATE SKIP LOCKED`, leased rows skipped (counted, never waited
-on), the action written, and its audit record. Nothing past the dry run's highest key is
-touched, and an apply that would touch more rows than the dry run counted is refused.
+A batch is one transaction: the next BATCH_SIZE matching keys, those with no live lease
+locked `FOR UPDATE SKIP LOCKED` (the rest skipped and counted, never waited on), the
+action written with the handles' own statement, and its audit record. Nothing past the
+dry run's highest key is touched; an apply that would touch more runs than the dry run
+counted is refused (see `engine/bulk/__init__.py` for the calls in order).
 """
 
 from __future__ import annotations

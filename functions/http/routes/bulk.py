@@ -22,9 +22,19 @@ from functions.requests import bulk
 from functions.requests.bulk import BulkReplayRequest, BulkRunsRequest
 from functions.requests.lookup import event_tables, find_writable
 
+LAMBDA_MARGIN = 2.0  # seconds of a Lambda invocation kept for the answer after the batches
 CHANGED = conflict("The filter matches more than the dry run counted, or `next` is another's")
 
 router = APIRouter()
+
+
+def budget_of(request: Request) -> float:
+    """Seconds of batches for this request: BUDGET, less on a Lambda near its deadline."""
+    context = request.scope.get("aws.context")
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return bulk.BUDGET
+    return max(0.0, min(bulk.BUDGET, remaining() / 1000 - LAMBDA_MARGIN))
 
 
 @router.post(
@@ -36,7 +46,9 @@ async def bulk_on_workflow(request: Request, name: str, body: BulkRunsRequest) -
     """Dry-run, or apply, an action on every run the filter matches."""
     connection = connection_of(request)
     info = find_writable(connection, name)
-    answer = await bulk.bulk_runs(connection, info, body, actor_of(request), budget=bulk.BUDGET)
+    answer = await bulk.bulk_runs(
+        connection, info, body, actor_of(request), budget=budget_of(request)
+    )
     if answer.get("done"):
         await call_state(request, "kick")  # on Lambda nothing else runs the steps now due
     return jsonable_encoder(answer)
@@ -51,7 +63,9 @@ async def bulk_replay(request: Request, body: BulkReplayRequest) -> dict[str, An
     """Dry-run, or apply, the replay of every dead letter the filter matches."""
     connection = connection_of(request)
     tables = event_tables(connection.workflows)
-    answer = await bulk.bulk_replay(connection, tables, body, actor_of(request), budget=bulk.BUDGET)
+    answer = await bulk.bulk_replay(
+        connection, tables, body, actor_of(request), budget=budget_of(request)
+    )
     if answer.get("done"):
         await call_state(request, "kick")
     return jsonable_encoder(answer)
