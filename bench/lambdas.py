@@ -44,7 +44,7 @@ from infra.embedded import EmbeddedPostgres
 from infra.scheduler import WakeScheduler, create_wake_schedule_table, round_up
 
 ENTRIES = ("publish", "wake", "drain", "deliver")  # functions.lambdas.handlers' entries
-DIRECT_WITHIN = 1.5  # the aim: wake, drain and deliver import within 1.5x the floor
+DIRECT_WITHIN = 1.3  # the aim: wake, drain and deliver import within 1.3x the floor
 CLAIMED_ENTRIES = ("wake", "drain", "deliver")  # the entries that claim holds for
 # What each timed fresh process imports; the entries are one module, reached through it.
 IMPORTS = {

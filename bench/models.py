@@ -7,9 +7,10 @@ run on the same machine, so their wall clocks are the same clock.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
+from decimal import Decimal
 
-from sqlalchemy import Float, Integer, Text
+from sqlalchemy import DateTime, Float, Integer, Numeric, Text, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
@@ -228,6 +229,26 @@ class LimitedBacklog(Base, Workflow):
 
     @step
     async def run(self) -> None:
+        return None
+
+
+class BenchPayment(Base, Workflow):
+    """Runs searched by their own indexed columns (an amount, a time) and the engine's."""
+
+    __tablename__ = "bench_payment"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2), index=True)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), index=True
+    )
+
+    @step
+    async def charge(self) -> None:
+        return None
+
+    @step
+    async def refund(self) -> None:
         return None
 
 

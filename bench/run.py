@@ -56,6 +56,10 @@ from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.pgqueuer_peer import measure_pgqueuer, pgqueuer_version  # noqa: E402
 from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
+from bench.search import TARGET_MS as SEARCH_TARGET_MS  # noqa: E402
+from bench.search import measure_search  # noqa: E402
+from bench.starts import BATCH as START_BATCH  # noqa: E402
+from bench.starts import measure_batch_starts  # noqa: E402
 from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
@@ -74,6 +78,7 @@ MEASUREMENTS = (
     "timer",
     "timerload",
     "deliver",
+    "starts",
     "fanout",
     "idle",
     "claims",
@@ -83,6 +88,7 @@ MEASUREMENTS = (
     "graphs",
     "prune",
     "console",
+    "search",
 )
 
 # The peers' figures, from /work/shared/TOOLCHAIN.md (same kind of machine, PostgreSQL 15).
@@ -113,6 +119,7 @@ class Sizes:
     latency_runs: int
     timer_runs: int
     deliver_runs: int
+    start_runs: int  # started one at a time, and as many again with start_many
     fanout_children: int
     idle_window_seconds: float
     idle_wakes: int
@@ -128,6 +135,8 @@ class Sizes:
     prune_new_rows: int  # and rows within it, which it keeps
     console_runs: int  # runs in the table the console's pages are fetched over
     console_fetches: int  # timed fetches of each page
+    search_runs: int  # runs in the table the searches read
+    search_fetches: int  # timed first pages of each search
 
 
 FULL = Sizes(
@@ -143,6 +152,7 @@ FULL = Sizes(
     latency_runs=300,
     timer_runs=300,
     deliver_runs=2000,
+    start_runs=10_000,
     fanout_children=1000,
     idle_window_seconds=12.0,
     idle_wakes=50,
@@ -158,6 +168,8 @@ FULL = Sizes(
     prune_new_rows=100_000,
     console_runs=100_000,
     console_fetches=40,
+    search_runs=1_000_000,
+    search_fetches=40,
 )
 QUICK = Sizes(
     update_seconds=0.6,
@@ -172,6 +184,7 @@ QUICK = Sizes(
     latency_runs=60,
     timer_runs=60,
     deliver_runs=400,
+    start_runs=2000,
     fanout_children=200,
     idle_window_seconds=3.0,
     idle_wakes=10,
@@ -187,6 +200,8 @@ QUICK = Sizes(
     prune_new_rows=10_000,
     console_runs=20_000,
     console_fetches=10,
+    search_runs=200_000,
+    search_fetches=10,
 )
 
 
@@ -409,6 +424,18 @@ async def run_all(
             "calls/s",
             f"start() from one client, same run: {one['start_per_s']:,.0f}/s "
             f"(deliver x{one['deliver_over_start']:.2f})",
+        )
+
+    async def starts() -> None:
+        found = await measure_batch_starts(server, sizes.start_runs)
+        report.details["starts"] = found
+        report.add(
+            "batched_starts_per_s",
+            f"start_many() runs/s, batches of {START_BATCH}, one client",
+            found["batched_per_s"],
+            "runs/s",
+            f"start() one at a time, same run: {found['one_at_a_time_per_s']:,.0f}/s "
+            f"(x{found['batched_over_one']:.1f})",
         )
 
     async def fanout() -> None:
@@ -679,6 +706,21 @@ async def run_all(
             f"target: <= {CONSOLE_TARGET_MS:g} ms",
         )
 
+    async def search() -> None:
+        found = await measure_search(server, sizes.search_runs, sizes.search_fetches)
+        report.details["search"] = found
+        for name, page in found["searches"].items():
+            p95 = page["ms"]["p95"]
+            verdict = "holds" if p95 < SEARCH_TARGET_MS else "FAILS"
+            report.add(
+                "search_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + "_p95_ms",
+                f"Search's first page, {name} ({page['filter'] or 'none'}), {found['runs']:,} "
+                f"runs: p95 (p50 {page['ms']['p50']:.1f})",
+                p95,
+                "ms",
+                f"target: < {SEARCH_TARGET_MS:g} ms: {verdict}",
+            )
+
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
@@ -721,6 +763,11 @@ async def run_all(
             f"{measures.DELIVER_TASKS} tasks",
             deliver,
         ),
+        "starts": (
+            f"{sizes.start_runs:,} runs started one at a time, then {sizes.start_runs:,} "
+            f"with start_many in batches of {START_BATCH}, one client",
+            starts,
+        ),
         "fanout": (f"one parent fanning out {sizes.fanout_children} no-op children", fanout),
         "idle": (
             f"idle workers for {sizes.idle_window_seconds:g} s each, then "
@@ -760,6 +807,11 @@ async def run_all(
             f"every console page fetched {sizes.console_fetches} times over "
             f"{sizes.console_runs:,} runs",
             console,
+        ),
+        "search": (
+            f"each kind of search's first page, {sizes.search_fetches} times over "
+            f"{sizes.search_runs:,} runs",
+            search,
         ),
     }
     for name in MEASUREMENTS:

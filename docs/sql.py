@@ -58,6 +58,7 @@ from engine.runs import fanout, handles, history  # noqa: E402
 from engine.runs import start as runs  # noqa: E402
 from engine.views import activity  # noqa: E402
 from engine.views import runs as run_views  # noqa: E402
+from engine.views.filters import ColumnCondition  # noqa: E402
 from engine.views.overview import overview_statement, recent_statement  # noqa: E402
 from engine.worker import leases, listener  # noqa: E402
 from functions import examples  # noqa: E402
@@ -128,8 +129,8 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
     claim = Claim(onboarding, (1,), 7)
     where = [Onboarding.user_id == "u1"]
     check = as_call(Onboarding.check)
-    changed = (("nudges", "status"), True, False, "keep", False)
-    waits = (("status",), True, False, "wait", False)
+    changed = (("nudges", "status"), True, False, "keep", False, False)
+    waits = (("status",), True, False, "wait", False, False)
     yield (
         "Starting runs",
         [
@@ -177,6 +178,16 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 WorkflowAttempt,
             ),
             built(
+                "the fast path: a batch that logs a failed attempt's traceback and arguments",
+                bulk_commits.bulk_statement,
+                onboarding,
+                WorkflowAttempt,
+                (),
+                (),
+                False,
+                True,
+            ),
+            built(
                 "the fast path: an outbox drain, its plain columns and its delivery records",
                 bulk_commits.bulk_statement,
                 workflow_info(Outbox),
@@ -218,6 +229,13 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built(
                 "deliver to one run by its key: accept, hold or refuse",
                 handles.delivery_statement,
+                expense,
+                False,
+                True,
+            ),
+            built(
+                "why one run refused a delivery (asked only then)",
+                handles.refusal_statement,
                 expense,
                 False,
                 True,
@@ -308,6 +326,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         ],
     )
     failed = [onboarding.table.c.last_error.isnot(None)]
+    by_user = ColumnCondition("user_id", ">=", "u5")
     yield (
         "What operators read",
         [
@@ -339,6 +358,13 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 onboarding,
                 "n",
                 None,
+            ),
+            (
+                "a page of runs by an own column's index (a search such as user_id>=u5)",
+                run_views.walk_statement,
+                run_views.walk_statement(
+                    onboarding, "c", failed, None, 51, windowed=True, walked=by_user
+                ),
             ),
             (
                 "a page of runs, soonest due first",

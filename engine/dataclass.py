@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Double, Float, Integer, String, Text, text
+from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, MappedAsDataclass, mapped_column
 
 from engine.model.attempt_log import AttemptLogColumns
@@ -62,6 +62,9 @@ class AttemptLog(MappedAsDataclass, AttemptLogColumns):
     error: Mapped[str | None] = mapped_column(Text, init=False)
     took_ms: Mapped[float] = mapped_column(Float, init=False)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), init=False)
+    # A failed attempt's (outcome retry or failed); NULL for one that succeeded.
+    traceback: Mapped[str | None] = mapped_column(Text, init=False)
+    args: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True, init=False)
 
 
 class RateBucket(MappedAsDataclass, RateBucketColumns):

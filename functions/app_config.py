@@ -2,38 +2,85 @@
 
 `duly dev`, `duly drain` and the Lambda runtime import the app module
 (DULY_APP), then call these: the registry its outbox routes with, and the
-graph runtime its HTTP routes and timers use.
+graph runtime its HTTP routes and timers use. An app that never imports the
+event layer or the graph layer maps no outbox and has no graph runtime, so
+neither is imported for it here (a Lambda cold start pays for what it uses).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
 
-from engine import (
-    DatabaseEventRegistry,
-    EventRegistry,
-    configure_event_registry,
-    get_event_registry,
-)
-from engine.events.routing import Routes
-from engine.graphs.configure import configure_graph_runtime
-from engine.graphs.moves.runtime import GraphRuntime
+from sqlalchemy import MetaData
+
+if TYPE_CHECKING:
+    from engine.events.records import EventTables
+    from engine.events.routing import EventRegistry
+    from engine.graphs.moves.runtime import GraphRuntime
 
 APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 APP_GRAPH_RUNTIME = "graph_runtime"  # the app module's graph runtime
+EVENT_RECORDS = "engine.events.records"  # where the outbox mixins are: mapping one imports it
+EVENT_CONFIGURE = "engine.events.configure"  # where the process's registry is kept
+GRAPH_RUNTIME = "engine.graphs.moves.runtime"  # a graph runtime's class
 
 
+def registry_before_app() -> EventRegistry | None:
+    """`get_event_registry()` before the app is imported; None while nothing imported the
+    event layer (so nothing configured a registry)."""
+    if EVENT_CONFIGURE not in sys.modules:
+        return None
+    from engine.events.configure import get_event_registry
+
+    return get_event_registry()
+
+
+def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
+    """The event tables an app maps on its bases, or None when it maps no outbox."""
+    if EVENT_RECORDS not in sys.modules:  # no outbox mixin was ever imported, so none mapped
+        return None
+    from engine.events.records import outbox_classes_on, tables_for
+
+    mapped = outbox_classes_on(metadatas)
+    return tables_for(mapped[-1]) if mapped else None
+
+
+@overload
 def configure_app_events(
-    app_module: str, before: EventRegistry, outbox: type[Any] | None
-) -> EventRegistry:
+    app_module: str, before: EventRegistry | None, outbox: type[Any]
+) -> EventRegistry: ...
+@overload
+def configure_app_events(
+    app_module: str, before: EventRegistry | None, outbox: None
+) -> EventRegistry | None: ...
+@overload
+def configure_app_events(
+    app_module: str, before: EventRegistry | None, outbox: type[Any] | None
+) -> EventRegistry | None: ...
+def configure_app_events(
+    app_module: str, before: EventRegistry | None, outbox: type[Any] | None
+) -> EventRegistry | None:
     """Configure the registry the app's outbox routes with, unless the app configured one.
 
-    `before` is what `get_event_registry()` answered before the app was
+    `before` is what `registry_before_app()` answered before the app was
     imported. The app's own `event_registry` (a DatabaseEventRegistry) comes
     next; else, with an outbox, a DatabaseEventRegistry for it that keeps the
-    routes registered on the import-time default. Returns the registry.
+    routes registered on the import-time default. Returns the registry: None
+    for an app that imports no event layer and maps no outbox.
     """
+    if outbox is None and EVENT_CONFIGURE not in sys.modules:
+        return None
+    from engine.events.configure import (
+        configure_event_registry,
+        default_event_registry,
+        get_event_registry,
+    )
+    from engine.events.database import DatabaseEventRegistry
+    from engine.events.routing import Routes
+
+    before = before if before is not None else default_event_registry()
     registry = get_event_registry()
     if registry is not before:
         return registry
@@ -52,6 +99,11 @@ def configure_app_events(
 
 def configure_app_graphs(app_module: str) -> GraphRuntime | None:
     """Configure the app module's `graph_runtime`, if it has one; that runtime."""
+    if GRAPH_RUNTIME not in sys.modules:  # no graph runtime was ever made in this process
+        return None
+    from engine.graphs.configure import configure_graph_runtime
+    from engine.graphs.moves.runtime import GraphRuntime
+
     module = sys.modules.get(app_module)
     runtime = getattr(module, APP_GRAPH_RUNTIME, None)
     if not isinstance(runtime, GraphRuntime):

@@ -117,7 +117,13 @@ async def test_deliver_hands_an_event_to_the_waiting_run_once_per_idempotency_ke
     reply = await client.post("/workflows/invoice/deliver", json=body)
     assert reply.json() == {"workflow": "invoice", "accepted": 1}
     again = await client.post("/workflows/invoice/deliver", json=body)
-    assert again.json() == {"workflow": "invoice", "accepted": 0}
+    assert again.json() == {
+        "workflow": "invoice",
+        "accepted": 0,
+        "refused": {"deduplicated": 1},
+        "message": "0 runs accepted the event; 1 refused it: the event's key was taken already "
+        "(a resent event) (1).",
+    }
     await drain(Session)
     assert (await fetch(Session, Invoice, 1)).status == "paid 12 by card"
 

@@ -1,6 +1,7 @@
 """Bulk actions over real HTTP: the dry run, the confirmation, an apply that goes on.
 
 - runs: test_a_retry_is_dry_run_confirmed_and_applied_with_continuations
+- a search (the runs pages' language): test_a_search_narrows_the_runs_acted_on
 - the confirmation: test_an_apply_refuses_more_runs_than_confirmed
 - bad bodies are 4xx, never 500: test_bad_bodies_are_refused_and_write_nothing
 - roles: test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit
@@ -105,6 +106,26 @@ async def test_a_retry_is_dry_run_confirmed_and_applied_with_continuations(
         "/workflows/chore/bulk", json={**RETRY, "args": {}, "next": body["next"]}
     )
     assert other.status_code == 409, other.text
+
+
+async def test_a_search_narrows_the_runs_acted_on(
+    db: Database, client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
+) -> None:
+    await add_failed(Session, 4)
+    body = {**RETRY, "filter": {"q": "id>=3 error:boom"}}
+    dry = await client.post("/workflows/chore/bulk", json=body)
+    assert (dry.json()["expected"], dry.json()["upto"]) == (2, "4")
+    done = await client.post("/workflows/chore/bulk", json={**body, "expected": 2, "upto": "4"})
+    assert done.json()["done"] == 2 and await steps(Session) == [None, None, "work", "work"]
+    [row] = await audit(db)
+    assert db.sql("SELECT subject FROM duly_audit") == [
+        ({"state": "failed", "error": "boom", "columns": ["id >= 3"]},)
+    ]
+    assert row[4] == 2
+    unread = await client.post("/workflows/chore/bulk", json={**RETRY, "filter": {"q": "id>>3"}})
+    assert unread.status_code == 422 and unread.json()["detail"][0]["loc"] == [
+        "body", "filter", "q",
+    ]  # fmt: skip
 
 
 async def test_an_apply_refuses_more_runs_than_confirmed(
@@ -216,7 +237,8 @@ async def test_the_console_counts_confirms_and_posts_on_to_the_end(
     monkeypatch.setattr("functions.requests.bulk.BUDGET", 0.0)
     await add_failed(Session, 3)
     listed = await client.get("/console/runs/chore", params={"state": "failed"})
-    assert 'href="/console/bulk/chore?state=failed&amp;step=&amp;key=&amp;error="' in listed.text
+    link = 'href="/console/bulk/chore?q=&amp;state=failed&amp;step=&amp;key=&amp;error="'
+    assert link in listed.text
     page = await client.get("/console/bulk/chore", params={"state": "failed"})
     assert page.status_code == 200 and 'value="retry" selected' in page.text
     token = csrf_of(page)

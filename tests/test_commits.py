@@ -119,6 +119,63 @@ async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None
     assert db.sql("SELECT count(*) FROM workflow_attempt") == [(0,)]
 
 
+async def test_both_paths_log_a_failures_traceback_and_arguments(db: Database) -> None:
+    Session = await two_runs(db)
+    info = workflow_info(Onboarding)
+    engine = Session.kw["bind"]
+    trace = 'Traceback (most recent call last):\n  File "x.py"\nValueError: boom\n'
+    args = {"args": [1, "two"], "kwargs": {"nested": {"deep": [None, True]}}}
+    async with engine.begin() as conn:
+        claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
+        failed = {
+            user: Write(
+                Claim(info, (row.id,), row.wf_version),
+                Outcome("check", {"n": 1}, attempts=1, last_error="ValueError: boom",
+                        wake_after=timedelta(30)),
+                AttemptRecord(str(row.id), "check", 1, "retry", "ValueError: boom", 2.0,
+                              traceback=trace, args=args),
+            )
+            for user, row in claimed.items()
+        }  # fmt: skip
+        assert takes(failed["bulk"])
+        assert await fenced_writes(conn, [failed["typed"]], attempt_log=WorkflowAttempt) != [None]
+        assert await bulk_fenced_writes(conn, [failed["bulk"]], attempt_log=WorkflowAttempt) != [
+            None
+        ]
+    logged = db.sql("SELECT outcome, traceback, args FROM workflow_attempt ORDER BY run_key")
+    assert logged == [("retry", trace, args), ("retry", trace, args)]
+
+
+async def test_a_batch_with_one_failure_logs_null_for_the_attempts_that_succeeded(
+    db: Database,
+) -> None:
+    Session = await two_runs(db)
+    info = workflow_info(Onboarding)
+    engine = Session.kw["bind"]
+    async with engine.begin() as conn:
+        claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
+        ok, failing = claimed["typed"], claimed["bulk"]
+        writes = [
+            Write(
+                Claim(info, (ok.id,), ok.wf_version),
+                Outcome(None, None, pending="discard"),
+                AttemptRecord(str(ok.id), "check", 1, "ok", None, 1.0),
+            ),
+            Write(
+                Claim(info, (failing.id,), failing.wf_version),
+                Outcome(None, None, attempts=1, last_error="ValueError: no", pending="discard"),
+                AttemptRecord(str(failing.id), "check", 1, "failed", "ValueError: no", 1.0,
+                              traceback="Traceback ...\nValueError: no\n", args={"args": []}),
+            ),
+        ]  # fmt: skip
+        assert None not in await bulk_fenced_writes(conn, writes, attempt_log=WorkflowAttempt)
+    logged = db.sql("SELECT outcome, traceback, args FROM workflow_attempt ORDER BY outcome")
+    assert logged == [
+        ("failed", "Traceback ...\nValueError: no\n", {"args": []}),
+        ("ok", None, None),
+    ]
+
+
 async def two_runs(db: Database) -> async_sessionmaker[AsyncSession]:
     """Two Onboarding runs due at `check`, one per commit path (users "typed" and "bulk")."""
     Session = await db.create(examples.Base.metadata)

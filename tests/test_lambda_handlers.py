@@ -215,6 +215,7 @@ async def test_deliver_to_a_waiting_run_and_its_refusals(db: Database) -> None:
         assert fn.invokes == 1
         repeated = await fn.call(lambda_handlers.deliver, request)
         assert repeated["accepted"] == 0, "the same idempotency key is taken once"
+        assert repeated["refused"] == {"deduplicated": 1} and "taken already" in repeated["message"]
 
         refusals = [
             ({**request, "workflow": "nope"}, "NotFoundError", "lambda_signup"),

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from engine.events.records import DEAD_LETTER
+from engine.events.statuses import DEAD_LETTER
 from engine.model import telemetry
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas import observing

@@ -70,6 +70,10 @@ class NotInStepError(DulyError, RuntimeError):
     """No step attempt is running: this call is for a step body."""
 
 
+class RunBusyError(DulyError):
+    """The run's step is running now: try again once it has committed."""
+
+
 class InternalError(DulyError, RuntimeError):
     """Something duly relies on did not hold: this is a bug in duly."""
 

@@ -24,7 +24,8 @@ from engine.bulk.progress import (
     new_bulk_id,
 )
 from engine.events.database import replay_statement
-from engine.events.records import DEAD_LETTER, EventTables
+from engine.events.records import EventTables
+from engine.events.statuses import DEAD_LETTER
 from engine.model.connection import WorkflowConnection
 
 ACTION = "bulk.replay"

@@ -88,8 +88,15 @@ class RunPlan:
 
 
 def filter_subject(filters: RunFilter) -> dict[str, Any]:
-    """A filter as the audit's subject: the fields it sets."""
-    return {name: value for name, value in vars(filters).items() if value is not None}
+    """A filter as the audit's subject: the fields it sets, each column's comparison as text."""
+    subject: dict[str, Any] = {
+        name: value
+        for name in ("state", "step", "key", "error")
+        if (value := getattr(filters, name)) is not None
+    }
+    if filters.columns:
+        subject["columns"] = [f"{c.column} {c.operator} {c.value}" for c in filters.columns]
+    return subject
 
 
 def _keys(info: WorkflowInfo) -> Any:

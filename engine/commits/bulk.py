@@ -25,11 +25,13 @@ from engine.base.driver import fetch
 from engine.base.errors import InvalidArgumentError
 from engine.base.notify import announcement
 from engine.commits.outcomes import (
+    FAILURE_LOG_FIELDS,
     FIELD_TYPES,
     LOG_FIELDS,
     OUTCOME_FIELDS,
     Write,
     log_values,
+    logs_failure,
     outcome_values,
     write_fields,
 )
@@ -47,18 +49,30 @@ from engine.model.registry import WorkflowInfo
 
 STATEMENT_CACHE_SIZE = 256  # one statement per table and attempt log
 # Per-row values, in the order of the unnest() columns after the key columns; the attempt
-# record's only when an attempt log is written (six arrays fewer to send otherwise).
-ROW_FIELDS: list[tuple[str, Any]] = [
-    *((name, FIELD_TYPES[name]) for name in (*OUTCOME_FIELDS, *LOG_FIELDS)),
+# record's only when an attempt log is written (six arrays fewer to send otherwise), and a
+# failure's traceback and arguments only when a write of the batch logs one.
+FAILURE_ROW_FIELDS: list[tuple[str, Any]] = [
+    *((name, FIELD_TYPES[name]) for name in (*OUTCOME_FIELDS, *LOG_FIELDS, *FAILURE_LOG_FIELDS)),
     ("announce", Boolean),
     ("position", Integer),
 ]
+ROW_FIELDS = [(n, t) for n, t in FAILURE_ROW_FIELDS if n not in FAILURE_LOG_FIELDS]
 UNLOGGED_ROW_FIELDS = [(name, type_) for name, type_ in ROW_FIELDS if name not in LOG_FIELDS]
 
 
-def row_fields(attempt_log: type[Any] | None) -> list[tuple[str, Any]]:
-    """The per-row arrays of a statement that writes (or does not write) the attempt log."""
-    return ROW_FIELDS if attempt_log is not None else UNLOGGED_ROW_FIELDS
+def row_fields(attempt_log: type[Any] | None, failures: bool = False) -> list[tuple[str, Any]]:
+    """The per-row arrays of a statement that writes (or does not write) the attempt log,
+    and a failure's traceback and arguments in it."""
+    if attempt_log is None:
+        return UNLOGGED_ROW_FIELDS
+    return FAILURE_ROW_FIELDS if failures else ROW_FIELDS
+
+
+def logged_fields(attempt_log: type[Any] | None, failures: bool) -> tuple[str, ...]:
+    """The attempt record's fields a statement reads back to log them."""
+    if attempt_log is None:
+        return ()
+    return (*LOG_FIELDS, *FAILURE_LOG_FIELDS) if failures else LOG_FIELDS
 
 
 def takes(write: Write) -> bool:
@@ -96,7 +110,8 @@ async def bulk_fenced_writes(
             "bulk_fenced_writes() takes writes that change the same plain columns."
         )
     columns: dict[str, list[Any]] = {f"key{i}": [] for i in range(len(info.mapper.primary_key))}
-    fields_sent = row_fields(attempt_log)
+    failures = attempt_log is not None and logs_failure(writes)
+    fields_sent = row_fields(attempt_log, failures)
     columns.update({name: [] for name, _ in fields_sent})
     columns.update({f"set_{name}": [] for name in changed})
     for position, write in enumerate(writes):
@@ -121,7 +136,7 @@ async def bulk_fenced_writes(
         columns.update(companion_parameters(shape, f"c{index}_", attached))
     # The row comes back whole only for a worker that runs its next step itself.
     whole = any(write.outcome.hold is not None for write in writes)
-    statement = bulk_statement(info, attempt_log, changed, shapes, whole)  # type: ignore[arg-type]
+    statement = bulk_statement(info, attempt_log, changed, shapes, whole, failures)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
     for row in await fetch(conn, statement, unnest_arrays(columns)):
         written[row.v_position] = row
@@ -135,6 +150,7 @@ def bulk_statement(
     changed: tuple[str, ...] = (),
     companions: tuple[CompanionShape, ...] = (),
     whole: bool = True,
+    failures: bool = False,
 ) -> Executable:
     """The array-driven fenced UPDATE of one table (and its log INSERT), built once.
 
@@ -143,17 +159,18 @@ def bulk_statement(
     writes that land: `engine.model.companions`). With `whole`, each row comes back
     as written; without, only which writes landed (a step that finished or
     handed its run back reads nothing more, and decoding the row would cost
-    it more than the UPDATE).
+    it more than the UPDATE). With `failures`, the log keeps each write's traceback and
+    arguments too (NULL for those that succeeded).
     """
     table = info.table
     keys = list(info.mapper.primary_key)
     sets = [(f"set_{name}", array_type(table.c[name])) for name in changed]
     arrays = [array_parameter(f"key{i}", column.type) for i, column in enumerate(keys)] + [
-        array_parameter(name, type_) for name, type_ in (*row_fields(attempt_log), *sets)
+        array_parameter(name, type_) for name, type_ in (*row_fields(attempt_log, failures), *sets)
     ]
     names = (
         [f"v_key{i}" for i in range(len(keys))]
-        + [f"v_{name}" for name, _ in row_fields(attempt_log)]
+        + [f"v_{name}" for name, _ in row_fields(attempt_log, failures)]
         + [f"v_{name}" for name, _ in sets]
     )
     v = func.unnest(*arrays).table_valued(*names).render_derived(name="v", with_types=False)
@@ -187,14 +204,14 @@ def bulk_statement(
             # and (for the log) its attempt record; nothing else, so rows come back narrow.
             v.c.v_position,
             v.c.v_announce,
-            *((v.c[f"v_{name}"] for name in LOG_FIELDS) if attempt_log is not None else ()),
+            *(v.c[f"v_{name}"] for name in logged_fields(attempt_log, failures)),
         )
         .cte("moved")
     )
     notified = case((moved.c.v_announce, announcement(table.name)), else_=None)
     query = select(moved, notified.label("duly_notified"))
     if attempt_log is not None:
-        records = log_values(lambda name: moved.c[f"v_{name}"])
+        records = log_values(lambda name: moved.c[f"v_{name}"], failures)
         query = query.add_cte(log_attempts(attempt_log, table.name, records, moved).cte("logged"))
     for index, shape in enumerate(companions):
         written = companion_insert(shape, f"c{index}_", select(moved.c.v_position))

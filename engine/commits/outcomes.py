@@ -10,7 +10,8 @@ outcome means (`tests/test_commits.py` checks that they write the same).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from sqlalchemy import Boolean, DateTime, Integer, Interval, Table, Text, case, func
 
 from engine.claims.claim import Claim
-from engine.model.attempt_log import RECORD_FIELDS
+from engine.model.attempt_log import FAILURE_FIELDS, RECORD_FIELDS
 from engine.model.companions import Companion
 
 
@@ -32,6 +33,13 @@ class AttemptRecord:
     outcome: str
     error: str | None
     took_ms: float
+    traceback: str | None = None  # a failed attempt's, scrubbed and bounded
+    args: Any = None  # a failed attempt's arguments, as JSON holds them
+
+    @property
+    def failure(self) -> bool:
+        """Whether this record carries a failure's traceback or arguments."""
+        return self.traceback is not None or self.args is not None
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ OUTCOME_FIELDS = (
     "clears_event",
 )
 LOG_FIELDS = tuple(f"log_{name}" for name, _ in RECORD_FIELDS)
+FAILURE_LOG_FIELDS = tuple(f"log_{name}" for name, _ in FAILURE_FIELDS)
 # Their SQL types, as parameters and array elements; each path overrides what it must.
 FIELD_TYPES: dict[str, Any] = {
     "version": Integer,
@@ -107,12 +116,13 @@ FIELD_TYPES: dict[str, Any] = {
     "hold": Interval,
     "waiting_for": Text,
     "clears_event": Boolean,
-    **{f"log_{name}": type_ for name, type_ in RECORD_FIELDS},
+    **{f"log_{name}": type_ for name, type_ in (*RECORD_FIELDS, *FAILURE_FIELDS)},
 }
 
 
 def write_fields(write: Write) -> dict[str, Any]:
-    """A write flattened to one value per field of OUTCOME_FIELDS (and LOG_FIELDS if logged)."""
+    """A write flattened to one value per field of OUTCOME_FIELDS (and LOG_FIELDS and
+    FAILURE_LOG_FIELDS if logged)."""
     outcome = write.outcome
     fields: dict[str, Any] = {
         "version": write.claim.version,
@@ -135,6 +145,9 @@ def write_fields(write: Write) -> dict[str, Any]:
             log_outcome=record.outcome,
             log_error=record.error,
             log_took_ms=record.took_ms,
+            log_traceback=record.traceback,
+            # JSON text on both paths: only a failed attempt has any to encode.
+            log_args=None if record.args is None else json.dumps(record.args, default=str),
         )
     return fields
 
@@ -159,6 +172,12 @@ def outcome_values(table: Table, value: Callable[[str], Any], now: Any) -> dict[
     }
 
 
-def log_values(value: Callable[[str], Any]) -> list[Any]:
-    """The attempt record's SQL values, in the order `attempt_log.log_attempts` takes them."""
-    return [value(name) for name in LOG_FIELDS]
+def log_values(value: Callable[[str], Any], failures: bool) -> list[Any]:
+    """The attempt record's SQL values, in the order `attempt_log.log_attempts` takes them
+    (a failure's too, for a statement that may log one)."""
+    return [value(name) for name in (*LOG_FIELDS, *(FAILURE_LOG_FIELDS if failures else ()))]
+
+
+def logs_failure(writes: Sequence[Write]) -> bool:
+    """Whether any of `writes` logs a failure's traceback or arguments."""
+    return any(write.record is not None and write.record.failure for write in writes)

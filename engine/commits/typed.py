@@ -40,8 +40,9 @@ from engine.model.rows import key_arguments, key_clause, key_parameters
 
 STATEMENT_CACHE_SIZE = 512  # distinct statement shapes kept built
 
-# (changed user columns, logged, announced, what becomes of a held event, takes a key)
-RowShape = tuple[tuple[str, ...], bool, bool, str, bool]
+# (changed user columns, logged, announced, what becomes of a held event, takes a key,
+# logs a failure's traceback and arguments)
+RowShape = tuple[tuple[str, ...], bool, bool, str, bool, bool]
 
 
 async def fenced_writes(
@@ -62,6 +63,7 @@ async def fenced_writes(
             w.announce,
             w.outcome.pending,
             w.outcome.recent_event_keys is not None,
+            logged and w.record is not None and w.record.failure,
         )
         for w in writes
     )
@@ -101,7 +103,7 @@ def _row_branch(
     info: WorkflowInfo, attempt_log: type[Any] | None, index: int, row_shape: RowShape
 ) -> Any:
     """One row's fenced UPDATE (and log INSERT) as CTEs, and the SELECT of what it wrote."""
-    changed, logged, announce, pending, takes_key = row_shape
+    changed, logged, announce, pending, takes_key, failure = row_shape
     table = info.table
     types = {
         **FIELD_TYPES,
@@ -154,6 +156,6 @@ def _row_branch(
     notified = case((ready_now, announcement(table.name)), else_=null().cast(Text))
     branch = select(literal(index).label("duly_write"), *moved.c, notified.label("duly_notified"))
     if logged and attempt_log is not None:
-        logging = log_attempts(attempt_log, table.name, log_values(value), moved)
+        logging = log_attempts(attempt_log, table.name, log_values(value, failure), moved)
         branch = branch.add_cte(logging.cte(f"logged_{moved.name}"))
     return branch

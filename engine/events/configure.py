@@ -32,6 +32,11 @@ def get_event_registry() -> EventRegistry:
     return _configured if _configured is not None else _default
 
 
+def default_event_registry() -> EventRegistry:
+    """The import-time in-memory registry, which answers until something is configured."""
+    return _default
+
+
 def configure_event_registry(registry: EventRegistry | None) -> None:
     """Make `registry` the process's registry; None puts the import-time default back.
 

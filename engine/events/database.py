@@ -43,16 +43,10 @@ from engine.base.notify import announcement
 from engine.events.deliveries import DeliveryLog, delivery_log
 from engine.events.draining import Verdict, drain_event
 from engine.events.event import WorkflowEvent
-from engine.events.records import (
-    DEAD_LETTER,
-    FAILED,
-    PENDING,
-    EventTables,
-    outbox_tables_of,
-    tables_for,
-)
+from engine.events.records import EventTables, outbox_tables_of, tables_for
 from engine.events.routing import RoutedRegistry
 from engine.events.settings import EventSettings
+from engine.events.statuses import DEAD_LETTER, FAILED, PENDING
 from engine.model.companions import array_parameter
 from engine.model.connection import current_connection
 from engine.model.telemetry import duplicates_ignored

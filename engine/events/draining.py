@@ -18,9 +18,9 @@ from typing import Any
 from engine.base.driver import lost_connection
 from engine.events.deliveries import Delivery, DeliveryLog, handler_name, route_id
 from engine.events.event import WorkflowEvent
-from engine.events.records import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
 from engine.events.routing import Registration, RouteTimeout, maybe_await, route
 from engine.events.settings import EventSettings
+from engine.events.statuses import DEAD_LETTER, FAILED, PROCESSED, SUCCEEDED
 from engine.model.telemetry import outbox_drained
 
 log = logging.getLogger("duly.events")

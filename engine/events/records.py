@@ -23,17 +23,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.base.clock import DATABASE_TIME
 from engine.base.errors import ConfigurationError
-
-PENDING = "pending"
-PROCESSED = "processed"
-FAILED = "failed"
-DEAD_LETTER = "dead_letter"
-CLAIMED = "claimed"  # not stored: a pending or failed row whose claim is running
-OUTBOX_STATUSES = (PENDING, PROCESSED, FAILED, DEAD_LETTER)
-
-SUCCEEDED = "succeeded"
-DELIVERY_STATUSES = (SUCCEEDED, FAILED, DEAD_LETTER)
-STATUS_LENGTH = 16
+from engine.events.statuses import (
+    PENDING,
+    STATUS_LENGTH,
+)
 
 _record_classes: list[type[Any]] = []
 _outbox_classes: list[type[Any]] = []

@@ -41,14 +41,8 @@ from sqlalchemy.sql import Executable
 from engine.base.clock import db_now
 from engine.base.errors import EventError, NotFoundError
 from engine.base.shown import loads_shown
-from engine.events.records import (
-    CLAIMED,
-    DEAD_LETTER,
-    FAILED,
-    PENDING,
-    PROCESSED,
-    EventTables,
-)
+from engine.events.records import EventTables
+from engine.events.statuses import CLAIMED, DEAD_LETTER, FAILED, PENDING, PROCESSED
 from engine.model.connection import current_connection
 from engine.model.due import due
 

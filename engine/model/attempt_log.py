@@ -2,7 +2,8 @@
 
 The application maps `AttemptLog` on its own base, so its migrations carry the
 table; a deployment that maps none pays nothing. Both commit paths write it
-through `log_attempts`; only `row.history()` reads it.
+through `log_attempts`; only `row.history()` and the views read it. A failed
+attempt also keeps its traceback and its arguments (NULL for an attempt that succeeded).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     Float,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    cast,
     literal,
     select,
 )
@@ -39,7 +42,12 @@ RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
     ("error", Text),
     ("took_ms", Float),
 )
-LOG_COLUMNS = ["workflow", *(name for name, _ in RECORD_FIELDS), "finished_at"]
+# What a failed attempt records too, after RECORD_FIELDS; a statement that logs only
+# attempts that succeeded leaves them out (NULL), so they cost the hot path nothing.
+FAILURE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("traceback", Text),
+    ("args", Text),  # JSON text, stored as JSON
+)
 
 _log_classes: list[type[Any]] = []
 
@@ -60,15 +68,27 @@ def logged_key(key: Sequence[Any]) -> str:
     return json.dumps(key[0] if len(key) == 1 else list(key), default=str)
 
 
+def recorded_fields(failures: bool) -> tuple[tuple[str, Any], ...]:
+    """The fields a statement logs: RECORD_FIELDS, and FAILURE_FIELDS if it logs failures."""
+    return (*RECORD_FIELDS, *FAILURE_FIELDS) if failures else RECORD_FIELDS
+
+
 def log_attempts(
     attempt_log: type[Any], workflow: str, records: Sequence[Any], written: Any
 ) -> Insert:
     """INSERT one log row per row of `written` (a fenced write's RETURNING), so only what moved.
 
-    `records` are the SQL values of RECORD_FIELDS, in order.
+    `records` are the SQL values of RECORD_FIELDS, in order, then those of FAILURE_FIELDS
+    for a statement that may log a failure.
     """
+    fields = recorded_fields(len(records) > len(RECORD_FIELDS))
+    values = [
+        cast(value, JSON) if name == "args" else value
+        for (name, _), value in zip(fields, records, strict=True)
+    ]
+    columns = ["workflow", *(name for name, _ in fields), "finished_at"]
     return insert(attempt_log.__table__).from_select(
-        LOG_COLUMNS, select(literal(workflow), *records, db_now()).select_from(written)
+        columns, select(literal(workflow), *values, db_now()).select_from(written)
     )
 
 
@@ -97,3 +117,6 @@ class AttemptLog(AttemptLogColumns):
     error: Mapped[str | None] = mapped_column(Text)
     took_ms: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A failed attempt's (outcome retry or failed); NULL for one that succeeded.
+    traceback: Mapped[str | None] = mapped_column(Text)
+    args: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)

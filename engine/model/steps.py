@@ -27,11 +27,11 @@ from typing import (
     overload,
 )
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
-
 from engine.base.errors import ConfigurationError, StepError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
     from engine.runs.workflow import WorkflowMethods
 
 DEFAULT_LANE = "default"
@@ -40,7 +40,9 @@ DEFAULT_MAX_BACKOFF = timedelta(hours=1)
 MAX_SHOWN_ERRORS = 3  # argument errors named in one StepError
 MAX_SHOWN_VALUE = 60  # characters of a refused value in a message
 # Strict: "12" is not an int and 12 is not a str; extra names are refused (the API's bodies).
-ARGUMENTS_CONFIG = ConfigDict(strict=True, extra="forbid")
+# pydantic is imported when a step's parameters are first checked: a step that takes none,
+# and a process that runs only such steps, never loads it.
+ARGUMENTS_CONFIG: ConfigDict = {"strict": True, "extra": "forbid"}
 
 W = TypeVar("W", bound="WorkflowMethods")
 P = ParamSpec("P")
@@ -203,6 +205,8 @@ class StepArguments:
     @classmethod
     def of(cls, step: Step[Any, Any]) -> StepArguments:
         """The model of `step`'s parameters (after `self`), from its resolved annotations."""
+        from pydantic import Field, create_model
+
         parameters = list(step.signature.parameters.values())[1:]
         hints = _resolved_hints(step.fn, parameters)
         usable = {name: hint for name, hint in hints.items() if _usable(hint)}
@@ -254,6 +258,8 @@ def _usable(hint: Any) -> bool:
     """Whether pydantic can check values against `hint` (not Any, and a schema it can build)."""
     if hint is Any or hint is object:
         return False
+    from pydantic import TypeAdapter
+
     try:
         TypeAdapter(hint, config=ARGUMENTS_CONFIG)
     except Exception:  # a class pydantic has no schema for: accepted unchecked
@@ -283,6 +289,10 @@ def _check_arguments(
         raise StepError(
             f"Arguments to step {step.qualname} must be JSON-serializable: {exc}."
         ) from None
+    if len(step.signature.parameters) == 1:  # `self` alone: nothing to check
+        return encoded
+    from pydantic import ValidationError
+
     arguments = step.arguments
     if arguments.checked:
         named = dict(list(bound.arguments.items())[1:])

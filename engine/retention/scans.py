@@ -18,7 +18,8 @@ from sqlalchemy.sql.elements import BindParameter
 
 from engine.base.seen_signatures import seen_signatures
 from engine.base.sessions import console_sessions
-from engine.events.records import PROCESSED, SUCCEEDED, OutboxColumns, tables_for
+from engine.events.records import OutboxColumns, tables_for
+from engine.events.statuses import PROCESSED, SUCCEEDED
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
 from engine.model.connection import WorkflowConnection

@@ -10,6 +10,7 @@ and whatever is left ready is announced in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
@@ -43,6 +44,7 @@ from engine.model.due import scheduled
 from engine.model.registry import WorkflowInfo, workflow_info
 from engine.model.steps import Call, Step, as_call, check_owner
 from engine.runs.fanout import children_finished
+from engine.runs.refusals import DEDUPLICATED, MOVED_MEANWHILE, UNKNOWN_KEY, Delivery
 
 W = TypeVar("W")
 
@@ -75,13 +77,14 @@ class Handle(Generic[W]):
 
     async def deliver(
         self, target: Step[Any, Any] | Call[Any], key: str | None = None, restart: bool = False
-    ) -> int:
-        """Deliver an event to every matching run; returns how many accepted it.
+    ) -> Delivery:
+        """Deliver an event to every matching run; returns how many accepted it, and why not.
 
         A run waiting for the event's step takes it (before its deadline);
         a run on its way to a wait holds it (one at a time); a finished run
         refuses it unless `restart`, which starts it again with the event. A
-        `key` already taken by the run (its last sixteen) is refused.
+        `key` already taken by the run (its last sixteen) is refused. The
+        count is a `Delivery`, an int whose `refused` counts the others by reason.
         """
         call = as_call(target)  # the payload is checked against the step it addresses
         check_owner(call, self._info.cls)
@@ -103,19 +106,26 @@ class Handle(Generic[W]):
         # any other WHERE is built into the UPDATE itself.
         pinned = pinned_key(info, self._where)
         connection = current_connection()
+        refused: dict[str, int] = {}
         async with connection.autocommit.connect() as conn:
             if pinned is None:
+                # Built for this call anyway, so it counts the refusals by reason as it goes.
                 statement = delivery_statement_where(info, restart, key is not None, self._where)
-                accepted = int((await conn.execute(statement, params)).scalar_one())
+                accepted_count, _, reasons = (await conn.execute(statement, params)).one()
+                accepted, refused = int(accepted_count), dict(reasons or {})
             else:
                 # Built once, so sent on the driver's connection (engine.base.driver): a webhook's
                 # delivery costs psycopg's time, not SQLAlchemy's execution path around it.
                 statement = delivery_statement(info, restart, key is not None)
                 [(count, _)] = await fetch(conn, statement, {**params, **pinned})
                 accepted = int(count)
+                if not accepted:  # asked only then: an accepted delivery costs nothing more
+                    why = refusal_statement(info, restart, key is not None)
+                    found = (await conn.execute(why, {**params, **pinned})).one_or_none()
+                    refused = {UNKNOWN_KEY if found is None else found[0] or MOVED_MEANWHILE: 1}
         if accepted:
             connection.kick(self._info.name)
-        return accepted
+        return Delivery(accepted, refused)
 
     async def cancel(self) -> int:
         """End every matching run where it stands; returns how many were live.
@@ -268,16 +278,26 @@ def delivery_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Execut
 def delivery_statement_where(
     info: WorkflowInfo, restart: bool, keyed: bool, where: Sequence[ColumnElement[bool]]
 ) -> Executable:
-    """The delivery of `delivery_statement` to the runs `where` matches, built for this call."""
-    return _delivery(info, restart, keyed, and_(true(), *where))
+    """The delivery of `delivery_statement` to the runs `where` matches, with refusals counted.
+
+    Built for this call; its third column counts the refusals by reason (a
+    JSON object, NULL when none refused).
+    """
+    return _delivery(info, restart, keyed, and_(true(), *where), count_refusals=True)
 
 
-def _delivery(
-    info: WorkflowInfo, restart: bool, keyed: bool, rows: ColumnElement[bool]
-) -> Executable:
+@dataclass(frozen=True)
+class _Verdicts:
+    """What a delivery decides for a row: it takes the event, holds it, or refuses it, why."""
+
+    accepts: ColumnElement[bool]
+    may_hold: ColumnElement[bool]
+    refused: ColumnElement[str]  # the reason, NULL when the row takes or holds the event
+
+
+def _verdicts(info: WorkflowInfo, restart: bool, keyed: bool) -> _Verdicts:
     t = info.table
     now = db_now()
-    step_name = bindparam("duly_step", type_=Text)
     key = bindparam("duly_key", type_=Text)
     deadline = cast(t.c.next_args["deadline"].as_string(), DateTime(timezone=True))
     key_free: ColumnElement[bool] = true()
@@ -293,9 +313,11 @@ def _delivery(
     # Waiting for this step, and the deadline (judged now, as the delivery reaches the
     # row) not passed; or finished, and told to start again.
     names = bindparam("duly_step_names", type_=ARRAY(Text))
-    takes = [and_(t.c.waiting_for == any_(names), or_(deadline.is_(None), deadline > now))]
+    waits_here = t.c.waiting_for == any_(names)
+    takes = [and_(waits_here, or_(deadline.is_(None), deadline > now))]
+    ended = and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None))
     if restart:
-        takes.append(and_(t.c.next_step.is_(None), t.c.waiting_for.is_(None)))
+        takes.append(ended)
     # IS TRUE: a NULL (no wait, no deadline) must read as "no", not as unknown.
     accepts = and_(key_free, or_(*takes)).is_(true())
     # An event accepted but not yet taken by a worker still counts as the one held.
@@ -312,15 +334,53 @@ def _delivery(
         t.c.pending_event.is_(None),
         not_(untaken_event),
     )
+    # Why a row neither takes nor holds it, in the order a reader would look.
+    deduplicated = [(not_(key_free), DEDUPLICATED)] if keyed else []
+    refused = case(
+        (or_(accepts, may_hold), None),
+        *deduplicated,
+        (and_(ended, t.c.last_error == CANCELLED), "cancelled"),
+        (and_(ended, t.c.last_error.is_not(None)), "failed"),
+        (ended, "finished"),
+        (waits_here, "deadline_passed"),
+        (t.c.waiting_for.is_not(None), "waiting_for_other_step"),
+        else_="holding_another_event",
+    )
+    return _Verdicts(accepts, may_hold, refused)
+
+
+@lru_cache(maxsize=256)
+def refusal_statement(info: WorkflowInfo, restart: bool, keyed: bool) -> Executable:
+    """Why the run with the given key refuses a delivery now, asked after one was refused.
+
+    NULL when it would not refuse now; no row when no run has the key.
+    """
+    columns = info.mapper.primary_key
+    named = [column == bindparam(f"duly_key_{i}") for i, column in enumerate(columns)]
+    return select(_verdicts(info, restart, keyed).refused).where(*named)
+
+
+def _delivery(
+    info: WorkflowInfo,
+    restart: bool,
+    keyed: bool,
+    rows: ColumnElement[bool],
+    count_refusals: bool = False,
+) -> Executable:
+    t = info.table
+    now = db_now()
+    step_name = bindparam("duly_step", type_=Text)
+    verdicts = _verdicts(info, restart, keyed)
+    accepts, may_hold = verdicts.accepts, verdicts.may_hold
     # Sort the rows once, locking them (a row changed meanwhile is sorted as it now
     # stands), then write each by its sort: the verdicts are computed and spelled once,
     # which keeps the statement short enough for psycopg to cache its parsing.
     key_columns = list(info.mapper.primary_key)
+    judged: list[ColumnElement[Any]] = [accepts.label("accepts"), may_hold.label("may_hold")]
+    if count_refusals:
+        judged.append(verdicts.refused.label("refused"))
     sorted_rows = (
-        select(*key_columns, accepts.label("accepts"), may_hold.label("may_hold"))
-        .where(rows)
-        .with_for_update(key_share=True)
-        .cte("sorted")
+        select(*key_columns, *judged).where(rows).with_for_update(key_share=True).cte("sorted")
     )
     taken: ColumnElement[bool] = sorted_rows.c.accepts
     event = cast(bindparam("duly_event", type_=JSONB), JSONB)
@@ -354,4 +414,14 @@ def _delivery(
     )
     ready = select(func.count()).select_from(moved).where(moved.c.ready).scalar_subquery()
     announced = case((ready > 0, announcement(t.name)), else_=None)
-    return select(select(func.count()).select_from(moved).scalar_subquery(), announced)
+    accepted = select(func.count()).select_from(moved).scalar_subquery()
+    if not count_refusals:
+        return select(accepted, announced)
+    reasons = (
+        select(sorted_rows.c.refused, func.count().label("runs"))
+        .where(sorted_rows.c.refused.is_not(None))
+        .group_by(sorted_rows.c.refused)
+        .subquery("reasons")
+    )
+    refused = select(func.jsonb_object_agg(reasons.c.refused, reasons.c.runs)).scalar_subquery()
+    return select(accepted, announced, refused)

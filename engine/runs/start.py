@@ -2,21 +2,24 @@
 
 A row that hits a unique constraint is not inserted (`ON CONFLICT DO NOTHING`),
 so a key never starts two runs; the insert and its NOTIFY commit together.
+`start_many` inserts a batch of rows a statement at a time, the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+from itertools import groupby
 from typing import Any
 
-from sqlalchemy import bindparam, inspect, select
-from sqlalchemy.dialects.postgresql import Insert, insert
+from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
-from engine.base.errors import DulyError
-from engine.base.notify import announcement
+from engine.base.errors import DulyError, InvalidArgumentError
+from engine.base.notify import announcement, notify
 from engine.model.connection import current_connection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 from engine.model.rows import refresh_row
@@ -38,6 +41,128 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
     make_transient_to_detached(row)
     connection.kick(info.name)
     return True
+
+
+START_BATCH = 1000  # rows one INSERT of `start_many` carries at most
+RUN_START_COLUMNS = ("next_step", "next_args", "parent")  # engine columns a start gives
+
+
+async def start_many(
+    rows: Sequence[Any], target: Step[Any, Any] | Call[Any] | Sequence[Step[Any, Any] | Call[Any]]
+) -> list[bool]:
+    """Insert runs of one workflow, each with its first step due now, a batch per statement.
+
+    `target` is one step (or call) for every row, or one per row. The answer
+    says, row by row, which started: a row hitting a unique key starts none,
+    as with `start()`. Each INSERT commits with its NOTIFY; workers are
+    kicked once.
+    """
+    if not rows:
+        return []
+    info = workflow_info(type(rows[0]))
+    if any(type(row) is not info.cls for row in rows):
+        raise InvalidArgumentError(f"start_many() starts runs of one workflow: {info.name}'s.")
+    if isinstance(target, Step | Call):
+        calls = [as_call(target)] * len(rows)
+    elif len(target) == len(rows):
+        calls = [as_call(each) for each in target]
+    else:
+        raise InvalidArgumentError(
+            f"start_many() takes one target, or one per row: {len(target)} for {len(rows)} rows."
+        )
+    for call in {id(call): call for call in calls}.values():
+        check_owner(call, info.cls)
+    values = [run_values(info, row, call) for row, call in zip(rows, calls, strict=True)]
+    started = [False] * len(rows)
+    connection = current_connection()
+    # Rows given the same columns share a statement; each batch is its own transaction.
+    order = sorted(range(len(rows)), key=lambda at: values[at][0])
+    for given, same in groupby(order, key=lambda at: values[at][0]):
+        indexes = list(same)
+        columns = [(prop.columns[0].name, prop.key) for prop in info.mapper.column_attrs]
+        fresh = [(name, key) for name, key in columns if name not in given]  # the database's
+        for first in range(0, len(indexes), START_BATCH):
+            batch = indexes[first : first + START_BATCH]
+            statement, params = insert_runs(info, given, [values[at][1] for at in batch])
+            async with connection.engine.begin() as conn:  # the rows and NOTIFY commit together
+                inserted = (await conn.execute(statement, params)).all()
+                if inserted:
+                    await conn.execute(notify(info.table.name))
+            for at, values_of in _matched(info, given, [rows[at] for at in batch], inserted):
+                started[batch[at]] = True
+                row = rows[batch[at]]
+                # A transient row's own dict, then all of it committed: what refresh_row and
+                # make_transient_to_detached do, without an attribute event per column.
+                inspect(row).dict.update({key: values_of[name] for name, key in fresh})
+                make_transient_to_detached(row)
+    if any(started):
+        connection.kick(info.name)
+    return started
+
+
+def insert_runs(
+    info: WorkflowInfo, given: tuple[str, ...], params: Sequence[dict[str, Any]]
+) -> tuple[Executable, Any]:
+    """The INSERT of many runs (`run_values` parameters each), returning those it inserted,
+    and its parameters.
+
+    One array per column, `unnest`ed; a table given an array column (which
+    `unnest` would flatten) takes one row's INSERT with every row's parameters,
+    which SQLAlchemy sends as multi-row VALUES.
+    """
+    if any(isinstance(info.table.c[name].type, ARRAY) for name in given):
+        return insert_run(info, given).returning(*info.table.c), list(params)
+    arrays = {f"a_{name}": [row[f"v_{name}"] for row in params] for name in given}
+    arrays.update({f"a_{name}": [row[name] for row in params] for name in RUN_START_COLUMNS})
+    return _unnested_insert(info, given), arrays
+
+
+@lru_cache(maxsize=1024)
+def _unnested_insert(info: WorkflowInfo, given: tuple[str, ...]) -> Executable:
+    """INSERT of many runs from one array per column (`a_{column}`: a list, an item a run).
+
+    Its text is the same whatever the batch's size, so it is built, sent and
+    planned like one row's, and the due time is read once.
+    """
+    table = info.table
+    names = [*given, *RUN_START_COLUMNS]
+    arrays = [
+        cast(bindparam(f"a_{name}", type_=ARRAY(table.c[name].type)), ARRAY(table.c[name].type))
+        for name in names
+    ]
+    rows = func.unnest(*arrays).table_valued(*names).render_derived(name="batch")
+    values = select(*rows.c, db_now(), literal(0), literal(0))
+    return (
+        insert(table)
+        .from_select([*names, "wake_at", "attempts", "wf_version"], values)
+        .on_conflict_do_nothing()  # any unique key: as for one run
+        .returning(*table.c)
+    )
+
+
+def _matched(
+    info: WorkflowInfo, given: tuple[str, ...], rows: Sequence[Any], inserted: Sequence[Row[Any]]
+) -> list[tuple[int, Any]]:
+    """Which of `rows` each inserted row is: (its index, the inserted values).
+
+    PostgreSQL returns the rows in the order the VALUES gave them; rows a
+    unique key skipped are missing, so a row is matched to the next inserted
+    one holding the values it was given.
+    """
+    if len(inserted) == len(rows):
+        return [(at, found._mapping) for at, found in enumerate(inserted)]
+    keys = {prop.columns[0].name: prop.key for prop in info.mapper.column_attrs}
+    matched: list[tuple[int, Any]] = []
+    pending = iter(inserted)
+    found = next(pending, None)
+    for at, row in enumerate(rows):
+        if found is None:
+            break
+        state = inspect(row).dict
+        if all(found._mapping[name] == state[keys[name]] for name in given):
+            matched.append((at, found._mapping))
+            found = next(pending, None)
+    return matched
 
 
 def start_statement(

@@ -2,7 +2,8 @@
 
     detail = await run_detail(connection, info, "42", attempts=200)
 
-The HTTP API, the console and `duly show` read a run through this.
+The HTTP API, the console and `duly show` read a run through this, and say in the
+same words why a history shows no attempt (`no_attempts_text`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from engine.views.runs import (
     summarize,
 )
 
+FAILED_OUTCOMES = frozenset({"retry", "failed"})  # attempts that keep a traceback
+SETTLED_STATES = frozenset({"finished", "failed"})  # a run in them has had attempts
+
 
 @dataclass(frozen=True)
 class ChildRun:
@@ -53,10 +57,27 @@ class RunDetail:
     earlier: bool  # older attempts were left out (see `attempts=`)
     children: list[ChildRun] | None  # None when the run never fanned out
     now: datetime  # the database's time (the moved clock included), to read the times by
+    logged: bool = True  # whether its workflow logs its attempts (`__workflow_attempt_log__`)
 
     def to_dict(self) -> dict[str, Any]:
         """The run as `GET /workflows/{name}/runs/{key}` answers it (values still Python's)."""
         return {**self.summary.to_dict(), "history": self.history}
+
+    def failed_attempts(self) -> list[dict[str, Any]]:
+        """The attempts shown that failed (retried or given up), oldest first."""
+        return [a for a in self.history or [] if a["outcome"] in FAILED_OUTCOMES]
+
+    def no_attempts_text(self) -> str:
+        """Why the history shows no attempt, by the run's state: none yet, its workflow keeps
+        none, or they were pruned (`duly prune` deletes attempts past their retention)."""
+        state = self.summary.state
+        if not self.logged:
+            return "No attempt kept: this workflow logs none (__workflow_attempt_log__ = False)."
+        if state in SETTLED_STATES or self.engine.get("attempts"):
+            return f"No attempt kept: this run is {state} and its history was pruned."
+        if state == "cancelled":
+            return "No attempt kept: cancelled before any step ran, or its history was pruned."
+        return "No attempt yet."
 
 
 async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str) -> Any:
@@ -159,6 +180,7 @@ async def run_detail(
         earlier=earlier,
         children=await run_children(connection, info, row),
         now=now,
+        logged=info.logged,
     )
 
 

@@ -4,9 +4,9 @@
     page = await list_runs(connection, info, order="soonest", after=page.next_after)
 
 The HTTP API, the console and `duly runs` all read through these. A page goes
-on from a cursor through an index (newest: the primary key's, backwards; soonest: the due
-index, then the unscheduled runs by key), and a filter looks at the next `SCAN_WINDOW` rows
-of that walk only, so the thousandth page costs what the first does.
+on from a cursor through an index (newest: the primary key's backwards, or the index of the
+own column a filter bounds; soonest: the due index, then the unscheduled runs by key), and a
+filter looks at the next `SCAN_WINDOW` rows of that walk only.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Text,
-    and_,
     cast,
     func,
     literal,
@@ -40,7 +39,12 @@ from engine.base.errors import DulyError, NotFoundError
 from engine.base.shown import bounded_value, json_value, loads_shown
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.views.overview import RUN_STATES, run_state, state_condition
+from engine.views.filters import MAX_FILTER_TEXT as MAX_FILTER_TEXT
+from engine.views.filters import ColumnCondition, typed_value
+from engine.views.filters import RunFilter as RunFilter
+from engine.views.filters import parse_filter as parse_filter
+from engine.views.filters import parse_key as parse_key
+from engine.views.overview import run_state
 
 RUN_ORDERS = ("newest", "soonest")
 DEFAULT_PAGE = 50  # runs
@@ -49,7 +53,6 @@ SHOWN_ENGINE_COLUMNS = ("next_step", "next_args", "wake_at", "attempts", "last_e
 HIDDEN_COLUMNS = frozenset(ENGINE_COLUMNS) - set(SHOWN_ENGINE_COLUMNS)
 LOG_RUN_COLUMNS = ("workflow", "run_key")  # of the attempt log: the run names them already
 MAX_CHILDREN = 20  # children a run's page lists per table
-MAX_FILTER_TEXT = 1000  # characters of a filter's text
 SCAN_WINDOW = 5_000  # rows a page reads at most in each walk: a filter's cost is bounded
 # States whose rows have no step scheduled, and those whose rows all have one: a soonest
 # page skips the half of its walk that cannot hold them.
@@ -68,21 +71,6 @@ def find_workflow(connection: WorkflowConnection, name: str) -> WorkflowInfo:
     raise NotFoundError(f"No workflow named {name!r}.")
 
 
-def parse_key(info: WorkflowInfo, key: str) -> tuple[Any, ...]:
-    """The primary key as a URL spells it, as typed values: the text, or a JSON list."""
-    columns = list(info.mapper.primary_key)
-    if len(columns) == 1:
-        parts: list[Any] = [key]
-    else:
-        try:
-            parts = json.loads(key)
-        except ValueError:
-            parts = []
-        if not isinstance(parts, list) or len(parts) != len(columns):
-            raise DulyError(f"The key of {info.name} has {len(columns)} parts: give a JSON list.")
-    return tuple(_typed(info, column, part) for column, part in zip(columns, parts, strict=True))
-
-
 def key_text(info: WorkflowInfo, row: Any) -> str:
     """A run's key as its URL spells it: the value, or a JSON list for a composite key."""
     return key_text_of(info.mapper.primary_key_from_instance(row))
@@ -96,43 +84,35 @@ def key_text_of(values: Sequence[Any]) -> str:
     return json.dumps([json_value(value) for value in values])
 
 
-def _typed(info: WorkflowInfo, column: Any, value: Any) -> Any:
-    try:
-        kind = column.type.python_type
-    except NotImplementedError:
-        return value
-    if isinstance(value, kind):
-        return value
-    try:
-        parse = getattr(kind, "fromisoformat", kind)
-        return parse(value if isinstance(value, str) else str(value))
-    except (TypeError, ValueError, ArithmeticError):
-        expected = f"expected {kind.__name__}"
-        raise DulyError(
-            f"{value!r} is not a valid {column.name} for {info.name}: {expected}."
-        ) from None
-
-
 @dataclass(frozen=True)
 class Cursor:
-    """Where a page ends: the order, the walk (`s`cheduled or `r`est), its due time and key."""
+    """Where a page ends: the order, the walk (`n`ewest, `s`cheduled, `r`est or a `c`olumn's),
+    its due time (`s`) or the walked column's value (`c`), and its key."""
 
     order: str
     walk: str
     key: tuple[Any, ...]
     wake_at: datetime | None = None
+    value: Any = None  # of the column a `c` walk follows
+    column: str | None = None  # the column a `c` walk follows
 
     def encode(self) -> str:
         """The cursor as URL-safe text."""
-        document = {"o": self.order, "p": self.walk, "k": [json_value(k) for k in self.key]}
+        keys = [json_value(k) for k in self.key]
+        document: dict[str, Any] = {"o": self.order, "p": self.walk, "k": keys}
         if self.wake_at is not None:
             document["w"] = self.wake_at.isoformat()
+        if self.walk == "c":
+            document["c"], document["v"] = self.column, json_value(self.value)
         raw = json.dumps(document, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, info: WorkflowInfo, text: str, order: str) -> Cursor:
-        """A cursor given back; a DulyError when it is not one this module wrote for `order`."""
+    def decode(
+        cls, info: WorkflowInfo, text: str, order: str, walked: ColumnCondition | None = None
+    ) -> Cursor:
+        """A cursor given back; a DulyError when it is not one this module wrote for `order`
+        (and, on a newest page that walks a column's index, for that column)."""
         refused = DulyError(
             f"{text[:80]!r} is not a page cursor of {info.name}'s {order} runs: "
             "page on from the link a page gave."
@@ -145,46 +125,27 @@ class Cursor:
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise refused from None
         columns = list(info.mapper.primary_key)
-        valid_walk = walk in ("s", "r") if order == "soonest" else walk == "n"
+        newest = "n" if walked is None else "c"
+        valid_walk = walk in ("s", "r") if order == "soonest" else walk == newest
         if document.get("o") != order or not valid_walk or not isinstance(parts, list):
             raise refused
         if len(parts) != len(columns) or (walk == "s") != (wake_at is not None):
             raise refused
-        key = tuple(_typed(info, c, p) for c, p in zip(columns, parts, strict=True))
-        return cls(order, walk, key, wake_at)
+        if (walk == "c") != ("v" in document):
+            raise refused
+        if walked is not None and document.get("c") != walked.column:
+            raise refused  # a cursor of pages by another column
+        try:
+            key = tuple(typed_value(info, c, p) for c, p in zip(columns, parts, strict=True))
+            value = None
+            if walked is not None:
+                value = typed_value(info, info.table.c[walked.column], document["v"])
+        except DulyError:
+            raise refused from None
+        return cls(order, walk, key, wake_at, value, document.get("c"))
 
 
 # -- a page of runs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunFilter:
-    """Which runs a page shows: any combination, each optional."""
-
-    state: str | None = None  # one of RUN_STATES
-    step: str | None = None  # the step the run is at (`next_step`)
-    key: str | None = None  # one run's key, as its URL spells it
-    error: str | None = None  # text within `last_error`, any case
-
-    def clauses(self, info: WorkflowInfo) -> list[ColumnElement[bool]]:
-        """The WHERE clauses of this filter on `info`'s table; a DulyError for a bad value."""
-        table = info.table
-        where: list[ColumnElement[bool]] = []
-        if self.state is not None:
-            if self.state not in RUN_STATES:
-                raise DulyError(f"No run state {self.state!r}: use one of {', '.join(RUN_STATES)}.")
-            where.append(state_condition(table, self.state))
-        for name, text in (("step", self.step), ("key", self.key), ("error", self.error)):
-            if text is not None and len(text) > MAX_FILTER_TEXT:
-                raise DulyError(f"The {name} filter is longer than {MAX_FILTER_TEXT} characters.")
-        if self.step is not None:
-            where.append(table.c.next_step == self.step)
-        if self.key is not None:
-            parts = zip(info.mapper.primary_key, parse_key(info, self.key), strict=True)
-            where.append(and_(*(column == value for column, value in parts)))
-        if self.error:
-            where.append(table.c.last_error.icontains(self.error, autoescape=True))
-        return where
 
 
 @dataclass(frozen=True)
@@ -274,28 +235,45 @@ async def list_runs(
     if offset < 0 or (offset and after is not None):
         raise DulyError("Page with a cursor or with an offset of 0 or more, not both.")
     filters = filters or RunFilter()
-    where = filters.clauses(info)
-    cursor = Cursor.decode(info, after, order) if after is not None else None
-    walks = ("n",) if order == "newest" else soonest_walks(filters.state)
+    # A newest page with a condition on an indexed column walks that column's index.
+    walked = filters.walked() if order == "newest" else None
+    where = filters.clauses(info, walked=walked is not None)
+    cursor = Cursor.decode(info, after, order, walked) if after is not None else None
+    newest = ("n",) if walked is None else ("c",)
+    walks = newest if order == "newest" else soonest_walks(filters.state)
     if cursor is not None:
         walks = walks[walks.index(cursor.walk) :] if cursor.walk in walks else ()
+    windowed = filters.key is None  # one key is one row, found through the primary key
+    along = None if walked is None else walked.column  # the column a `c` cursor names
 
     async def read(as_text: bool) -> tuple[list[tuple[Any, str]], Cursor | None]:
         found: list[tuple[Any, str]] = []
         async with connection.sessionmaker() as session:
             if offset:
-                return await _offset_page(session, info, where, walks, limit, offset, as_text), None
+                page = _offset_page(session, info, where, walks, limit, offset, as_text, walked)
+                return await page, None
             for walk in walks:
                 start = cursor if cursor is not None and cursor.walk == walk else None
                 want = limit + 1 - len(found)
-                statement = walk_statement(info, walk, where, start, want, windowed=True)
+                statement = walk_statement(
+                    info, walk, where, start, want, windowed=windowed, walked=walked
+                )
                 found += [(row, walk) for row in await rows_of(session, info, statement, as_text)]
                 if len(found) > limit:
                     break
-                end = (await session.execute(window_end_statement(info, walk, start))).first()
+                if not windowed:
+                    continue
+                ending = window_end_statement(info, walk, start, walked)
+                end = (await session.execute(ending)).first()
                 if end is not None:  # the window ran out before the walk did: stop here
-                    at = end[0] if walk == "s" else None
-                    return found, Cursor(order, walk, tuple(end)[1:], at)
+                    return found, Cursor(
+                        order,
+                        walk,
+                        tuple(end)[1:],
+                        end[0] if walk == "s" else None,
+                        end[0] if walk == "c" else None,
+                        along,
+                    )
         return found, None
 
     try:
@@ -308,7 +286,12 @@ async def list_runs(
     if more:
         last, walk = shown[-1]
         key = tuple(info.mapper.primary_key_from_instance(last))
-        next_after = Cursor(order, walk, key, last.wake_at if walk == "s" else None).encode()
+        value = None
+        if walked is not None:
+            column = info.table.c[walked.column]
+            value = getattr(last, info.mapper.get_property_by_column(column).key)
+        at = last.wake_at if walk == "s" else None
+        next_after = Cursor(order, walk, key, at, value, along).encode()
     return RunPage(
         workflow=info.name,
         order=order,
@@ -327,6 +310,7 @@ async def _offset_page(
     limit: int,
     offset: int,
     as_text: bool,
+    walked: ColumnCondition | None = None,
 ) -> list[tuple[Any, str]]:
     """A page by offset, as the API always allowed: it reads every row it skips."""
     found: list[tuple[Any, str]] = []
@@ -338,7 +322,8 @@ async def _offset_page(
             if offset >= scheduled_rows:
                 offset -= scheduled_rows
                 continue
-        statement = walk_statement(info, walk, where, None, limit + 1 - len(found), offset=offset)
+        want = limit + 1 - len(found)
+        statement = walk_statement(info, walk, where, None, want, offset=offset, walked=walked)
         found += [(row, walk) for row in await rows_of(session, info, statement, as_text)]
         offset = 0
         if len(found) > limit:
@@ -393,32 +378,45 @@ def _after_key(info: WorkflowInfo, key: tuple[Any, ...], newer: bool) -> ColumnE
     return after
 
 
-def walk_order(info: WorkflowInfo, walk: str) -> list[Any]:
-    """The ORDER BY of a walk: `n`ewest by key, `s`cheduled by due time then key, `r`est by key."""
+def walk_order(info: WorkflowInfo, walk: str, walked: ColumnCondition | None = None) -> list[Any]:
+    """The ORDER BY of a walk: `n`ewest by key, `s`cheduled by due time then key, `r`est by
+    key, a `c`olumn's by that column then key, highest first."""
     keys = list(info.mapper.primary_key)
     if walk == "n":
         return [c.desc() for c in keys]
+    if walk == "c" and walked is not None:
+        return [info.table.c[walked.column].desc(), *(c.desc() for c in keys)]
     if walk == "s":
         return [info.table.c.wake_at, *keys]
     return keys
 
 
-def walk_clauses(info: WorkflowInfo, walk: str, cursor: Cursor | None) -> list[ColumnElement[bool]]:
+def walk_clauses(
+    info: WorkflowInfo, walk: str, cursor: Cursor | None, walked: ColumnCondition | None = None
+) -> list[ColumnElement[bool]]:
     """The rows a walk reads, after its cursor.
 
-    The scheduled walk's `wake_at >= w` is the due index's range condition;
-    the tie on `wake_at` is broken by key among the few rows at that instant.
+    The scheduled walk's `wake_at >= w` is the due index's range condition,
+    a column walk's `column <= v` its index's (beside the filter's own bound);
+    the tie on that value is broken by key among the few rows that hold it.
     """
     table = info.table
     clauses: list[ColumnElement[bool]] = []
     if walk == "s":
         clauses.append(table.c.next_step.isnot(None))
+    if walk == "c" and walked is not None:
+        clauses.append(walked.clause(info))
     if cursor is None:
         return clauses
     if walk == "s":
         at = cursor.wake_at
         clauses.append(table.c.wake_at >= at)
         clauses.append(or_(table.c.wake_at > at, _after_key(info, cursor.key, newer=False)))
+    elif walk == "c" and walked is not None:
+        column = table.c[walked.column]
+        value = literal(cursor.value, column.type)
+        clauses.append(column <= value)
+        clauses.append(or_(column < value, _after_key(info, cursor.key, newer=True)))
     else:
         clauses.append(_after_key(info, cursor.key, newer=walk == "n"))
     return clauses
@@ -433,16 +431,17 @@ def walk_statement(
     *,
     windowed: bool = False,
     offset: int = 0,
+    walked: ColumnCondition | None = None,
 ) -> Select[Any]:
     """Up to `limit` runs of a walk that match `where`, after the cursor.
 
     Windowed, the walk's next SCAN_WINDOW rows are read through its index
-    (newest and rest: the primary key; scheduled: the due index) and only
-    those are filtered, so a filter few runs match costs a window, not the
-    table.
+    (newest and rest: the primary key; scheduled: the due index; a column's:
+    that column's, from the filter's bound) and only those are filtered, so a
+    filter few runs match costs a window, not the table.
     """
-    order = walk_order(info, walk)
-    clauses = walk_clauses(info, walk, cursor)
+    order = walk_order(info, walk, walked)
+    clauses = walk_clauses(info, walk, cursor, walked)
     if walk == "r":
         where = [*where, info.table.c.next_step.is_(None)]
     if not windowed:
@@ -456,13 +455,16 @@ def walk_statement(
     return select(scanned).where(*local).order_by(*(_on(window, o) for o in order)).limit(limit)
 
 
-def window_end_statement(info: WorkflowInfo, walk: str, cursor: Cursor | None) -> Select[Any]:
-    """The last row of a walk's window (its due time and key), if the walk is that long."""
+def window_end_statement(
+    info: WorkflowInfo, walk: str, cursor: Cursor | None, walked: ColumnCondition | None = None
+) -> Select[Any]:
+    """The last row of a walk's window (its due time or walked value, and key), if any."""
     keys = list(info.mapper.primary_key)
+    lead = info.table.c[walked.column] if walk == "c" and walked is not None else None
     return (
-        select(info.table.c.wake_at, *keys)
-        .where(*walk_clauses(info, walk, cursor))
-        .order_by(*walk_order(info, walk))
+        select(lead if lead is not None else info.table.c.wake_at, *keys)
+        .where(*walk_clauses(info, walk, cursor, walked))
+        .order_by(*walk_order(info, walk, walked))
         .offset(SCAN_WINDOW - 1)
         .limit(1)
     )

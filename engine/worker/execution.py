@@ -3,8 +3,9 @@
 The step's body runs with no transaction open; what it returned, the changes it made to
 its row and its attempt record are then written in one fenced statement through the
 worker's commit queue. A body that raised, or a commit the database refused, is a failed
-attempt, retried on the step's policy; stored arguments that no longer bind to the step's
-signature are one failed attempt whatever the policy, since every try would fail alike.
+attempt, retried on the step's policy, its traceback and arguments kept in the attempt log;
+stored arguments that no longer bind to the step's signature are one failed attempt
+whatever the policy, since every try would fail alike.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.base.errors import InternalError, StepError
+from engine.base.scrubbing import scrub_secrets
 from engine.claims.claim import Claim
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
 from engine.model import telemetry
@@ -30,7 +32,9 @@ from engine.model.rows import refresh_row, user_changes
 from engine.model.steps import Call, RetryPolicy, Step, decode_arguments
 from engine.runs.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.runs.fanout import FanOut
+from engine.runs.schedules import SCHEDULE_ENTRY, paused_entry, schedule_entry
 from engine.worker.committer import TRANSIENT_ERRORS, Committer
+from engine.worker.failures import failure_arguments, failure_traceback
 
 log = logging.getLogger("duly.worker")
 
@@ -94,7 +98,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
             # goes back through the claim rather than running on here.
             and (info.limit is None or info.limit.rate is None)
         )
-        outcome = _outcome_for(directive, claim, ctx.lease if keep else None)
+        outcome = _outcome_for(directive, claim, ctx.lease if keep else None, row.next_args)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the body, what it returned, or its schedule: a failed attempt
@@ -166,7 +170,9 @@ async def _record_failure(
     policy: RetryPolicy,
     took: float,
 ) -> None:
-    error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+    # What the run, its log and the worker's own log keep of the failure, its secrets scrubbed.
+    error = scrub_secrets(f"{type(exc).__name__}: {exc}")[:ERROR_TEXT_LIMIT]
+    trace = failure_traceback(exc)
     delay = policy.delay_after(failures)
     if delay is None:
         outcome = Outcome(
@@ -189,15 +195,26 @@ async def _record_failure(
             recent_event_keys=_taken_keys(row),
         )
         verdict = "retry"
-    record = AttemptRecord(logged_key(claim.key), name, failures, verdict, error, took)
+    # The traceback and arguments too, for whoever reads the history (never a frame's locals).
+    record = AttemptRecord(
+        logged_key(claim.key),
+        name,
+        failures,
+        verdict,
+        error,
+        took,
+        traceback=trace,
+        args=failure_arguments(row.next_args) if claim.info.logged else None,
+    )
     log.warning(
-        "%s %s attempt %d %s: %s",
+        "%s %s attempt %d %s: %s%s",
         _label(claim),
         name,
         failures,
         verdict,
         error,
-        exc_info=exc if verdict == "failed" else None,
+        # A run given up logs its traceback, as scrubbed as the attempt log's.
+        f"\n{trace.rstrip()}" if verdict == "failed" else "",
     )
     try:
         written = await ctx.committer.write(
@@ -253,10 +270,16 @@ def _shortened(value: object) -> str:
     return shown if len(shown) <= SHOWN_ARGUMENTS else shown[: SHOWN_ARGUMENTS - 1] + "…"
 
 
-def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | None) -> Outcome:
+def _outcome_for(
+    directive: Directive | None,
+    claim: Claim,
+    hold: timedelta | None,
+    served_args: dict[str, Any] | None,
+) -> Outcome:
     """The engine columns a step's directive leaves on its row (before the row's own changes).
 
-    `hold` is the lease kept when this worker runs the next step itself.
+    `hold` is the lease kept when this worker runs the next step itself;
+    `served_args` are the stored arguments of the step that ran.
     """
     if directive is None:
         return Outcome(next_step=None, next_args=None, pending="discard")
@@ -269,10 +292,7 @@ def _outcome_for(directive: Directive | None, claim: Claim, hold: timedelta | No
         # Nothing scheduled until the last child finishes; the commit counts them.
         return Outcome(directive.then.step.name, directive.then.encoded)
     if isinstance(directive, Every):
-        # Going back round a schedule drops a held event.
-        wake_at = _next_occurrence(directive, claim)
-        call = directive.call
-        return Outcome(call.step.name, call.encoded, wake_at=wake_at, pending="discard")
+        return _scheduled(directive, claim, paused_entry(served_args))
     call = directive.call
     return Outcome(call.step.name, call.encoded, wake_after=timedelta(0), hold=hold)
 
@@ -298,6 +318,21 @@ def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
         wake_at=deadline,
         waiting_for=directive.step.name,
         pending="wait",
+    )
+
+
+def _scheduled(directive: Every, claim: Claim, paused: bool) -> Outcome:
+    """The row back on its schedule, which travels in next_args for the schedules view.
+
+    A paused run fired by a trigger stays paused: nothing is due until it is resumed.
+    """
+    wake_at = _next_occurrence(directive, claim)
+    call = directive.call
+    entry = schedule_entry(directive.schedule, claim.claimed_at, wake_at if paused else None)
+    next_args = {**call.encoded, SCHEDULE_ENTRY: entry}
+    # Going back round a schedule drops a held event.
+    return Outcome(
+        call.step.name, next_args, wake_at=None if paused else wake_at, pending="discard"
     )
 
 

@@ -14,7 +14,8 @@ from engine.worker.idle import OnIdle
 
 # The defaults of every worker, whichever way it is started.
 MAX_CONCURRENCY = 8  # steps running at once
-LEASE = timedelta(minutes=5)
+# Renewed every third while the step runs: a dead worker's runs are taken again within it.
+LEASE = timedelta(seconds=30)
 POLL_INTERVAL = timedelta(seconds=1)  # how often work held by others is looked at again
 IDLE_INTERVAL = timedelta(seconds=30)  # the longest sleep of a listening worker
 SUSPENDING_IDLE_INTERVAL = timedelta(hours=1)  # ... and of one under suspends_when_idle

@@ -53,6 +53,9 @@ def add_bulk(commands: Any, add_database_url: Any) -> None:
         parser.add_argument("--at", metavar="STEP", help="only runs at this step (their next)")
         parser.add_argument("--key", help="only the run with this key")
         parser.add_argument("--error", help="only runs whose last error contains this text")
+        parser.add_argument(
+            "--where", metavar="TEXT", help="a search, as duly runs --where reads it (ANDed)"
+        )
         if action != "cancel":
             parser.add_argument("--step", required=True, help="the step to run")
             parser.add_argument("--args", default="{}", help="its arguments, a JSON object")
@@ -87,7 +90,10 @@ def request_of(args: argparse.Namespace) -> BulkRunsRequest | BulkReplayRequest:
             given = {"event_name": args.event_name, "route": args.route, "error": args.error}
             return BulkReplayRequest.model_validate({"filter": given, **confirmed})
         arguments = json.loads(getattr(args, "args", "{}"))
-        filters = {"state": args.state, "step": args.at, "key": args.key, "error": args.error}
+        filters = {
+            "state": args.state, "step": args.at, "key": args.key, "error": args.error,
+            "q": args.where,
+        }  # fmt: skip
         body = {"action": args.action, "filter": filters, **confirmed}
         if args.action != "cancel":
             body |= {"step": args.step, "args": arguments}

@@ -26,13 +26,12 @@ from engine.events.configure import routing_of
 from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection, activate, open_connection
 from engine.worker.options import WorkerOptions
-from functions.app_config import configure_app_events
+from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
 from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
 from functions.command_line import INTERRUPTED, USAGE_ERROR
-from functions.requests.lookup import mapped_event_tables
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from engine.views.overview import RUN_STATES
 from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS
 from functions.cli.audit import add_audit
 from functions.cli.bulk import add_bulk
+from functions.cli.deliver import add_deliver
 from functions.cli.develop import print_db_url, print_version, run_dev
 from functions.cli.init import add_init
 from functions.cli.keys import add_keys
@@ -18,6 +19,7 @@ from functions.cli.migrate import run_migrate
 from functions.cli.outbox import run_drain, run_replay
 from functions.cli.prune import run_prune
 from functions.cli.runs import run_runs, run_show, run_status
+from functions.cli.schedules import add_schedules
 
 SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
 
@@ -71,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON, for scripts")
     status.set_defaults(command=run_status)
     add_runs(commands)
+    add_schedules(commands, add_database_url)
+    add_deliver(commands, add_database_url)
     add_prune(commands)
     add_bulk(commands, add_database_url)
     add_audit(commands, add_database_url)
@@ -93,6 +97,12 @@ def add_runs(commands: Any) -> None:
     runs.add_argument("--step", help="only runs at this step (their next step)")
     runs.add_argument("--key", help="only the run with this key")
     runs.add_argument("--error", help="only runs whose last error contains this text")
+    runs.add_argument(
+        "--where",
+        metavar="TEXT",
+        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the README's "
+        "Searching runs)",
+    )
     runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
     runs.add_argument(
         "--limit", type=int, default=DEFAULT_PAGE, help=f"runs a page (default {DEFAULT_PAGE})"
@@ -107,6 +117,10 @@ def add_runs(commands: Any) -> None:
     show.add_argument(
         "--attempts", type=int, default=SHOWN_ATTEMPTS, help=f"newest attempts shown "
         f"(default {SHOWN_ATTEMPTS})"
+    )  # fmt: skip
+    show.add_argument(
+        "--failures", action="store_true", help="every failed attempt's arguments and "
+        "traceback shown (default: the newest one's)"
     )  # fmt: skip
     show.add_argument("--json", action="store_true", help="print JSON, for scripts")
     show.set_defaults(command=run_show)

@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TextIO
+from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -18,13 +18,14 @@ from engine.base.shown import json_value
 from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
+from functions.app_config import mapped_event_tables
 from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import aligned, refused
 from functions.command_line import USAGE_ERROR
-from functions.requests.lookup import mapped_event_tables
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -107,6 +108,8 @@ async def print_runs(
     async with connect_workflows(Session) as connection:
         try:
             info = find_app_workflow(connection, args.workflow, app_module)
+            if args.where is not None:
+                filters = parse_filter(info, args.where).also(filters)
             page = await list_runs(
                 connection, info, filters, order=args.order, limit=args.limit, after=args.after
             )
@@ -191,11 +194,11 @@ async def print_run(
         }
         print(json.dumps(json_value(document), indent=2), file=out)
         return 0
-    print(run_text(detail), file=out)
+    print(run_text(detail, every_failure=args.failures), file=out)
     return 0
 
 
-def run_text(detail: RunDetail) -> str:
+def run_text(detail: RunDetail, *, every_failure: bool = False) -> str:
     """A run as people read it: where it stands, its row, its newest attempts."""
     run = detail.summary
     when = run.row.get("wake_at")
@@ -223,7 +226,7 @@ def run_text(detail: RunDetail) -> str:
     if detail.history is None:
         lines.append("\nno attempt log is mapped: no history")
     elif not detail.history:
-        lines.append("\nno attempt yet")
+        lines.append(f"\n{detail.no_attempts_text()}")
     else:
         rows = [["finished", "step", "attempt", "outcome", "took", "error"]]
         for attempt in detail.history:
@@ -238,4 +241,26 @@ def run_text(detail: RunDetail) -> str:
             ])  # fmt: skip
         earlier = " (older ones left out: --attempts)" if detail.earlier else ""
         lines += [f"\nattempts, oldest first{earlier}:", aligned(rows, right={2, 4})]
+        lines += failures_text(detail.failed_attempts(), every_failure=every_failure)
     return "\n".join(lines)
+
+
+def failures_text(failed: Sequence[dict[str, Any]], *, every_failure: bool) -> list[str]:
+    """The newest failed attempt's arguments and traceback (each one's, oldest first, with
+    `every_failure`), and how to see the others."""
+    shown = failed if every_failure else failed[-1:]
+    lines: list[str] = []
+    for attempt in shown:
+        when = attempt["finished_at"].strftime("%Y-%m-%d %H:%M:%S")
+        lines += [
+            f"\n{attempt['step']} attempt {attempt['attempt']} ({attempt['outcome']}, {when}):",
+            f"  arguments: {json.dumps(json_value(attempt.get('args')))}",
+        ]
+        trace = attempt.get("traceback")
+        if trace:
+            lines += ["  traceback:", *(f"    {line}" for line in trace.splitlines())]
+        else:
+            lines.append("  traceback: none kept (logged before duly kept them)")
+    if len(failed) > len(shown):
+        lines.append(f"\n{len(failed) - 1} earlier failed attempts: --failures shows each")
+    return lines

@@ -35,7 +35,7 @@ ACTIONS = {
     "run": "Run a step now",
     "cancel": "Cancel",
 }
-FILTERS = ("state", "step", "key", "error")
+FILTERS = ("q", "state", "step", "key", "error")
 MAX_FIELD = 4000  # characters of one form value
 
 
@@ -52,10 +52,11 @@ async def bulk_form(
     step: Annotated[str | None, Query(max_length=200)] = None,
     key: Annotated[str | None, Query(max_length=1000)] = None,
     error: Annotated[str | None, Query(max_length=1000)] = None,
+    q: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> HTMLResponse:
     """The form: which runs (the runs page's filter), and what to do to them."""
     info = find_writable(connection_of(request), workflow)
-    given = {"state": state, "step": step, "key": key, "error": error}
+    given = {"q": q, "state": state, "step": step, "key": key, "error": error}
     typed = {f"filter.{name}": value or "" for name, value in given.items()}
     if state == "failed":
         typed["action"] = "retry"

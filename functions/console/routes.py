@@ -20,6 +20,7 @@ from functions.console import (
     outbox_pages,
     overview_pages,
     run_pages,
+    schedule_pages,
 )
 from functions.console.rendering import ConsolePage
 from functions.identity.access import allow
@@ -41,5 +42,6 @@ console_router.include_router(overview_pages.router)
 console_router.include_router(run_pages.router)
 console_router.include_router(bulk_pages.router)
 console_router.include_router(outbox_pages.router)
+console_router.include_router(schedule_pages.router)
 console_router.include_router(graph_pages.router)
 console_router.include_router(graph_designer.router)

@@ -1,8 +1,10 @@
 """A workflow's runs (`/console/runs/{workflow}`) and one run's page, with its actions.
 
 The list and the run are `engine.views.runs`'s (the queries of the JSON
-API and of `duly runs` / `duly show`). A run's page redraws its live part
-every 2 s while the run can still change. Every action is a form read
+API and of `duly runs` / `duly show`). A run's page redraws its state, row
+and attempts every 2 s while the run can still change (5 s once it rests),
+its actions' forms untouched; its newest failed attempts open onto their
+arguments and traceback. Every action is a form read
 into the request layer's own model (`functions.requests.runs`) and done
 by its functions, as the JSON API's routes do, so a form is checked and
 refused exactly as the API would; run, deliver and cancel ask for a
@@ -23,9 +25,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import ConfigurationError, DulyError
+from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
+from engine.runs.refusals import MOVED_MEANWHILE, REFUSAL_REASONS
+from engine.views.filters import filterable_columns, parse_filter, time_columns
 from engine.views.overview import RUN_STATES
 from engine.views.run import RunDetail, database_now, run_detail
 from engine.views.runs import (
@@ -34,6 +38,7 @@ from engine.views.runs import (
     RUN_ORDERS,
     SCAN_WINDOW,
     RunFilter,
+    RunPage,
     list_runs,
 )
 from functions.console.charts import timeline
@@ -58,6 +63,7 @@ from functions.requests.runs import (
 router = APIRouter(prefix="/runs", route_class=ConsolePage)
 
 ATTEMPTS_SHOWN = 200  # a run page's newest attempts
+FAILURES_DETAILED = 20  # of those, the newest failed ones shown with arguments and traceback
 LIVE_STATES = frozenset({"running", "waiting", "scheduled", "retrying"})
 ACTIONS = ("run", "deliver")
 FilterText = Annotated[str | None, Query(max_length=MAX_FILTER_TEXT)]
@@ -92,18 +98,31 @@ async def runs_page(
     key: FilterText = None,
     error: FilterText = None,
     order: FilterText = "newest",
+    q: FilterText = None,
     after: Annotated[str | None, Query(max_length=2000)] = None,
 ) -> HTMLResponse:
-    """A page of a workflow's runs, filtered, newest or soonest first."""
+    """A page of a workflow's runs, filtered (the search box and the fields, ANDed), newest
+    or soonest first; a search it cannot read is said beside the box."""
     connection = connection_of(request)
     info = find_workflow(connection, workflow)
     given = {"state": state, "step": step, "key": key, "error": error}
-    filters = RunFilter(**{name: value or None for name, value in given.items()})
+    fields = RunFilter(state=state or None, step=step or None, key=key or None, error=error or None)
+    filters = fields
     chosen = order or "newest"
-    page = await list_runs(
-        connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
-    )
+    search = (q or "").strip()
+    refusal = None
+    try:
+        if search:
+            filters = parse_filter(info, search).also(filters)
+        page = await list_runs(
+            connection, info, filters, order=chosen, limit=DEFAULT_PAGE, after=after or None
+        )
+    except InvalidArgumentError as exc:  # the search, as typed
+        refusal = str(exc)
+        page = RunPage(info.name, chosen, [], None, None)
     query = {name: value for name, value in given.items() if value}
+    if search:
+        query["q"] = search
     query["order"] = chosen
     next_url = None
     if page.next_after is not None:
@@ -116,7 +135,11 @@ async def runs_page(
         "now": now,
         "info": info,
         "page": page,
-        "filters": filters,
+        "filters": fields,  # what the fields show: the search box's terms stay in the box
+        "search": search,
+        "refusal": refusal,
+        "filterable": filterable_columns(info),
+        "times": time_columns(info),
         "order": chosen,
         "orders": RUN_ORDERS,
         "states": RUN_STATES,
@@ -128,7 +151,7 @@ async def runs_page(
         "startable": not info.engine_owned,
         "run_url": run_url,
     }
-    return render(request, "runs/list.html", context)
+    return render(request, "runs/list.html", context, status_code=400 if refusal else 200)
 
 
 # -- starting a run ------------------------------------------------------------------------------
@@ -248,7 +271,11 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             return _confirm_page(request, info, detail, action, chosen, typed, options)
         if action == "deliver":
             body = DeliverRequest(key=_body_key(info, key), step=chosen.name, args=args, **options)
-            count = await runs.deliver_event(info, body)
+            delivered = await runs.deliver_event(info, body)
+            if not delivered:  # one run: one reason, said on its page
+                [reason] = delivered.refused or [MOVED_MEANWHILE]
+                return _back_to_run(info.name, key, action, 0, refused=reason)
+            count = delivered.accepted
         else:
             ran = RunRequest(key=_body_key(info, key), step=chosen.name, args=args)
             count = await runs.run_step(info, ran, actor=console_actor(request))
@@ -285,11 +312,14 @@ async def run_page(
     key: str,
     done: Annotated[str | None, Query(max_length=20)] = None,
     count: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    refused: Annotated[str | None, Query(max_length=40)] = None,
 ) -> HTMLResponse:
     """One run: its row, what it waits for, its attempts as a timeline, and its actions."""
     context = await _run_context(request, workflow, key)
     note = DONE.get(done or "")
     context["note"] = note.format(count=count) if note else None
+    if done == "deliver" and refused in REFUSAL_REASONS:  # a fixed sentence, never the query's
+        context["note"] = f"Not delivered: {REFUSAL_REASONS[refused]}."
     return render(request, "runs/run.html", context)
 
 
@@ -316,10 +346,17 @@ async def _run_context(request: Request, workflow: str, key: str) -> dict[str, A
         parent_key = parent.get("key", [])
         parent_text = str(parent_key[0]) if len(parent_key) == 1 else _json_list(parent_key)
         parent_url = run_url(str(parent.get("table")), parent_text)
+    failed = detail.failed_attempts()
+    # Running a step again on a failed run most often means the step that failed.
+    rerun_step = summary.row.get("next_step")
+    if summary.state == "failed" and failed:
+        rerun_step = failed[-1]["step"]
     return {
         "title": f"{info.name} {summary.key}",
         "info": info,
         "detail": detail,
+        "detailed": {a["id"] for a in failed[-FAILURES_DETAILED:]},
+        "rerun_step": rerun_step,
         "run": summary,
         "business": business,
         "engine": detail.engine,
@@ -396,8 +433,13 @@ def _confirm_page(
     return render(request, "runs/confirm.html", context)
 
 
-def _back_to_run(workflow: str, key: str, action: str, count: int) -> RedirectResponse:
-    target = run_url(workflow, key) + "?" + urlencode({"done": action, "count": count})
+def _back_to_run(
+    workflow: str, key: str, action: str, count: int, refused: str | None = None
+) -> RedirectResponse:
+    query: dict[str, Any] = {"done": action, "count": count}
+    if refused is not None:
+        query["refused"] = refused
+    target = run_url(workflow, key) + "?" + urlencode(query)
     return RedirectResponse(target, status_code=303)
 
 

@@ -28,13 +28,14 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from engine import EventRegistry, get_event_registry
-from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection, open_connection
-from engine.retention import RetentionSettings
 from engine.worker.options import MAX_CONCURRENCY
-from functions.app_config import configure_app_events, configure_app_graphs
-from functions.requests.lookup import mapped_event_tables
+from functions.app_config import (
+    configure_app_events,
+    configure_app_graphs,
+    mapped_event_tables,
+    registry_before_app,
+)
 from infra.aws_settings import AwsSettings, resolve_database_url
 from infra.iam_auth import install_iam_auth
 from infra.kicks import survive_aws_call
@@ -44,6 +45,10 @@ from infra.wake_slots import WakeSlots
 
 if TYPE_CHECKING:
     from types import TracebackType
+
+    from engine.events.records import EventTables
+    from engine.events.routing import EventRegistry
+    from engine.retention import RetentionSettings
 
 
 log = logging.getLogger("duly.lambda")
@@ -111,7 +116,7 @@ class Container:
     Session: async_sessionmaker[AsyncSession]
     connection: WorkflowConnection
     app_module: str
-    registry: EventRegistry
+    registry: EventRegistry | None  # None: the app uses no event layer
     tables: EventTables | None  # the app's outbox, if it maps one
     slots: WakeSlots
     scheduler: Scheduler
@@ -179,6 +184,8 @@ class Runtime:
     def retention(self) -> RetentionSettings:
         """The retention settings given, else the environment's (read once, when first used)."""
         if self._retention is None:
+            from engine.retention import RetentionSettings  # read on the first drain only
+
             self._retention = RetentionSettings.from_env()
         return self._retention
 
@@ -265,7 +272,7 @@ class Runtime:
             install_iam_auth(engine, lambda: self.client("rds"))
         Session = async_sessionmaker(engine, expire_on_commit=False)
         app_module = settings.app_module
-        before = get_event_registry()
+        before = registry_before_app()
         metadatas = load_app(app_module)
         tables = mapped_event_tables(metadatas)
         registry = configure_app_events(app_module, before, tables.outbox if tables else None)

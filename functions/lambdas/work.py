@@ -3,6 +3,8 @@
 Each takes its direct event and answers a small JSON-able dict; a publish's and a
 delivery's events are parsed by the request layer (`functions.requests`), as HTTP's are.
 A mistake in the input is one of duly's errors; anything else raises, so Lambda retries.
+An entry imports what it alone uses when first called (the request models, the event
+layer, retention), so a cold wake of plain workflows loads none of them.
 wake takes a slot (`infra.wake_slots`) and runs a worker until caught up or
 `wake_margin_seconds` before the deadline, invoking one more wake while due work waits
 for room, and its successor when it stops behind. The loop: docs/architecture.md.
@@ -16,28 +18,22 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError
 
-from engine import (
-    DulyError,
-    NotFoundError,
-    WorkflowEvent,
-    run_workflows,
-)
+from engine.base.errors import DulyError, NotFoundError
 from engine.claims.next_due import next_due
-from engine.events.configure import routing_of
 from engine.model.connection import activate
 from engine.model.registry import registered_workflows
-from engine.retention import prune
-from engine.worker.loop import Worker
+from engine.worker.loop import Worker, run_workflows
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
-from functions.requests.events import parse_publish
-from functions.requests.lookup import database_registry, find_writable
-from functions.requests.runs import DeliverRequest, deliver_event, parse_body
+
+if TYPE_CHECKING:
+    from engine.events.event import WorkflowEvent
+    from functions.requests.runs import DeliverRequest
 
 log = logging.getLogger("duly.lambda")
 
@@ -68,12 +64,16 @@ def check_command(event: Any, name: str) -> dict[str, Any]:
 
 def parse_events(event: Any) -> list[WorkflowEvent]:
     """The events of a publish: `{"events": [...]}` or one event object, as `POST /events`."""
+    from functions.requests.events import parse_publish
+
     body = check_command(event, "publish")
     return parse_publish({k: v for k, v in body.items() if k != "duly"})
 
 
 def parse_delivery(event: Any) -> tuple[str, DeliverRequest]:
     """The workflow named and the body of `POST /workflows/{workflow}/deliver`."""
+    from functions.requests.runs import DeliverRequest, parse_body
+
     body = check_command(event, "deliver")
     workflow = body.get("workflow")
     if not isinstance(workflow, str) or not workflow:
@@ -94,6 +94,8 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: map WorkflowOutbox, WorkflowEventRecord "
             "and WorkflowDeliveryAttempt on your base to publish events."
         )
+    from functions.requests.lookup import database_registry
+
     registry = database_registry(container.tables, container.registry)
     async with activate(container.connection), container.Session.begin() as session:
         stored = await registry.publish_many(events, session=session)
@@ -257,6 +259,11 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: there is nothing to drain. Map "
             "WorkflowOutbox, WorkflowEventRecord and WorkflowDeliveryAttempt on your base."
         )
+    from engine.events.configure import routing_of
+    from engine.retention import prune
+
+    if container.registry is None:  # an outbox is mapped, so the event layer is configured
+        raise NotFoundError(f"{container.app_module} configures no event registry.")
     try:
         routes, settings = routing_of(container.registry)
     except TypeError as exc:  # the app configured a registry a drain cannot route with
@@ -313,6 +320,9 @@ def _seconds(value: float) -> timedelta:
 
 async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked)."""
+    from functions.requests.lookup import find_writable
+    from functions.requests.runs import deliver_event, delivery_answer
+
     workflow, request = parse_delivery(event)
     container = await rt.container()
     connection = container.connection
@@ -322,10 +332,10 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
         known = ", ".join(info.name for info in connection.workflows) or "none"
         raise NotFoundError(f"{exc} The workflows are: {known}.") from None
     async with activate(connection):
-        accepted = await deliver_event(info, request)
-    if accepted:
+        delivered = await deliver_event(info, request)
+    if delivered:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here
-    return {"accepted": accepted, "workflow": info.name, "step": request.step}
+    return {**delivery_answer(info, delivered), "step": request.step}
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from engine.base.errors import DulyError
+from engine.base.errors import DulyError, InvalidArgumentError
 from engine.bulk import (
     Actor,
     BulkCancel,
@@ -36,7 +37,7 @@ from engine.bulk import (
 from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
-from engine.views.runs import MAX_FILTER_TEXT, RunFilter, parse_key
+from engine.views.filters import MAX_FILTER_TEXT, RunFilter, parse_filter, parse_key
 from functions.requests.errors import ConflictError, InputError
 from functions.requests.lookup import StepName, find_step
 from functions.requests.nesting import JsonObject
@@ -50,13 +51,15 @@ Count = Annotated[StrictInt, Field(ge=0)] | None
 
 
 class RunFilterBody(BaseModel):
-    """Which runs: a state, the step they are at, one key, text within their error."""
+    """Which runs: a state, the step they are at, one key, text within their error, and a
+    search in the runs pages' language (`q`), all ANDed."""
 
     model_config = ConfigDict(extra="forbid")
     state: FilterText = None
     step: FilterText = None
     key: FilterText = None
     error: FilterText = None
+    q: FilterText = None
 
 
 class Confirmed(BaseModel):
@@ -92,22 +95,32 @@ class BulkReplayRequest(Confirmed):
     filter: DeadLetterFilterBody = Field(default_factory=DeadLetterFilterBody)
 
 
-def run_filter(
-    state: str | None, step: str | None, key: str | None, error: str | None
-) -> RunFilter:
-    """The one place a bulk action's filter is built from what a door was given."""
-    return RunFilter(state=state or None, step=step or None, key=key or None, error=error or None)
+def run_filter(info: WorkflowInfo, given: RunFilterBody) -> RunFilter:
+    """The one place a bulk action's filter is built from what a door was given: the fields,
+    and the search `q` (`engine.views.filters`), ANDed."""
+    fields = RunFilter(
+        state=given.state or None,
+        step=given.step or None,
+        key=given.key or None,
+        error=given.error or None,
+    )
+    search = (given.q or "").strip()
+    if not search:
+        return fields
+    try:
+        return parse_filter(info, search).also(fields)
+    except InvalidArgumentError as exc:
+        raise InputError.at(("filter", "q"), str(exc)) from None
 
 
-def runs_filter_of(body: BulkRunsRequest) -> RunFilter:
+def runs_filter_of(info: WorkflowInfo, body: BulkRunsRequest) -> RunFilter:
     """The filter of a body; `retry` means the failed runs (another state is refused)."""
-    given = body.filter
-    state = given.state
+    filters = run_filter(info, body.filter)
     if body.action == "retry":
-        if state not in (None, "", "failed"):
+        if filters.state not in (None, "failed"):
             raise InputError.at(("filter", "state"), "retry acts on the failed runs only.")
-        state = "failed"
-    return run_filter(state, given.step, given.key, given.error)
+        filters = replace(filters, state="failed")
+    return filters
 
 
 def run_action(info: WorkflowInfo, body: BulkRunsRequest) -> RunAction:
@@ -130,7 +143,7 @@ async def bulk_runs(
     budget: float | None,
 ) -> dict[str, Any]:
     """A dry run's plan, or an apply's progress after at most `budget` seconds of batches."""
-    filters = runs_filter_of(body)
+    filters = runs_filter_of(info, body)
     action = run_action(info, body)
     try:
         if body.next is not None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
 from engine.base.errors import DulyError, StepError, first_line
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MAX_PROBLEMS = 20  # problems kept in one InputError
 MAX_PROBLEM_TEXT = 200  # characters of one problem's message or place part

@@ -8,20 +8,17 @@ starts or deliveries, and its event tables are found here for every door.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
-from sqlalchemy import MetaData
 
 from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
 from engine.base.errors import ConfigurationError, NotFoundError
 from engine.events.records import (
     EventTables,
     OutboxColumns,
-    outbox_classes_on,
     outbox_tables_of,
-    tables_for,
 )
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
@@ -38,7 +35,6 @@ __all__ = [
     "find_writable",
     "is_outbox",
     "key_text",
-    "mapped_event_tables",
 ]
 
 MAX_TEXT = 1000  # characters of a step's name, an event's type, name or source
@@ -91,12 +87,6 @@ def event_tables(workflows: Iterable[WorkflowInfo]) -> EventTables:
     if tables is None:
         raise NotFoundError(NO_OUTBOX)
     return tables
-
-
-def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
-    """The event tables an app maps on its bases, or None when it maps no outbox."""
-    mapped = outbox_classes_on(metadatas)
-    return tables_for(mapped[-1]) if mapped else None
 
 
 def database_registry(

@@ -34,6 +34,7 @@ from engine.base.errors import DulyError, StepError, first_line
 from engine.bulk import Actor
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Call, Step
+from engine.runs.refusals import Delivery
 from engine.views.runs import key_text, parse_key
 from functions.requests.audited import cancel_recorded, run_recorded, start_recorded
 from functions.requests.errors import (
@@ -255,12 +256,22 @@ async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: Actor) -> 
     return {"workflow": info.name, "key": key_text(info, row), "step": call.step.name}
 
 
-async def deliver_event(info: WorkflowInfo, body: DeliverRequest) -> int:
-    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it)."""
+async def deliver_event(info: WorkflowInfo, body: DeliverRequest) -> Delivery:
+    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it),
+    and the others' refusals by reason."""
     call = build_call(find_step(info, body.step), body.args)
     handle = info.cls.by(*runs_addressed(info, body))
-    accepted: int = await handle.deliver(call, key=body.idempotency_key, restart=body.restart)
-    return accepted
+    delivered: Delivery = await handle.deliver(call, key=body.idempotency_key, restart=body.restart)
+    return delivered
+
+
+def delivery_answer(info: WorkflowInfo, delivered: Delivery) -> dict[str, Any]:
+    """What every door answers for a delivery: how many accepted it; when some refused it or
+    none took it, the refusals by reason and a sentence that says why."""
+    answer: dict[str, Any] = {"workflow": info.name, "accepted": delivered.accepted}
+    if delivered.refused or not delivered.accepted:
+        answer |= {"refused": delivered.refused, "message": delivered.explanation()}
+    return answer
 
 
 async def run_step(info: WorkflowInfo, body: RunRequest, *, actor: Actor) -> int:

@@ -8,7 +8,7 @@
   test_a_run_is_cancelled_after_a_confirmation
 - a step's form is generated from its signature and refuses a value the
   step cannot take, at its field: test_a_step_form_refuses_a_bad_value_at_its_field
-- the pages are usable by keyboard: the skip link, then the filters, reach
+- the pages are usable by keyboard: the skip link, then the search box and the filters, reach
   the runs: test_the_runs_list_is_usable_by_keyboard
 
 Every page these tests open passes axe-core with no serious or critical
@@ -147,6 +147,8 @@ def test_the_runs_list_is_usable_by_keyboard(
     expect(page.locator("main .crumbs a")).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Start a run")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("searchbox", name="Search")).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_label("State")).to_be_focused()
     page.get_by_label("State").select_option("cancelled")

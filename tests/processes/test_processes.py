@@ -53,6 +53,45 @@ async def test_a_step_killed_mid_way_runs_again_after_its_lease(
         assert [(h.step, h.outcome) for h in await row.history()] == [("work", "ok")]
 
 
+IN_FLIGHT = 32  # runs a worker holds when it is killed
+TAKEN_AGAIN_WITHIN = 45.0  # seconds, at the default lease
+
+
+async def test_a_killed_workers_runs_are_finished_by_another_within_the_default_lease(
+    db: Database, workers: WorkerProcesses
+) -> None:
+    Session = await db.create(chain.Base.metadata)
+    concurrency = str(IN_FLIGHT)
+    first = workers.start(db.url, "--workflows", "slow", "--concurrency", concurrency)
+    async with connect_workflows(Session, workflows=[Slow]):
+        rows = [Slow() for _ in range(IN_FLIGHT)]
+        assert all(await asyncio.gather(*(row.start(Slow.work) for row in rows)))
+        names = [f"slow-{row.id}" for row in rows]
+        await wait_until(
+            lambda: all(marks(workers.marks, name) for name in names), timeout=20, interval=0.05
+        )
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(5)
+        killed_at = time.monotonic()
+        second = workers.start(db.url, "--workflows", "slow", "--concurrency", concurrency)
+
+        async def finished() -> bool:
+            async with Session() as session:
+                left = await session.scalar(
+                    select(func.count()).select_from(Slow).where(Slow.finished_by.is_(None))
+                )
+                return left == 0
+
+        await wait_until(finished, timeout=TAKEN_AGAIN_WITHIN + 15, interval=0.2)
+        waited = time.monotonic() - killed_at
+        async with Session() as session:
+            by = set((await session.scalars(select(Slow.finished_by))).all())
+        assert by == {second.pid}
+        assert waited < TAKEN_AGAIN_WITHIN, f"taken again {waited:.1f} s after the kill"
+        for row in rows:
+            assert [(h.step, h.outcome) for h in await row.history()] == [("work", "ok")]
+
+
 async def test_four_worker_processes_finish_2000_three_step_runs_exactly_once(
     db: Database, workers: WorkerProcesses
 ) -> None:

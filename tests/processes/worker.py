@@ -14,6 +14,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import configure_event_registry, run_workflows
+from engine.worker.options import LEASE
 from tests.apps import chain, limited, outbox
 
 WORKFLOWS = {
@@ -53,7 +54,7 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--workflows", default="chain3")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--lease", type=float, default=300.0)
+    parser.add_argument("--lease", type=float, default=LEASE.total_seconds())
     parser.add_argument("--idle", type=float, default=30.0)
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(serve(parser.parse_args()))

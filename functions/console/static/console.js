@@ -15,3 +15,23 @@ document.addEventListener("visibilitychange", function () {
     });
   }
 });
+// A polled fragment redrawn keeps the <details> the reader opened in it open.
+var openDetails = [];
+document.addEventListener("htmx:beforeSwap", function (event) {
+  var target = event.detail && event.detail.target;
+  openDetails = [];
+  if (target && target.hasAttribute("data-poll")) {
+    target.querySelectorAll("details[open][id]").forEach(function (element) {
+      openDetails.push(element.id);
+    });
+  }
+});
+document.addEventListener("htmx:afterSwap", function () {
+  openDetails.forEach(function (id) {
+    var element = document.getElementById(id);
+    if (element) {
+      element.open = true;
+    }
+  });
+  openDetails = [];
+});

@@ -15,6 +15,7 @@ from engine.base.errors import NotFoundError
 from engine.events.records import EventTables
 from engine.views import run as run_view
 from engine.views import runs as run_views
+from engine.views.filters import MAX_FILTER_TEXT, parse_filter
 from engine.views.overview import overview as operator_overview
 from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
@@ -117,8 +118,20 @@ async def list_workflow_runs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     after: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_FILTER_TEXT,
+            description='A filter: `state:failed error:"card declined" amount>=100 since:1h`.',
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Runs with their state, filtered; newest (highest key) or soonest due first, paged.
+
+    `q` is a filter in duly's filter language (`state:failed error:"card declined"
+    amount>=100 since:1h`), ANDed with the single parameters; a newest page with a
+    condition on an own column goes by that column, highest first, then by key.
 
     `next_after` is the cursor of the next page (pass it as `after`), and
     `next_offset` the offset of the next page; each is null on the last. A
@@ -128,6 +141,8 @@ async def list_workflow_runs(
     connection = connection_of(request)
     info = find_workflow(connection, name)
     filters = run_views.RunFilter(state=state, step=next_step, key=key, error=error)
+    if q is not None:
+        filters = parse_filter(info, q).also(filters)
     page = await run_views.list_runs(
         connection, info, filters, order=order, limit=limit, after=after, offset=offset
     )

@@ -44,12 +44,17 @@ async def start_workflow(request: Request, name: str, body: StartRequest) -> dic
 
 @router.post("/workflows/{name}/deliver", responses=ADDRESSED, dependencies=[allow(Role.OPERATOR)])
 async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest) -> dict[str, Any]:
-    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it)."""
+    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it).
+
+    When some refused it, `refused` counts them by reason (`unknown_key`,
+    `waiting_for_other_step`, `deadline_passed`, `deduplicated`, `finished`,
+    ...) and `message` says why in a sentence.
+    """
     info = find_writable(connection_of(request), name)
-    accepted = await runs.deliver_event(info, body)
-    if accepted:
+    delivered = await runs.deliver_event(info, body)
+    if delivered:
         await call_state(request, "kick")
-    return {"workflow": info.name, "accepted": accepted}
+    return runs.delivery_answer(info, delivered)
 
 
 @router.post("/workflows/{name}/run", responses=ADDRESSED, dependencies=[allow(Role.OPERATOR)])

@@ -1,7 +1,7 @@
 """The operators' audit trail: `duly_audit`, one row per action a person took.
 
 Revision ID: duly_0008
-Revises: duly_0006
+Revises: duly_0007
 Create Date: 2026-12-02 01:00:00.000000
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "duly_0008"
-down_revision: str | Sequence[str] | None = "duly_0006"
+down_revision: str | Sequence[str] | None = "duly_0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,94 @@
+"""`duly deliver NAME STEP --key K --args JSON`: the API's delivery, from a terminal.
+
+It answers how many runs accepted the event and, when one refused it, why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import sys
+from typing import Any, TextIO
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import DulyError, connect_workflows
+from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.output import refused
+from functions.command_line import FAILURE, USAGE_ERROR
+from functions.requests.errors import InputError
+from functions.requests.lookup import find_writable
+from functions.requests.runs import DeliverRequest, deliver_event, delivery_answer, parse_body
+
+
+def add_deliver(commands: Any, add_database_url: Any) -> None:
+    """`duly deliver` and its options."""
+    parser = commands.add_parser("deliver", help="deliver an event to a run; say why it refused")
+    add_database_url(parser)
+    parser.add_argument("workflow", metavar="NAME", help="the workflow's table name")
+    parser.add_argument("step", metavar="STEP", help="the step the event is for")
+    parser.add_argument("--key", required=True, help="the run's key (a JSON list if composite)")
+    parser.add_argument("--args", default="{}", help="the step's arguments as a JSON object")
+    parser.add_argument("--idempotency-key", help="refused if the run took this key already")
+    parser.add_argument("--restart", action="store_true", help="start a finished run again")
+    parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    parser.set_defaults(command=run_deliver)
+
+
+def run_deliver(args: argparse.Namespace) -> int:
+    """`duly deliver`: exit 0 when a run accepted the event, 1 when it refused it."""
+    try:
+        url, _, _ = app_database(args, "duly deliver")
+        body = delivery_body(args)
+    except (ValueError, LookupError, CommandError) as exc:
+        print(f"duly: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    command = functools.partial(
+        deliver, workflow=args.workflow, body=body, as_json=args.json, out=sys.stdout
+    )
+    return asyncio.run(on_database(url, command))
+
+
+def delivery_body(args: argparse.Namespace) -> DeliverRequest:
+    """The request body the options spell; ValueError naming what is not JSON."""
+    try:
+        given = json.loads(args.args)
+    except ValueError:
+        raise ValueError(f"--args is not JSON: {args.args[:80]!r}.") from None
+    try:
+        key = json.loads(args.key) if args.key.startswith("[") else args.key
+    except ValueError:
+        raise ValueError(f"--key is not a JSON list: {args.key[:80]!r}.") from None
+    document = {
+        "key": key,
+        "step": args.step,
+        "args": given,
+        "idempotency_key": args.idempotency_key,
+        "restart": args.restart,
+    }
+    try:
+        return parse_body(DeliverRequest, document)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
+async def deliver(
+    Session: async_sessionmaker[AsyncSession],
+    *,
+    workflow: str,
+    body: DeliverRequest,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Deliver the event and print the answer (the API's JSON, or its sentence)."""
+    async with connect_workflows(Session) as connection:
+        try:
+            info = find_writable(connection, workflow)
+            delivered = await deliver_event(info, body)
+        except DulyError as exc:
+            return refused(exc)
+    answer = delivery_answer(info, delivered)
+    print(json.dumps(answer, indent=2) if as_json else delivered.explanation(), file=out)
+    return 0 if delivered else FAILURE
