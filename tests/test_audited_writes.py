@@ -4,22 +4,25 @@ console, on a real database.
 - the API's start, run and cancel each record their actor: test_the_api_records_who_acted
 - a refused write records nothing: test_a_refused_start_records_nothing
 - the console's actions record the console as the door: test_the_console_records_its_actions
+- replays of dead letters, one or every one: test_a_replay_records_who_replayed_what
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine import configure_event_registry
 from functions.http.app import create_app
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
-from tests.apps import chores
+from tests.apps import chores, outbox
+from tests.bulk_helpers import configure_failing_registry, dead_letters
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving
 
@@ -105,4 +108,36 @@ async def test_the_console_records_its_actions(db: Database, client: httpx.Async
         ("local", "console", "run.start", 1),
         ("local", "console", "run.step", 1),
         ("local", "console", "run.cancel", 1),
+    ]
+
+
+@pytest.fixture
+def failing_registry() -> Iterator[None]:
+    configure_failing_registry()
+    try:
+        yield
+    finally:
+        configure_event_registry(None)
+
+
+@pytest.mark.usefixtures("failing_registry")
+async def test_a_replay_records_who_replayed_what(db: Database) -> None:
+    Session = await db.create(outbox.Base.metadata)
+    await dead_letters(Session, "c1", "c2", "c3")
+    async with serving(create_app(Session, run_worker=False)) as client:
+        one = await client.post("/outbox/events/c1/replay")
+        assert one.json()["count"] == 1
+        again = await client.post("/outbox/events/c1/replay")
+        assert again.status_code == 409, "nothing replayed: nothing recorded"
+        chosen = await client.post("/outbox/dead-letters/replay", json={"event_ids": ["c2"]})
+        assert chosen.json()["count"] == 1
+        token = csrf_of(await client.get("/console/outbox"))
+        rest = await client.post(
+            "/console/outbox/replay", data={"csrf_token": token, "confirmed": "yes"}
+        )
+        assert rest.status_code == 303
+    assert [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in trail(db)] == [
+        ("local", "http", "outbox.replay", "duly_outbox", {"event_ids": ["c1"]}, 1),
+        ("local", "http", "outbox.replay", "duly_outbox", {"event_ids": ["c2"]}, 1),
+        ("local", "console", "outbox.replay", "duly_outbox", {"every": True}, 1),
     ]

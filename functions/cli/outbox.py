@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import DatabaseEventRegistry, EventSettings, Worker, get_event_registry
+from engine import EventSettings, Worker, get_event_registry
 from engine.bulk import DeadLetterFilter, apply_replay, plan_replay, start_replay
 from engine.events import views
 from engine.events.configure import routing_of
@@ -32,6 +32,7 @@ from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
 from functions.command_line import INTERRUPTED, USAGE_ERROR
+from functions.requests.audited import replay_recorded
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ async def replay_dead_letters(
     """Make the dead-lettered rows (all, or those of `event_ids`) due again; print how many.
 
     Every one is replayed in the bulk replay's batches (a bar on a terminal, each batch in
-    the audit trail); chosen ids in one statement, as the registry replays them.
+    the audit trail); chosen ids in one statement, recorded as one action.
     """
     connection = await open_connection(Session, [app.tables.outbox])
     async with activate(connection):
@@ -173,11 +174,7 @@ async def replay_dead_letters(
             count = await replay_every_dead_letter(connection, app.tables, sys.stderr)
             replayed: list[str] = []
         else:
-            registry = get_event_registry()
-            if not isinstance(registry, DatabaseEventRegistry):
-                # Replay reads no setting: the environment's are not parsed for it.
-                registry = DatabaseEventRegistry(outbox=app.tables.outbox, settings=EventSettings())
-            replayed = await registry.replay_dead_letters(event_ids)
+            replayed = await replay_recorded(app.tables, event_ids, cli_actor())
             count = len(replayed)
     print(
         f"duly replay-dead-letters: replayed {count} dead-lettered events in "

@@ -1,4 +1,4 @@
-"""The single-run writes, each with its audit record in the write's own transaction.
+"""The single writes (a run's start, step, cancel; a replay), each audited in its transaction.
 
 The engine's own statements (a start's insert, a handle's run and cancel), run in a
 session whose transaction also records who acted: the record exists exactly when the
@@ -15,6 +15,8 @@ from sqlalchemy.orm import make_transient_to_detached
 
 from engine.base.audit import record_action
 from engine.bulk import Actor
+from engine.events.database import replay_statement
+from engine.events.records import EventTables
 from engine.model.connection import current_connection
 from engine.model.registry import WorkflowInfo
 from engine.model.rows import refresh_row
@@ -77,6 +79,35 @@ async def cancel_recorded(
         await children_finished(conn, [row.parent for row in ended if row.parent], info)
         await _record(session, actor, "run.cancel", info, subject, len(ended), None)
     return len(ended)
+
+
+async def replay_recorded(
+    tables: EventTables, event_ids: list[str] | None, actor: Actor
+) -> list[str]:
+    """Make dead letters due again (those of `event_ids`, or every one) and record
+    `outbox.replay`; their ids. A replay that found nothing to replay records nothing (the
+    API answers it 409 for one event)."""
+    connection = current_connection()
+    outbox = tables.outbox_table
+    async with connection.sessionmaker.begin() as session:
+        statement = replay_statement(tables, event_ids is not None)
+        rows = (await session.execute(statement, {"ids": event_ids})).all()
+        replayed = [row.event_id for row in rows]
+        if not replayed:
+            return []
+        subject = {"event_ids": event_ids} if event_ids is not None else {"every": True}
+        await record_action(
+            session,
+            actor=actor.id,
+            via=actor.via,
+            action="outbox.replay",
+            workflow=outbox.name,
+            subject=subject,
+            count=len(replayed),
+        )
+    if replayed:
+        connection.kick(outbox.name)
+    return replayed
 
 
 async def _record(
