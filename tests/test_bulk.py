@@ -6,6 +6,7 @@
 - the snapshot bound and the confirmation: test_rows_past_the_dry_runs_key_are_left_alone,
   test_more_matching_rows_than_confirmed_are_refused
 - cancel: test_cancel_ends_the_matching_runs
+- a key of two columns: test_a_composite_key_is_walked_and_bounded_as_one
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows, run_workflows
@@ -32,7 +33,7 @@ from engine.bulk import (
 from engine.model.connection import WorkflowConnection, current_connection
 from engine.views.runs import RunFilter
 from tests.apps import chores
-from tests.apps.chores import Chore
+from tests.apps.chores import Chore, Shift
 from tests.bulk_helpers import add_failed, audit
 from tests.conftest import Database
 from tests.helpers import wait_until
@@ -52,6 +53,32 @@ def fresh_gate() -> Iterator[None]:
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(chores.Base.metadata)
+
+
+async def test_a_composite_key_is_walked_and_bounded_as_one(
+    db: Database, Session: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("engine.bulk.runs.BATCH_SIZE", 2)
+    keys = [("a", 2), ("a", 10), ("b", 1), ("b", 3), ("c", 0)]
+    rows = [{"team": t, "day": d, "last_error": "RuntimeError: boom"} for t, d in keys]
+    async with Session.begin() as session:
+        await session.execute(insert(Shift), rows)
+    async with connect_workflows(Session, workflows=[Shift]):
+        connection = current_connection()
+        info = connection.workflows[0]
+        plan = await plan_runs(connection, info, FAILED)
+        assert (plan.matched, plan.to_dict()["upto"]) == (5, '["c", 0]')
+        async with Session.begin() as session:  # failed after the dry run, past its key
+            await session.execute(insert(Shift), [{"team": "d", "day": 1, "last_error": "x"}])
+        action = BulkRun(Shift.work())
+        progress = await start_runs(connection, info, FAILED, action, expected=5, upto=["c", 0])
+        first = await anext(aiter(apply_runs(connection, info, FAILED, action, progress, OPS)))
+        resumed = resume_runs(info, FAILED, action, first.encode())
+        assert (resumed.after, resumed.upto) == (("a", 10), ("c", 0))
+        rest = [p async for p in apply_runs(connection, info, FAILED, action, resumed, OPS)]
+    assert [(p.done, p.finished) for p in [first, *rest]] == [(2, False), (4, False), (5, True)]
+    stepped = db.sql("SELECT team, day FROM shift WHERE next_step = 'work' ORDER BY team, day")
+    assert stepped == keys, "every confirmed run, and not the one failed since"
 
 
 @pytest.fixture

@@ -41,4 +41,18 @@ class Chore(Base, Workflow):
         await gate.wait()
 
 
+class Shift(Base, Workflow):
+    """A run named by two columns, a team and a day: keyset walks over a composite key."""
+
+    __tablename__ = "shift"
+
+    team: Mapped[str] = mapped_column(String, primary_key=True)
+    day: Mapped[int] = mapped_column(primary_key=True)
+    done: Mapped[int] = mapped_column(default=0)
+
+    @step
+    async def work(self) -> None:
+        self.done += 1
+
+
 declare_engine_tables(Base, events=False, names={"attempt_log": "chore_attempt"})
