@@ -7,6 +7,7 @@
   test_more_matching_rows_than_confirmed_are_refused
 - cancel: test_cancel_ends_the_matching_runs
 - a key of two columns: test_a_composite_key_is_walked_and_bounded_as_one
+- a row locked by another transaction: test_a_row_another_transaction_holds_is_passed_over_not_waited_on
 """
 
 from __future__ import annotations
@@ -212,3 +213,19 @@ async def test_cancel_ends_the_matching_runs(
     [last] = await apply_all(connection, live, BulkCancel(), start)
     assert (last.done, last.skipped) == (2, 0)
     assert [r.last_error for r in await rows(Session)] == ["cancelled", "cancelled"]
+
+
+async def test_a_row_another_transaction_holds_is_passed_over_not_waited_on(
+    Session: async_sessionmaker[AsyncSession], connection: WorkflowConnection
+) -> None:
+    info = connection.workflows[0]
+    for label in ("x", "y"):
+        assert await Chore(label=label).start(Chore.work)
+    live = RunFilter(state="scheduled")
+    plan = await plan_runs(connection, info, live)
+    async with Session.begin() as holder:  # another transaction holds run 1 locked throughout
+        await holder.execute(select(Chore.id).where(Chore.id == 1).with_for_update())
+        start = await start_runs(connection, info, live, BulkCancel(), expected=2, upto=plan.upto)
+        [last] = await apply_all(connection, live, BulkCancel(), start)
+        assert (last.done, last.skipped, last.finished) == (1, 1, True), "skipped, not waited on"
+    assert [r.last_error for r in await rows(Session)] == [None, "cancelled"]
