@@ -7,7 +7,8 @@
   test_more_matching_rows_than_confirmed_are_refused
 - cancel: test_cancel_ends_the_matching_runs
 - a key of two columns: test_a_composite_key_is_walked_and_bounded_as_one
-- a row locked by another transaction: test_a_row_another_transaction_holds_is_passed_over_not_waited_on
+- a row locked by another transaction:
+  test_a_row_another_transaction_holds_is_passed_over_not_waited_on
 """
 
 from __future__ import annotations
