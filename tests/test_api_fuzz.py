@@ -246,7 +246,9 @@ async def test_unknown_workflows_and_steps_are_404_with_a_message(
 ) -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     nope = await client.post("/workflows/nope/run", json={"key": 1, "step": "x"}, headers=auth)
-    assert (nope.status_code, nope.json()) == (404, {"detail": "No workflow named 'nope'."})
+    assert nope.status_code == 404
+    assert nope.json()["detail"].startswith("No workflow named 'nope'. This app maps: ")
+    assert "invoice" in nope.json()["detail"].split(": ")[1]
     step = await client.post(
         "/workflows/invoice/start", json={**START, "step": "refund"}, headers=auth
     )

@@ -94,7 +94,9 @@ async def test_unknown_workflows_and_steps_are_404_with_a_message(
     client: httpx.AsyncClient,
 ) -> None:
     nope = await client.post("/workflows/nope/start", json=START)
-    assert (nope.status_code, nope.json()) == (404, {"detail": "No workflow named 'nope'."})
+    assert nope.status_code == 404
+    assert nope.json()["detail"].startswith("No workflow named 'nope'. This app maps: ")
+    assert "invoice" in nope.json()["detail"].split(": ")[1]
     step = await client.post("/workflows/invoice/deliver", json={"key": 1, "step": "refund"})
     assert step.status_code == 404
     assert step.json()["detail"].startswith("Workflow invoice has no step 'refund'; its steps: ")

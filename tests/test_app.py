@@ -22,6 +22,11 @@ from tests.helpers import onboarding, serving, wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
 FAST_WORKER = {"workflows": [Onboarding], "max_idle_interval": timedelta(seconds=0.5)}
+# What every door says of a workflow the examples do not map: the names of those they do.
+NO_SUCH_WORKFLOW = (
+    "No workflow named 'nope'. This app maps: digest, duly_graph_timers, duly_outbox, expense, "
+    "lookup, onboarding, research."
+)
 
 
 async def test_healthz_answers_ok_then_503_when_the_database_refuses(db: Database) -> None:
@@ -146,7 +151,7 @@ async def test_client_mistakes_are_4xx_with_a_message_never_500(db: Database) ->
         ):
             replies[url] = await client.get(url)
     assert replies["/runs/nope"].status_code == 404
-    assert replies["/runs/nope"].json() == {"detail": "No workflow named 'nope'."}
+    assert replies["/runs/nope"].json() == {"detail": NO_SUCH_WORKFLOW}
     assert replies["/runs/nope/1/history"].status_code == 404
     for url in ("/runs/onboarding?limit=0", "/runs/onboarding?limit=501"):
         assert replies[url].status_code == 422
@@ -166,8 +171,8 @@ async def test_unknown_workflows_and_runs_are_404_with_a_message(db: Database) -
         runs = await client.get("/runs/nope")
         history = await client.get("/runs/nope/1/history")
         run = await client.get("/runs/onboarding/12345/history")
-    assert (runs.status_code, runs.json()) == (404, {"detail": "No workflow named 'nope'."})
-    assert (history.status_code, history.json()) == (404, {"detail": "No workflow named 'nope'."})
+    assert (runs.status_code, runs.json()) == (404, {"detail": NO_SUCH_WORKFLOW})
+    assert (history.status_code, history.json()) == (404, {"detail": NO_SUCH_WORKFLOW})
     assert run.status_code == 404
     assert run.json() == {"detail": "No onboarding run has the key '12345'."}
 

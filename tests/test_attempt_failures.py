@@ -53,7 +53,7 @@ async def failed_payment(
 
 async def history_of(client: Any) -> list[dict[str, Any]]:
     response = await client.get(
-        "/workflows/payment/runs/1", headers={"Authorization": f"Bearer {TOKEN}"}
+        "/workflows/card_payment/runs/1", headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert response.status_code == 200, response.text
     document = response.json()
@@ -72,7 +72,7 @@ async def test_the_api_shows_a_failed_attempts_traceback_and_arguments(
     async with serving(create_app(Session, run_worker=False)) as client:
         history = await history_of(client)
         listed = await client.get(
-            "/runs/payment/1/history", headers={"Authorization": f"Bearer {TOKEN}"}
+            "/runs/card_payment/1/history", headers={"Authorization": f"Bearer {TOKEN}"}
         )
     assert [a["outcome"] for a in history] == ["retry", "failed"]
     assert listed.json()["attempts"] == history
@@ -119,7 +119,7 @@ async def test_duly_show_prints_the_newest_failure(
 ) -> None:
     await failed_payment(db, monkeypatch)
     env = dev_env(tmp_path / "pg", DULY_APP="tests.apps.failing", DULY_DATABASE_URL=db.url)
-    shown = run_duly("show", "payment", "1", cwd=REPO_ROOT, env=env)
+    shown = run_duly("show", "card_payment", "1", cwd=REPO_ROOT, env=env)
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     history, _, failures = out.partition("\ncharge attempt ")
@@ -135,7 +135,7 @@ async def test_duly_show_prints_the_newest_failure(
     assert TOKEN not in out and "ledger-pass-7" not in out  # the last error's too
     assert "1 earlier failed attempts: --failures shows each" in out
 
-    every = run_duly("show", "payment", "1", "--failures", cwd=REPO_ROOT, env=env).stdout
+    every = run_duly("show", "card_payment", "1", "--failures", cwd=REPO_ROOT, env=env).stdout
     assert every.count("  traceback:\n    Traceback (most recent call last):") == 2
     assert "charge attempt 1 (retry, " in every and "charge attempt 2 (failed, " in every
     assert "earlier failed attempts" not in every
@@ -149,12 +149,12 @@ async def test_a_pruned_history_says_so(
     await move_clock(Session, timedelta(days=31))  # past DULY_RETAIN_ATTEMPTS_DAYS' 30
     pruned = run_duly("prune", "--apply", cwd=REPO_ROOT, env=env)
     assert pruned.returncode == 0, pruned.stderr
-    shown = run_duly("show", "payment", "1", cwd=REPO_ROOT, env=env).stdout
+    shown = run_duly("show", "card_payment", "1", cwd=REPO_ROOT, env=env).stdout
     assert "No attempt kept: this run is failed and its history was pruned." in shown
     assert "no attempt yet" not in shown.lower()
     async with serving(create_app(Session, run_worker=False)) as client:
         page = await client.get(
-            "/console/runs/payment/1", headers={"Authorization": f"Bearer {TOKEN}"}
+            "/console/runs/card_payment/1", headers={"Authorization": f"Bearer {TOKEN}"}
         )
     assert page.status_code == 200, page.text
     assert "this run is failed and its history was pruned" in page.text

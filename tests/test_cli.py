@@ -67,6 +67,11 @@ def test_duly_dev_serves_runs_the_demo_and_stops_cleanly_on_ctrl_c(
         )
         assert f"curl -X POST localhost:{port}/dev/clock" in output.text
         assert "database clock:" not in output.text  # a fresh database's clock is not moved
+        # DULY_APP unset: duly dev says it serves duly's examples, and how to name yours.
+        assert (
+            "duly: DULY_APP is not set: using duly's examples (functions.examples); set DULY_APP "
+            "to the module that maps your workflows (DULY_APP=myapp.workflows)." in output.text
+        )
 
         second = run_duly("dev", "--port", str(free_port()), cwd=REPO_ROOT, env=dev_env(data_dir))
         assert second.returncode == 2, second.stderr

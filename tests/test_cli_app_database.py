@@ -55,7 +55,7 @@ def test_a_command_run_where_duly_dev_runs_takes_its_database(tmp_path: Path) ->
         assert unknown.returncode == 1, unknown.stderr
         assert unknown.stderr.count(EXAMPLES_NOTICE) == 1
         assert unknown.stderr.endswith(
-            "duly: No workflow named 'refund'. functions.examples maps: digest, "
+            "duly: No workflow named 'refund'. This app maps: digest, "
             "duly_graph_timers, duly_outbox, expense, lookup, onboarding, research.\n"
         )
 

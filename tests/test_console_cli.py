@@ -113,7 +113,7 @@ async def test_bad_arguments_are_refused_with_a_sentence(db: Database, tmp_path:
     await filled(db)
     env = env_for(db, tmp_path)
     cases = [
-        (("runs", "nope"), 1, "No workflow named 'nope'."),
+        (("runs", "nope"), 1, "No workflow named 'nope'. This app maps: digest, "),
         (("show", "onboarding", "99"), 1, "No onboarding run has the key '99'."),
         (("show", "onboarding", "abc"), 2, "expected int"),
         (("runs", "onboarding", "--after", "garbage"), 2, "is not a page cursor"),

@@ -24,6 +24,12 @@
   node, or their edge: test_the_designers_save_names_the_nodes_and_edges_of_problems
 - the designer opens a copy of a version, based on it:
   test_the_designer_edits_a_copy_of_a_version
+- the example's claim form shows only while the dev app serves the examples:
+  test_the_index_lists_versions_and_instances, test_a_users_own_app_has_no_example_form
+- a branch card shows each move's votes against the state's threshold:
+  test_a_branch_card_shows_the_votes_for_each_move
+- the instance page's live part answers 204 while nothing changed, and the new
+  part once the instance moved: test_the_live_part_answers_204_until_the_instance_moves
 - an unknown instance or version is an HTML 404: test_unknown_pages_are_404
 - the pages' forms carry the console's CSRF token (the move forms are posted
   with their own fields alone), and a write without it is refused before it
@@ -140,6 +146,16 @@ async def test_the_index_lists_versions_and_instances(client: httpx.AsyncClient)
     assert 'data-claims-url="/dev/expense-claims"' in page.text  # the dev app serves examples
 
 
+async def test_a_users_own_app_has_no_example_form(db: Database, dev_app_configured: None) -> None:
+    Session = await db.create(examples.Base.metadata)
+    async with serving(create_dev_app(Session, run_worker=False, examples=False)) as client:
+        await install_example_graph()
+        page = await client.get(PAGES)
+    assert page.status_code == 200
+    assert "<caption>expense-approval</caption>" in page.text  # the graph itself is shown
+    assert "example-form" not in page.text and "submit.js" not in page.text
+
+
 async def test_the_stored_layout_is_drawn_only_while_it_matches(client: httpx.AsyncClient) -> None:
     version = await active_version(client)
     page = await client.get(f"{PAGES}/templates/{version['id']}")
@@ -235,6 +251,49 @@ async def test_moves_are_the_acting_users_and_go_through_the_runtime(
 
     voted = await take(client, instance_id, "fred", "Finance approves")
     assert voted.headers["location"].endswith("?user=fred&done=voted")  # 1 of 2: no move yet
+
+
+async def test_a_branch_card_shows_the_votes_for_each_move(client: httpx.AsyncClient) -> None:
+    instance_id = await submit(client)
+    assert (await take(client, instance_id, "mia", "Approve")).status_code == 303
+    before = await client.get(f"{PAGES}/instances/{instance_id}", params={"user": "fred"})
+    # Finance decides by majority of its three: two votes move the branch.
+    assert "Votes (majority, 2 of 3 needed):" in before.text
+    assert '<span class="move">Finance approves</span>: <strong>0 of 2</strong>' in before.text
+    assert (await take(client, instance_id, "fay", "Finance approves")).status_code == 303
+    after = await client.get(f"{PAGES}/instances/{instance_id}", params={"user": "fred"})
+    assert '<span class="move">Finance approves</span>: <strong>1 of 2</strong> (fay)' in after.text
+    # Legal's single approval counts no votes: its card has no tally.
+    legal = after.text.split("Branch 3 on Legal review")[1].split("</section>")[0]
+    assert "Votes (" not in legal
+
+
+async def test_the_live_part_answers_204_until_the_instance_moves(
+    client: httpx.AsyncClient,
+) -> None:
+    instance_id = await submit(client)
+    page = await client.get(f"{PAGES}/instances/{instance_id}", params={"user": "mia"})
+    [seen] = re.findall(r'data-fingerprint="([0-9a-f]+)"', page.text)
+    live = f"{PAGES}/instances/{instance_id}/live"
+    same = await client.get(live, params={"user": "mia", "seen": seen})
+    assert (same.status_code, same.text) == (204, "")
+    # Moved by the API, not the page: the fragment answers with what changed.
+    branch = (await client.get(f"/graphs/instances/{instance_id}")).json()["branches"][0]
+    choices = await client.get(
+        f"/graphs/instances/{instance_id}/transitions", params={"user": "mia"}
+    )
+    [approve] = [c for c in choices.json()["transitions"] if c["display_name"] == "Approve"]
+    moved = await client.post(
+        f"/graphs/instances/{instance_id}/transitions",
+        json={"branch_id": branch["id"], "target_node_id": approve["target_id"], "user": "mia"},
+    )
+    assert moved.status_code == 200, moved.text
+    changed = await client.get(live, params={"user": "mia", "seen": seen})
+    assert changed.status_code == 200
+    assert changed.text.lstrip().startswith('<div id="instance-live"')
+    assert "Branch 2 on Finance review" in changed.text
+    assert re.findall(r'data-fingerprint="([0-9a-f]+)"', changed.text) != [seen]
+    assert "<html" not in changed.text  # a fragment, not a page
 
 
 async def test_the_instance_diagram_marks_branches_visits_and_taken_edges(

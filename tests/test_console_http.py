@@ -140,6 +140,8 @@ async def test_client_mistakes_are_4xx_pages(db: Database) -> None:
             assert reply.status_code == status, (url, reply.status_code, reply.text[:300])
             assert reply.headers["content-type"].startswith("text/html"), url
             assert 'role="alert"' in reply.text, url
+        unknown = (await client.get("/console/runs/nope")).text
+        assert "No workflow named &#39;nope&#39;. This app maps: digest, " in unknown
         # A cursor of the newest order is not one of the soonest order.
         for n in range(3):
             assert await Onboarding(user_id=f"u-m{n}", email="x@example.com").start(
@@ -276,6 +278,11 @@ async def test_actions_ask_for_a_confirmation_first(db: Database) -> None:
         asked = await client.post(f"{base}/run", data=form)
         assert asked.status_code == 200 and "Yes, run it now" in asked.text
         assert 'name="args.plan" value="pro"' in asked.text
+        # Each value under its label, its form field's name beside it.
+        assert '<dt>Plan <span class="hint">(<code>args.plan</code>)</span></dt>' in asked.text
+        options = {"options.idempotency_key": "k-0"}
+        asked_delivery = await client.post(f"{base}/deliver", data={**form, **options})
+        assert "<dt>Idempotency key: a key delivered before is refused " in asked_delivery.text
         assert (await state_of(client, row.id)) == "cancelled"
         bad = await client.post(f"{base}/run", data={**form, "args.plan": "gold"})
         assert bad.status_code == 400 and 'id="field-args-plan-error"' in bad.text

@@ -87,6 +87,31 @@ async def test_dev_routes_exist_only_in_dev(db: Database) -> None:
     assert (clock.status_code, start.status_code) == (404, 404)
 
 
+async def test_the_examples_routes_exist_only_for_the_examples(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Session = await db.create(examples.Base.metadata)
+    claim = {"title": "Trip", "amount": 1, "submitted_by": "sam"}
+    replies = {}
+    monkeypatch.setenv("DULY_APP", "myapp.workflows")  # a user's own app
+    for serving_examples in (False, True):
+        if serving_examples:
+            monkeypatch.delenv("DULY_APP")  # unset: duly's examples
+        async with serving(create_dev_app(Session, run_worker=False)) as client:
+            replies[serving_examples] = [
+                (await client.post("/dev/clock", json={"hours": 1})).status_code,
+                (
+                    await client.post("/dev/onboarding", json={"user_id": "u", "email": "e"})
+                ).status_code,
+                (
+                    await client.post("/dev/expenses", json={"expense_id": 1, "amount": 1})
+                ).status_code,
+                (await client.post("/dev/expense-claims", json=claim)).status_code,
+            ]
+    # The clock serves any app; the routes that make the examples' rows serve only the examples.
+    assert replies == {False: [200, 404, 404, 404], True: [200, 200, 200, 201]}
+
+
 async def test_dev_clock_reset_puts_the_clock_back(db: Database) -> None:
     Session = await db.create(examples.Base.metadata)
     await move_clock(Session, timedelta(days=2))

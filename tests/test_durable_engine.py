@@ -36,8 +36,8 @@ execution states, its backends and the execution record), against a real Postgre
   test_input_that_is_not_json_is_refused_before_anything_is_written
 - the engine finds its table through the connection, or the class it is given:
   test_the_engine_finds_its_table_through_the_connection_or_as_given
-- an execution's started, updated and finished times are the database clock's (which
-  tests move): test_an_executions_times_are_the_database_clocks
+- an execution's created, started, updated and finished times are the database clock's
+  (which tests move): test_an_executions_times_are_the_database_clocks
 """
 
 from __future__ import annotations
@@ -485,7 +485,10 @@ async def test_an_executions_times_are_the_database_clocks(db: Database) -> None
         done = await engine.status(done.execution_id)
         after = await database_time(Session)
     assert (done.state, cancelled.state) == (WorkflowState.COMPLETED, WorkflowState.CANCELLED)
+    async with Session() as session:
+        created = (await session.scalars(select(Execution.created_at))).all()
     written = (
+        *created,
         done.started_at,
         done.updated_at,
         done.finished_at,

@@ -218,7 +218,8 @@ async def test_deliver_to_a_waiting_run_and_its_refusals(db: Database) -> None:
         assert repeated["refused"] == {"deduplicated": 1} and "taken already" in repeated["message"]
 
         refusals = [
-            ({**request, "workflow": "nope"}, "NotFoundError", "lambda_signup"),
+            ({**request, "workflow": "nope"}, "NotFoundError",
+             "No workflow named 'nope'. This app maps: lambda_chunk, lambda_outbox, lambda_signup"),
             ({**request, "step": "nope"}, "NotFoundError", "confirm"),
             ({**request, "args": {"code": 5}}, "StepError", "code"),
             ({**request, "args": {}}, "StepError", "code"),

@@ -94,6 +94,10 @@ def test_an_app_of_ones_own_runs_from_its_folder_and_its_database_is_reachable(
         banner = f"duly dev: open {url}/console (or /runs/invoice, /workflows, /docs)\n"
         wait_for(lambda: "database: " in output.text, SETTLE, "the database line", output)
         assert banner in output.text
+        assert "DULY_APP is not set" not in output.text
+        # A user's own app has the clock but none of the examples' routes.
+        example = client.post("/dev/onboarding", json={"user_id": "u", "email": "e"})
+        assert example.status_code == 404
         [url] = re.findall(r"^database: (\S+)$", output.text, re.MULTILINE)
         assert url == f"postgresql://postgres@/postgres?host={data_dir.resolve()}"
 

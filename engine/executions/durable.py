@@ -76,7 +76,11 @@ class WorkflowExecutionRecord(Workflow, EngineOwned):
     execution_metadata: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSON_COLUMN, default=dict
     )
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The insert's own SQL writes the database clock (a DEFAULT cannot read duly_clock);
+    # the server default covers rows written by other means.
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=db_now(), server_default=func.now()
+    )
     # A step that sets these commits the database's time (see engine.base.clock).
     updated_at: Mapped[datetime | None] = mapped_column(
         DateTime(timezone=True), default=None, info={DATABASE_TIME: True}

@@ -64,11 +64,16 @@ SCHEDULED_STATES = frozenset({"scheduled", "retrying"})
 
 
 def find_workflow(connection: WorkflowConnection, name: str) -> WorkflowInfo:
-    """The workflow table `name` the connection serves; NotFoundError when it serves none."""
+    """The workflow table `name` the connection serves; NotFoundError naming those it serves
+    when it serves none of that name (every door, API, console and command line, says this)."""
     for info in connection.workflows:
         if info.name == name:
             return info
-    raise NotFoundError(f"No workflow named {name!r}.")
+    mapped = ", ".join(sorted(info.name for info in connection.workflows))
+    raise NotFoundError(
+        f"No workflow named {name!r}. "
+        + (f"This app maps: {mapped}." if mapped else "This app maps no workflow.")
+    )
 
 
 def key_text(info: WorkflowInfo, row: Any) -> str:

@@ -21,11 +21,9 @@ from engine import NotFoundError
 from engine.base import settings as variables
 from engine.base.errors import first_line
 from functions.cli.develop import LOCAL_EXTRA
-from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
+from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path, say_when_examples_serve
 from infra.schema import load_app
 from infra.settings import data_dir, database_url
-
-EXAMPLES_MODULE = variables.APP.default  # what the commands load when DULY_APP is unset
 
 # A command run on a database: given its session factory, answers the exit status.
 DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
@@ -119,12 +117,7 @@ def load_command_app() -> tuple[str, list[Any]]:
 
 def app_module_named() -> str:
     """DULY_APP; when it is unset, duly's examples, said once on stderr with how to name yours."""
-    if variables.APP.text() is None:
-        print(
-            f"duly: DULY_APP is not set: using duly's examples ({EXAMPLES_MODULE}); set "
-            "DULY_APP to the module that maps your workflows (DULY_APP=myapp.workflows).",
-            file=sys.stderr,
-        )
+    say_when_examples_serve()
     return variables.APP.read()
 
 

@@ -13,11 +13,10 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError, NotFoundError, connect_workflows
+from engine import DulyError, connect_workflows
 from engine.base.shown import json_value
 from engine.events.records import EventTables
-from engine.model.connection import WorkflowConnection
-from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.model.registry import ENGINE_COLUMNS
 from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
@@ -85,14 +84,12 @@ def status_table(workflows: Sequence[WorkflowCounts]) -> str:
 def run_runs(args: argparse.Namespace) -> int:
     """`duly runs`: a page of a workflow's runs (the console's and the API's query)."""
     try:
-        url, app_module, _ = app_database(args, "duly runs")
+        url, _, _ = app_database(args, "duly runs")
     except (ValueError, LookupError, CommandError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
     filters = RunFilter(state=args.state, step=args.step, key=args.key, error=args.error)
-    command = functools.partial(
-        print_runs, args=args, filters=filters, app_module=app_module, out=sys.stdout
-    )
+    command = functools.partial(print_runs, args=args, filters=filters, out=sys.stdout)
     return asyncio.run(on_database(url, command))
 
 
@@ -101,13 +98,12 @@ async def print_runs(
     *,
     args: argparse.Namespace,
     filters: RunFilter,
-    app_module: str,
     out: TextIO,
 ) -> int:
     """Read one page of runs and print it as a table or JSON; the next page's cursor after."""
     async with connect_workflows(Session) as connection:
         try:
-            info = find_app_workflow(connection, args.workflow, app_module)
+            info = find_workflow(connection, args.workflow)
             if args.where is not None:
                 filters = parse_filter(info, args.where).also(filters)
             page = await list_runs(
@@ -129,15 +125,6 @@ async def print_runs(
         more = "the search goes on" if page.searching else "next page"
         print(f"\n{more}: duly runs {args.workflow} ... --after {page.next_after}", file=out)
     return 0
-
-
-def find_app_workflow(connection: WorkflowConnection, name: str, app_module: str) -> WorkflowInfo:
-    """The workflow table `name`; NotFoundError naming those the app maps when it maps none."""
-    try:
-        return find_workflow(connection, name)
-    except NotFoundError as exc:
-        mapped = ", ".join(sorted(info.name for info in connection.workflows)) or "none"
-        raise NotFoundError(f"{exc} {app_module} maps: {mapped}.") from None
 
 
 def runs_table(page: RunPage) -> str:
@@ -162,11 +149,11 @@ def runs_table(page: RunPage) -> str:
 def run_show(args: argparse.Namespace) -> int:
     """`duly show`: one run with its history (the console's and the API's query)."""
     try:
-        url, app_module, _ = app_database(args, "duly show")
+        url, _, _ = app_database(args, "duly show")
     except (ValueError, LookupError, CommandError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    command = functools.partial(print_run, args=args, app_module=app_module, out=sys.stdout)
+    command = functools.partial(print_run, args=args, out=sys.stdout)
     return asyncio.run(on_database(url, command))
 
 
@@ -174,13 +161,12 @@ async def print_run(
     Session: async_sessionmaker[AsyncSession],
     *,
     args: argparse.Namespace,
-    app_module: str,
     out: TextIO,
 ) -> int:
     """Read one run in full and print it, or its JSON."""
     async with connect_workflows(Session) as connection:
         try:
-            info = find_app_workflow(connection, args.workflow, app_module)
+            info = find_workflow(connection, args.workflow)
             detail = await run_detail(connection, info, args.key, attempts=max(args.attempts, 0))
         except DulyError as exc:
             return refused(exc)

@@ -153,6 +153,34 @@ def raw_values(form: Mapping[str, Any], groups: Iterable[str]) -> dict[str, str]
     return {k: str(v) for k, v in form.items() if k.startswith(prefixes)}
 
 
+# A confirmation names each delivery option by what it does, as the action's form labels it.
+OPTION_LABELS = {
+    "options.idempotency_key": "Idempotency key: a key delivered before is refused",
+    "options.restart": "Restart a finished run",
+}
+
+
+@dataclass(frozen=True)
+class ShownValue:
+    """A value a confirmation repeats: what it is in words, its form field, as typed."""
+
+    label: str
+    name: str
+    value: str
+
+
+def shown_values(typed: Mapping[str, str]) -> list[ShownValue]:
+    """The typed values under their labels: an argument's name as words, an option's meaning."""
+    shown = []
+    for name, value in typed.items():
+        label = OPTION_LABELS.get(name)
+        if label is None:
+            words = name.split(".", 1)[-1].replace("_", " ")
+            label = words[:1].upper() + words[1:]
+        shown.append(ShownValue(label=label, name=name, value=value))
+    return shown
+
+
 def errors_by_field(errors: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str], list[str]]:
     """A 422's errors (`loc` from `body`) by form field name, and those no field names."""
     by_field: dict[str, str] = {}

@@ -1,16 +1,17 @@
-"""The console's graph pages: templates drawn, instances moved by their buttons.
+"""The console's graph pages: the index, an instance submitted, templates drawn and activated.
 
 Pages read through the process's `GraphRuntime` and the request layer's reads; every form
 is read into the request layer's model and done by its function (`functions.requests.graphs`),
-as `POST /graphs/...` is. Forms carry the CSRF token. The logged-in principal acts and is
-offered its own moves; with no credential configured (open mode, `LOCAL`) the pages keep an
-"acting as" picker, whose user the principal acts for. The designer is `graph_designer`.
+as `POST /graphs/...` is. Forms carry the CSRF token. The logged-in principal acts; with no
+credential configured (open mode, `LOCAL`) the pages keep an "acting as" picker, whose user
+the principal acts for. One instance's page is `graph_instance_pages` (sharing the helpers
+at the end); the designer is `graph_designer`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -21,29 +22,21 @@ from starlette.routing import NoMatchFound
 
 from engine.base.errors import ConfigurationError, DulyError, NotFoundError
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import describe, design_matches, drawn_design
-from engine.graphs.design.model import Graph, load_graph
+from engine.graphs.design.document import describe, design_matches
+from engine.graphs.design.model import load_graph
 from engine.graphs.design.validation import validate_graph
 from engine.graphs.design.versions import list_templates, load_design
-from engine.graphs.moves.actors import Actor
-from engine.graphs.moves.directory import effective_assignees
-from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
 from engine.graphs.moves.subjects import subject_types
-from functions.console.graph_diagrams import instance_marks, problem_json
+from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of
 from functions.identity.access import allow, principal_of
 from functions.identity.principal import Principal, Role, Via
 from functions.requests import graphs
 from functions.requests.graphs import (
-    CancelRequest,
     SubmitRequest,
-    TransitionRequest,
-    acting,
     recent_instances,
     stored_layout,
-    visited_states,
 )
 
 # Pages: a client's mistake (an unknown instance, no graph runtime) is a page saying so.
@@ -101,7 +94,7 @@ async def _index_page(
         "picking": picks_who_acts(principal_of(request)),
         "example_claims": _route_path(request, EXAMPLE_CLAIMS_ROUTE),
     }
-    return _page(request, "graphs/index.html", context, status=status)
+    return page(request, "graphs/index.html", context, status=status)
 
 
 @router.post("/instances", dependencies=[allow(Role.VIEWER)])
@@ -130,7 +123,7 @@ async def submit_instance(
         shown = {**form, "user": picked(request, user)}
         return await _index_page(request, form=shown, error=message, status=status)
     path = f"{PAGES}/instances/{instance['id']}"
-    return _redirect(path, user=picked(request, user), done="submitted")
+    return redirect_to(path, user=picked(request, user), done="submitted")
 
 
 # -- a template version -----------------------------------------------------------------------
@@ -177,7 +170,7 @@ async def _template_page(
         "note": note,
         "error": error,
     }
-    return _page(request, "graphs/template.html", context, status=status)
+    return page(request, "graphs/template.html", context, status=status)
 
 
 @router.post("/templates/{template_id}/activate", dependencies=[allow(Role.DESIGNER)])
@@ -190,142 +183,7 @@ async def activate_version(request: Request, template_id: uuid.UUID) -> Response
     except DulyError as exc:
         status, message = refusal(exc)
         return await _template_page(request, template_id, error=message, status=status)
-    return _redirect(f"{PAGES}/templates/{template_id}", done="activated")
-
-
-# -- an instance ------------------------------------------------------------------------------
-
-
-@router.get(
-    "/instances/{instance_id}", response_class=HTMLResponse, dependencies=[allow(Role.VIEWER)]
-)
-async def instance_page(
-    request: Request, instance_id: uuid.UUID, user: UserField = "", done: str = ""
-) -> Response:
-    """An instance drawn on its version, its history, and the moves its viewer may make
-    (in open mode, the moves of the `user` picked)."""
-    return await _instance_page(request, instance_id, user=user, note=NOTES.get(done))
-
-
-async def _instance_page(
-    request: Request,
-    instance_id: uuid.UUID,
-    *,
-    user: str,
-    note: str | None = None,
-    error: str | None = None,
-    status: int = 200,
-) -> Response:
-    runtime = get_graph_runtime()
-    principal = principal_of(request)
-    picking = picks_who_acts(principal)
-    user = picked(request, user)
-    # Open mode offers nothing until a user is picked; else the principal's own moves.
-    actor = acting(principal, user or None) if user or not picking else None
-    snapshot = await runtime.instance(instance_id)
-    entries = await runtime.history(instance_id)
-    choices = await runtime.transitions_for(instance_id, actor) if actor is not None else []
-    async with runtime.reading() as conn:
-        graph = await load_graph(conn, runtime.tables, snapshot.template_id)
-        layout = await stored_layout(conn, runtime.tables, snapshot.template_id)
-        visits = await visited_states(conn, runtime.tables, instance_id)
-    drawn = drawn_design(layout, graph)
-    diagram = {
-        "nodes": drawn["nodes"],
-        "connections": drawn["connections"],
-        "preset": design_matches(layout, graph),
-        **instance_marks(graph, snapshot.branches, entries, visits),
-    }
-    context = {
-        "title": f"{snapshot.workflow} instance",
-        "instance": snapshot,
-        "history": entries,
-        "user": user,
-        "picking": picking,
-        "acting": actor.shown if actor is not None else None,
-        "branches": await _branches(runtime, graph, snapshot.branches, choices, actor),
-        "diagram": diagram,
-        "note": note,
-        "error": error,
-    }
-    return _page(request, "graphs/instance.html", context, status=status)
-
-
-async def _branches(
-    runtime: GraphRuntime,
-    graph: Graph,
-    branches: Sequence[BranchSnapshot],
-    choices: Sequence[AvailableTransition],
-    actor: Actor | None,
-) -> list[dict[str, Any]]:
-    """Each active branch with who may move it and the moves the acting user may make."""
-    shown = []
-    for branch in branches:
-        node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
-        people: list[str] = []
-        if node is not None and node.has_assignees:
-            people = await effective_assignees(
-                runtime.directory, node.assignee_users, node.assignee_groups, actor
-            )
-        shown.append(
-            {
-                "branch": branch,
-                "node": node,
-                "assignees": people,
-                "choices": [c for c in choices if c.branch_id == branch.id],
-            }
-        )
-    return shown
-
-
-@router.post("/instances/{instance_id}/transitions", dependencies=[allow(Role.VIEWER)])
-async def take_transition(
-    request: Request,
-    instance_id: uuid.UUID,
-    branch_id: FormText,
-    target_node_id: FormText,
-    user: FormText = "",
-    source_node_id: FormText = "",
-    comment: FormText = "",
-) -> Response:
-    """Take a transition, as `POST /graphs/instances/{id}/transitions` does."""
-    try:
-        body = TransitionRequest.model_validate(
-            {
-                "branch_id": branch_id,
-                "target_node_id": target_node_id,
-                "user": user or None,
-                "comment": comment,
-                "source_node_id": source_node_id or None,
-            }
-        )
-        principal = principal_of(request)
-        outcome = await graphs.take_transition(get_graph_runtime(), instance_id, body, principal)
-    except NotFoundError:
-        raise  # no such instance: the console's error page
-    except (DulyError, ValidationError) as exc:
-        status, message = refusal(exc)
-        return await _instance_page(request, instance_id, user=user, error=message, status=status)
-    done = "moved" if outcome["moved"] else "voted"
-    return _redirect(f"{PAGES}/instances/{instance_id}", user=picked(request, user), done=done)
-
-
-@router.post("/instances/{instance_id}/cancel", dependencies=[allow(Role.OPERATOR)])
-async def cancel_instance(
-    request: Request, instance_id: uuid.UUID, user: FormText = "", reason: FormText = ""
-) -> Response:
-    """Cancel an instance, as `POST /graphs/instances/{id}/cancel` does."""
-    try:
-        body = CancelRequest(user=user or None, reason=reason)
-        principal = principal_of(request)
-        await graphs.cancel_instance(get_graph_runtime(), instance_id, body, principal)
-    except NotFoundError:
-        raise  # no such instance: the console's error page
-    except (DulyError, ValidationError) as exc:
-        status, message = refusal(exc)
-        return await _instance_page(request, instance_id, user=user, error=message, status=status)
-    path = f"{PAGES}/instances/{instance_id}"
-    return _redirect(path, user=picked(request, user), done="cancelled")
+    return redirect_to(f"{PAGES}/templates/{template_id}", done="activated")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -350,13 +208,15 @@ def refusal(exc: DulyError | ValidationError) -> tuple[int, str]:
     return status_of(exc), message_of(exc)
 
 
-def _page(
+def page(
     request: Request, name: str, context: dict[str, Any], *, status: int = 200
 ) -> HTMLResponse:
+    """A graph page: its template rendered with `context`, with its status."""
     return render(request, name, context, status_code=status)
 
 
-def _redirect(path: str, **query: str) -> RedirectResponse:
+def redirect_to(path: str, **query: str) -> RedirectResponse:
+    """Post/Redirect/Get: a 303 to `path` with the query's non-empty values."""
     given = {key: value for key, value in query.items() if value}
     return RedirectResponse(f"{path}?{urlencode(given)}" if given else path, status_code=303)
 

@@ -152,16 +152,21 @@ def _two_units(seconds: int) -> str:
     return " ".join(f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in parts if n)
 
 
-def absolute(moment: datetime | None) -> str:
-    """A time as people read it, in UTC, to the second."""
+def absolute(moment: datetime | str | None) -> str:
+    """A time (or its ISO 8601 text) as people read it, in UTC, to the second."""
     if moment is None:
         return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return as_datetime(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def iso(moment: datetime | None) -> str:
+def iso(moment: datetime | str | None) -> str:
     """A time in ISO 8601, for `<time datetime>`."""
-    return moment.isoformat() if moment is not None else ""
+    return as_datetime(moment).isoformat() if moment is not None else ""
+
+
+def as_datetime(moment: datetime | str) -> datetime:
+    """A time, from itself or from the ISO 8601 text a JSON document holds."""
+    return moment if isinstance(moment, datetime) else datetime.fromisoformat(moment)
 
 
 def duration(ms: float | None) -> str:

@@ -15,6 +15,7 @@ from functions.console import (
     auth,
     bulk_pages,
     graph_designer,
+    graph_instance_pages,
     graph_pages,
     login,
     outbox_pages,
@@ -44,4 +45,5 @@ console_router.include_router(bulk_pages.router)
 console_router.include_router(outbox_pages.router)
 console_router.include_router(schedule_pages.router)
 console_router.include_router(graph_pages.router)
+console_router.include_router(graph_instance_pages.router)
 console_router.include_router(graph_designer.router)

@@ -42,7 +42,13 @@ from engine.views.runs import (
     list_runs,
 )
 from functions.console.charts import timeline
-from functions.console.forms import errors_by_field, fields_of, raw_values, values_of
+from functions.console.forms import (
+    errors_by_field,
+    fields_of,
+    raw_values,
+    shown_values,
+    values_of,
+)
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render
 from functions.identity.access import allow
 from functions.identity.actors import console_actor
@@ -426,6 +432,7 @@ def _confirm_page(
         "action": action,
         "step": chosen,
         "typed": typed,
+        "shown": shown_values(typed),
         "options": options,
         "post_url": run_url(info.name, summary.key) + f"/{action}",
         "back_url": run_url(info.name, summary.key),

@@ -326,11 +326,7 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     workflow, request = parse_delivery(event)
     container = await rt.container()
     connection = container.connection
-    try:
-        info = find_writable(connection, workflow)
-    except NotFoundError as exc:  # a direct invocation has no GET /workflows: name them
-        known = ", ".join(info.name for info in connection.workflows) or "none"
-        raise NotFoundError(f"{exc} The workflows are: {known}.") from None
+    info = find_writable(connection, workflow)  # an unknown one's refusal names the app's
     async with activate(connection):
         delivered = await deliver_event(info, request)
     if delivered:

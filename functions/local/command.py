@@ -30,7 +30,12 @@ from engine import EventRegistry, connect_workflows, get_event_registry
 from engine.events.records import outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.app_config import configure_app_events, configure_app_graphs
-from functions.command_line import INTERRUPTED, USAGE_ERROR, put_cwd_on_path
+from functions.command_line import (
+    INTERRUPTED,
+    USAGE_ERROR,
+    put_cwd_on_path,
+    say_when_examples_serve,
+)
 from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
@@ -72,6 +77,7 @@ def run_dev(args: argparse.Namespace) -> int:
         listener = bind_port(host, port)
         if (warning := exposure_warning(host)) is not None:
             print(f"duly: warning: {warning}", file=sys.stderr)
+        say_when_examples_serve()
     except (ValueError, LookupError, SetupError) as exc:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -8,7 +8,8 @@ through the outbox, so the outbox row (`/outbox/events`) and then the
 Expense run its handler starts (`/runs/expense`) can be watched, and
 create the example's expense claims, which `POST /graphs/instances`
 submits to the expense-approval graph (`install_example_graph` saves and
-activates it when `duly dev` starts).
+activates it when `duly dev` starts). The example's routes (and so the
+console's example form) exist only while the app is duly's examples.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ EXPENSE_SUBMITTED = "expense.submitted"  # the examples' event, named like the m
 MAX_EXPENSE_ID = 2**31 - 1  # the expense table's integer key
 
 dev_router = APIRouter(prefix="/dev", tags=["dev"], dependencies=[allow(Role.OPERATOR)])
+# The routes that make the examples' rows: served only when DULY_APP is the examples.
+examples_router = APIRouter(prefix="/dev", tags=["dev"], dependencies=[allow(Role.OPERATOR)])
 # The console's clock control: a console page's form, so its session and CSRF rules apply.
 console_clock_router = APIRouter(
     prefix="/console",
@@ -71,10 +74,13 @@ def create_dev_app(
     run_worker: bool = True,
     worker_options: dict[str, Any] | None = None,
     bind_host: str = DEFAULT_BIND_HOST,
+    examples: bool | None = None,
 ) -> FastAPI:
     """The app of `create_app` with the /dev routes: for `duly dev` and tests, never deployed.
 
     It answers only to loopback names and `bind_host` unless DULY_ALLOWED_HOSTS says others.
+    The examples' routes come with it when `examples` says so, by default when DULY_APP
+    names duly's examples (unset, it does): a user's own app has the clock routes alone.
     """
     app = create_app(
         Session,
@@ -83,6 +89,8 @@ def create_dev_app(
         allowed_hosts=dev_hosts(bind_host),
     )
     app.include_router(dev_router)
+    if serves_examples() if examples is None else examples:
+        app.include_router(examples_router)
     app.include_router(console_clock_router)
     app.state.console_clock = True  # the overview shows the clock control
     return app
@@ -189,14 +197,14 @@ async def console_move_clock(
     return response
 
 
-@dev_router.post("/onboarding")
+@examples_router.post("/onboarding")
 async def dev_start_onboarding(request: Request, new: NewOnboarding) -> dict[str, Any]:
     """Start the example's Onboarding run; started is false when the user already has one."""
     started, key = await start_onboarding(connection_of(request), new.user_id, new.email)
     return {"started": started, "id": key}
 
 
-@dev_router.post("/expenses")
+@examples_router.post("/expenses")
 async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any]:
     """Publish `expense.submitted` through the outbox; the worker's drain starts the run.
 
@@ -221,7 +229,7 @@ async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any
     return {"event_id": event.event_id, "expense_id": new.expense_id}
 
 
-@dev_router.post("/expense-claims", status_code=201)
+@examples_router.post("/expense-claims", status_code=201)
 async def dev_create_expense_claim(request: Request, new: NewExpenseClaim) -> dict[str, Any]:
     """Create an example expense claim; submit it with `POST /graphs/instances`."""
     claim_class = examples_module().ExpenseClaim
@@ -234,6 +242,11 @@ async def dev_create_expense_claim(request: Request, new: NewExpenseClaim) -> di
         "subject_key": str(claim.id),
         "workflow": examples_module().expense_graph.EXPENSE_APPROVAL,
     }
+
+
+def serves_examples() -> bool:
+    """Whether DULY_APP names duly's examples (as it does unset)."""
+    return variables.APP.read() == EXAMPLES_MODULE
 
 
 def examples_module() -> Any:

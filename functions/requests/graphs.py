@@ -22,7 +22,7 @@ from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition
 from engine.graphs.moves.subjects import key_values, subject_class
-from engine.graphs.tables import GraphTables
+from engine.graphs.tables import APPROVED, GraphTables
 from functions.identity.principal import Principal
 
 MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason
@@ -202,3 +202,25 @@ async def visited_states(
         select(visits.c.id, visits.c.node_id).where(visits.c.instance_id == instance_id)
     )
     return {row.id: row.node_id for row in rows}
+
+
+async def votes_at_current_visits(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> dict[uuid.UUID, dict[uuid.UUID, list[str]]]:
+    """The votes cast at each branch's current visit: branch id to target node to voters."""
+    visits, votes = tables.table("visit"), tables.table("vote")
+    rows = await conn.execute(
+        select(visits.c.branch_id, votes.c.target_node_id, votes.c.approver)
+        .join(visits, votes.c.visit_id == visits.c.id)
+        .where(
+            votes.c.instance_id == instance_id,
+            visits.c.is_current,
+            votes.c.status == APPROVED,  # a cast vote; pending ones are not votes yet
+            votes.c.target_node_id.is_not(None),
+        )
+        .order_by(votes.c.approver)
+    )
+    cast: dict[uuid.UUID, dict[uuid.UUID, list[str]]] = {}
+    for row in rows:
+        cast.setdefault(row.branch_id, {}).setdefault(row.target_node_id, []).append(row.approver)
+    return cast

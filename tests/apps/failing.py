@@ -16,7 +16,7 @@ class Base(DeclarativeBase):
 
 
 class Payment(Base, Workflow):
-    __tablename__ = "payment"
+    __tablename__ = "card_payment"
 
     id: Mapped[int] = mapped_column(primary_key=True)
 
@@ -35,5 +35,5 @@ class Payment(Base, Workflow):
 
 
 Attempt = declare_engine_tables(
-    Base, events=False, names={"attempt_log": "payment_attempt"}
+    Base, events=False, names={"attempt_log": "card_payment_attempt"}
 ).attempt_log

@@ -9,6 +9,9 @@
 - the example expense graph's instance drawn with its two branches after
   the manager's approval, its history beside it:
   test_an_instance_is_drawn_with_its_branches_and_history
+- an instance's page follows moves made elsewhere (the API) without a reload:
+  its tallies, history, branches and diagram change, and a reason being typed
+  stays: test_an_instance_page_follows_moves_made_elsewhere_and_keeps_a_form_being_filled
 - every graph page passes axe-core with no serious or critical violation
   (checked inside the two tests above, on each page they open, and on the
   index and a designer copy): test_the_index_and_a_designer_copy_pass_axe
@@ -164,6 +167,67 @@ def test_an_instance_is_drawn_with_its_branches_and_history(
     page.get_by_role("link", name="fay").click()  # act as one of the finance group
     expect(page.get_by_role("button", name="Finance approves")).to_be_visible()
     page.screenshot(path=screenshots / "graph-instance.png", full_page=True)
+    accessible(page)
+
+
+def submit_claim(page: Page, amount: int) -> str:
+    """A new example claim submitted to the expense graph by sam; the instance's id."""
+    claim = page.request.post(
+        "/dev/expense-claims", data={"title": "Taxi", "amount": amount, "submitted_by": "sam"}
+    ).json()
+    submitted = page.request.post(
+        "/graphs/instances",
+        data={
+            "subject_type": claim["subject_type"],
+            "subject_key": claim["subject_key"],
+            "workflow": claim["workflow"],
+            "user": "sam",
+        },
+    )
+    assert submitted.status == 201, submitted.text()
+    return str(submitted.json()["id"])
+
+
+def move(page: Page, instance_id: str, user: str, name: str) -> None:
+    """`user` takes the move called `name` through the JSON API (not the page)."""
+    url = f"/graphs/instances/{instance_id}/transitions"
+    [choice] = [
+        c
+        for c in page.request.get(url, params={"user": user}).json()["transitions"]
+        if c["display_name"] == name
+    ]
+    moved = page.request.post(
+        url,
+        data={
+            "branch_id": choice["branch_id"],
+            "target_node_id": choice["target_id"],
+            "user": user,
+        },
+    )
+    assert moved.status == 200, moved.text()
+
+
+def test_an_instance_page_follows_moves_made_elsewhere_and_keeps_a_form_being_filled(
+    page: Page, accessible: Callable[[Page], None]
+) -> None:
+    instance_id = submit_claim(page, 80)
+    move(page, instance_id, "mia", "Approve")
+    page.goto(f"/console/graphs/instances/{instance_id}?user=fred")
+    page.evaluate("window.notReloaded = true")
+    finance = page.locator(".branch", has_text="Finance review")
+    expect(finance.locator("ul.tally")).to_contain_text("Finance approves: 0 of 2")
+    page.get_by_text("Cancel this instance").click()
+    page.get_by_label("Reason").fill("a reason half typed")
+    move(page, instance_id, "fay", "Finance approves")  # elsewhere: the page polls
+    expect(finance.locator("ul.tally")).to_contain_text("Finance approves: 1 of 2 (fay)")
+    expect(page.locator(".graph-history")).to_contain_text("fay voted to move")
+    assert page.evaluate("window.notReloaded") is True, "the page was reloaded"
+    expect(page.get_by_label("Reason")).to_have_value("a reason half typed")
+    move(page, instance_id, "lee", "Legal approves")
+    expect(page.locator(".branch h3")).to_have_text(["Branch 2 on Finance review"])
+    assert canvas_has(page, "diagram", "legal", "visited")
+    assert not canvas_has(page, "diagram", "legal", "current")
+    expect(page.get_by_label("Reason")).to_have_value("a reason half typed")
     accessible(page)
 
 

@@ -262,11 +262,25 @@
     edgeLabel,
   };
 
-  // Read-only diagrams: every element naming its data with data-diagram is drawn now.
-  for (const container of document.querySelectorAll("[data-diagram]")) {
-    const source = document.getElementById(/** @type {HTMLElement} */ (container).dataset.diagram || "");
-    if (!source) continue;
-    const cy = draw(/** @type {HTMLElement} */ (container), JSON.parse(source.textContent || "{}"));
-    /** @type {any} */ (container).cy = cy; // for the browser tests and the curious
+  /**
+   * Draws every read-only diagram under `root` not drawn yet (an element naming its data with
+   * data-diagram).
+   * @param {ParentNode} root
+   */
+  function drawAll(root) {
+    for (const container of root.querySelectorAll("[data-diagram]")) {
+      if (/** @type {any} */ (container).cy) continue;
+      const source = document.getElementById(/** @type {HTMLElement} */ (container).dataset.diagram || "");
+      if (!source) continue;
+      const cy = draw(/** @type {HTMLElement} */ (container), JSON.parse(source.textContent || "{}"));
+      /** @type {any} */ (container).cy = cy; // for the browser tests and the curious
+    }
   }
+
+  drawAll(document);
+  // A live fragment redrawn by htmx (an instance that moved) brings its diagram anew.
+  document.addEventListener("htmx:load", (event) => {
+    const element = /** @type {any} */ (event).detail && /** @type {any} */ (event).detail.elt;
+    if (element && element.querySelectorAll) drawAll(element);
+  });
 })();
