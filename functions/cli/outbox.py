@@ -19,16 +19,20 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import DatabaseEventRegistry, EventSettings, Worker, get_event_registry
+from engine import EventSettings, Worker, get_event_registry
+from engine.bulk import DeadLetterFilter, apply_replay, plan_replay, start_replay
 from engine.events import views
 from engine.events.configure import routing_of
 from engine.events.records import EventTables
-from engine.model.connection import activate, open_connection
+from engine.model.connection import WorkflowConnection, activate, open_connection
 from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events, mapped_event_tables
+from functions.cli.actor import cli_actor
 from functions.cli.common import CommandError, app_database, on_database
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
+from functions.cli.progress import BatchBar
 from functions.command_line import INTERRUPTED, USAGE_ERROR
+from functions.requests.audited import replay_recorded
 
 
 @dataclass(frozen=True)
@@ -159,16 +163,21 @@ def run_replay(args: argparse.Namespace) -> int:
 async def replay_dead_letters(
     Session: async_sessionmaker[AsyncSession], *, app: EventApp, event_ids: list[str] | None
 ) -> int:
-    """Make the dead-lettered rows (all, or those of `event_ids`) due again; print how many."""
+    """Make the dead-lettered rows (all, or those of `event_ids`) due again; print how many.
+
+    Every one is replayed in the bulk replay's batches (a bar on a terminal, each batch in
+    the audit trail); chosen ids in one statement, recorded as one action.
+    """
     connection = await open_connection(Session, [app.tables.outbox])
     async with activate(connection):
-        registry = get_event_registry()
-        if not isinstance(registry, DatabaseEventRegistry):
-            # Replay reads no setting: the environment's are not parsed for it.
-            registry = DatabaseEventRegistry(outbox=app.tables.outbox, settings=EventSettings())
-        replayed = await registry.replay_dead_letters(event_ids)
+        if event_ids is None:
+            count = await replay_every_dead_letter(connection, app.tables, sys.stderr)
+            replayed: list[str] = []
+        else:
+            replayed = await replay_recorded(app.tables, event_ids, cli_actor())
+            count = len(replayed)
     print(
-        f"duly replay-dead-letters: replayed {len(replayed)} dead-lettered events in "
+        f"duly replay-dead-letters: replayed {count} dead-lettered events in "
         f"{app.tables.outbox_table.name}; a worker (or duly drain) routes them again.",
         flush=True,
     )
@@ -177,3 +186,20 @@ async def replay_dead_letters(
     if left:
         print(f"not dead-lettered, or unknown: {', '.join(left)}", file=sys.stderr)
     return 0
+
+
+async def replay_every_dead_letter(
+    connection: WorkflowConnection, tables: EventTables, progress: TextIO
+) -> int:
+    """Every dead letter there is now replayed, batch by batch; how many."""
+    plan = await plan_replay(connection, tables, DeadLetterFilter())
+    start = await start_replay(
+        connection, tables, DeadLetterFilter(), expected=plan.matched, upto=plan.upto
+    )
+    done = 0
+    with BatchBar(progress, "replaying", plan.matched) as bar:
+        batches = apply_replay(connection, tables, DeadLetterFilter(), start, cli_actor())
+        async for reached in batches:
+            bar.update(reached.done, reached.skipped)
+            done = reached.done
+    return done

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
 
 from engine import DulyError, NotFoundError
-from engine.retention import Batch
 from functions.command_line import FAILURE, USAGE_ERROR
 
 TTY_TICK = 0.25  # seconds between redraws of drain's progress bar
@@ -55,33 +53,5 @@ class ProgressBar:
         """The last state, and the end of the bar's line."""
         self.show(done)
         if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-class PruneTicker:
-    """Rows deleted so far: redrawn in place on a terminal, a line every few seconds otherwise."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self._last = time.monotonic()
-        self._shown = False
-
-    async def show(self, batch: Batch) -> None:
-        """Say how far the prune has come after `batch`, if it is time to."""
-        now = time.monotonic()
-        if self.tty:
-            self.stream.write(f"\rpruning: {batch.rows} rows deleted, {batch.batches} batches")
-        elif now - self._last >= PLAIN_TICK:
-            self.stream.write(f"duly prune: {batch.rows} rows deleted, {batch.batches} batches\n")
-        else:
-            return
-        self._last, self._shown = now, True
-        self.stream.flush()
-
-    def finish(self) -> None:
-        """End the redrawn line, if one was drawn."""
-        if self.tty and self._shown:
             self.stream.write("\n")
             self.stream.flush()

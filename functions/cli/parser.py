@@ -9,6 +9,8 @@ from typing import Any
 
 from engine.views.overview import RUN_STATES
 from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS
+from functions.cli.audit import add_audit
+from functions.cli.bulk import add_bulk
 from functions.cli.deliver import add_deliver
 from functions.cli.develop import print_db_url, print_version, run_dev
 from functions.cli.init import add_init
@@ -74,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_schedules(commands, add_database_url)
     add_deliver(commands, add_database_url)
     add_prune(commands)
+    add_bulk(commands, add_database_url)
+    add_audit(commands, add_database_url)
     add_migrate(commands)
     add_keys(commands)
     add_init(commands)

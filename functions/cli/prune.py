@@ -15,9 +15,9 @@ from typing import TextIO
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.connection import open_connection
-from engine.retention import PruneResult, RetentionSettings, count_prunable, prune
+from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from functions.cli.common import CommandError, app_database, on_database
-from functions.cli.output import PruneTicker
+from functions.cli.progress import BatchBar
 from functions.command_line import INTERRUPTED, USAGE_ERROR
 
 
@@ -58,9 +58,12 @@ async def prune_database(
     if not apply:
         result = await count_prunable(connection, settings)
     else:
-        ticker = PruneTicker(sys.stderr)
-        result = await prune(connection, settings, on_batch=ticker.show)
-        ticker.finish()
+        with BatchBar(sys.stderr, "pruning") as bar:
+
+            async def show(batch: Batch) -> None:
+                bar.update(batch.rows, note=f"rows deleted, {batch.batches} batches")
+
+            result = await prune(connection, settings, on_batch=show)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2), file=out)
     else:

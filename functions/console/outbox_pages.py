@@ -21,6 +21,7 @@ from engine.views.overview import open_outbox
 from engine.views.run import database_now
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.identity.access import allow
+from functions.identity.actors import console_actor
 from functions.identity.principal import Role
 from functions.requests import events
 from functions.requests.errors import ConflictError
@@ -85,7 +86,7 @@ async def replay_all(request: Request) -> Response:
         dead = summary.counts.get("dead_letter", 0)
         question = f"Replay every dead-lettered event ({dead:,} now)? Each is due again at once."
         return _confirm(request, question, "/console/outbox/replay", "/console/outbox")
-    replayed = await events.replay_dead_letters(tables, None)
+    replayed = await events.replay_dead_letters(tables, None, actor=console_actor(request))
     return _replayed("/console/outbox", len(replayed))
 
 
@@ -103,7 +104,8 @@ async def replay_one(request: Request, event_id: str) -> Response:
         target = event_url(event_id)
         return _confirm(request, question, f"{target}/replay", target)
     try:
-        replayed = await events.replay_event(tables, connection_of(request).autocommit, event_id)
+        reads, actor = connection_of(request).autocommit, console_actor(request)
+        replayed = await events.replay_event(tables, reads, event_id, actor=actor)
     except ConflictError as exc:
         context: dict[str, Any] = {"title": "Nothing to replay", "status": 409}
         context["message"] = str(exc)

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse
 
 from functions.console import (
     auth,
+    bulk_pages,
     graph_designer,
     graph_instance_pages,
     graph_pages,
@@ -40,6 +41,7 @@ console_router.add_api_route(
 console_router.include_router(login.router)
 console_router.include_router(overview_pages.router)
 console_router.include_router(run_pages.router)
+console_router.include_router(bulk_pages.router)
 console_router.include_router(outbox_pages.router)
 console_router.include_router(schedule_pages.router)
 console_router.include_router(graph_pages.router)

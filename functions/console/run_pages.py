@@ -51,6 +51,7 @@ from functions.console.forms import (
 )
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render
 from functions.identity.access import allow
+from functions.identity.actors import console_actor
 from functions.identity.principal import Role
 from functions.requests import runs
 from functions.requests.errors import from_validation, problems_of
@@ -186,7 +187,8 @@ async def start_run(request: Request, workflow: str) -> Response:
     if row_errors or arg_errors:
         return _start_page(request, info, chosen, typed, {**row_errors, **arg_errors}, [], 400)
     try:
-        started = await runs.start_run(info, StartRequest(row=row, step=chosen.name, args=args))
+        body = StartRequest(row=row, step=chosen.name, args=args)
+        started = await runs.start_run(info, body, actor=console_actor(request))
     except REFUSALS as exc:
         return _start_page(request, info, chosen, typed, *_refusal(exc))
     target = run_url(info.name, started["key"]) + "?done=started"
@@ -260,7 +262,8 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
     if action == "cancel":
         if not confirmed:
             return _confirm_page(request, info, detail, "cancel", None, {}, {})
-        cancelled = await runs.cancel_runs(info, CancelRequest(key=_body_key(info, key)))
+        addressed = CancelRequest(key=_body_key(info, key))
+        cancelled = await runs.cancel_runs(info, addressed, actor=console_actor(request))
         return _back_to_run(info.name, key, "cancel", cancelled)
     chosen = _step_of(info, _text(form.get("step")))
     typed = raw_values(form, ("args", "options"))
@@ -281,7 +284,7 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             count = delivered.accepted
         else:
             ran = RunRequest(key=_body_key(info, key), step=chosen.name, args=args)
-            count = await runs.run_step(info, ran)
+            count = await runs.run_step(info, ran, actor=console_actor(request))
     except REFUSALS as exc:
         return _action_page(request, info, detail, action, chosen, typed, *_refusal(exc))
     return _back_to_run(info.name, key, action, count)

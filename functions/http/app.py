@@ -27,7 +27,17 @@ from functions.http.errors import ServerErrors, install_handlers
 from functions.http.guard import Guard, GuardSettings
 from functions.http.headers import SecurityHeaders
 from functions.http.hosts import AllowedHosts, allowed_hosts_of
-from functions.http.routes import events, graphs, health, outbox, runs, schedules, writes
+from functions.http.routes import (
+    audit,
+    bulk,
+    events,
+    graphs,
+    health,
+    outbox,
+    runs,
+    schedules,
+    writes,
+)
 from functions.http.routes.docs import (
     DOCS_ASSETS_PACKAGE,
     DOCS_ASSETS_URL,
@@ -76,7 +86,7 @@ def create_app(
     if hosts is not None:  # before the guard: a foreign Host learns nothing of credentials
         app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(SecurityHeaders)  # outermost: refusals and 500s carry them too
-    for resource in (health, runs, outbox, events, writes, schedules, graphs):
+    for resource in (health, runs, outbox, events, writes, schedules, bulk, audit, graphs):
         app.include_router(resource.router)
     app.include_router(docs_router)
     app.include_router(console_router)

@@ -25,11 +25,13 @@ from pydantic import (
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine import WorkflowEvent
+from engine.bulk import Actor
 from engine.events import views
 from engine.events.database import event_values
 from engine.events.records import EventTables
+from functions.requests.audited import replay_recorded
 from functions.requests.errors import ConflictError, InputError, from_validation
-from functions.requests.lookup import MAX_TEXT, database_registry
+from functions.requests.lookup import MAX_TEXT
 from functions.requests.nesting import JsonObject
 
 MAX_EVENTS = 1000  # events in one publish
@@ -118,15 +120,22 @@ def parse_publish(body: Any) -> list[WorkflowEvent]:
         raise from_validation(exc) from None
 
 
-async def replay_dead_letters(tables: EventTables, event_ids: list[str] | None) -> list[str]:
-    """Make dead-lettered events due again: those of `event_ids`, or every one; their ids."""
-    replayed: list[str] = await database_registry(tables).replay_dead_letters(event_ids)
-    return replayed
+async def replay_dead_letters(
+    tables: EventTables, event_ids: list[str] | None, *, actor: Actor
+) -> list[str]:
+    """Make dead-lettered events due again: those of `event_ids`, or every one; their ids.
+
+    Recorded in the audit trail as `actor`'s, in the replay's transaction.
+    """
+    return await replay_recorded(tables, event_ids, actor)
 
 
-async def replay_event(tables: EventTables, reads: AsyncEngine, event_id: str) -> list[str]:
-    """Make one dead-lettered event due again; ConflictError when it is not dead-lettered."""
-    replayed = await replay_dead_letters(tables, [event_id])
+async def replay_event(
+    tables: EventTables, reads: AsyncEngine, event_id: str, *, actor: Actor
+) -> list[str]:
+    """Make one dead-lettered event due again, as `actor`; ConflictError when it is not
+    dead-lettered."""
+    replayed = await replay_dead_letters(tables, [event_id], actor=actor)
     if not replayed:
         detail = await views.event_detail(tables, event_id, engine=reads)
         status = detail.outbox.status if detail.outbox is not None else "without an outbox row"

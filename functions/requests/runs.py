@@ -31,10 +31,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import JSON
 
 from engine.base.errors import DulyError, StepError, first_line
+from engine.bulk import Actor
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Call, Step
 from engine.runs.refusals import Delivery
 from engine.views.runs import key_text, parse_key
+from functions.requests.audited import cancel_recorded, run_recorded, start_recorded
 from functions.requests.errors import (
     ConflictError,
     InputError,
@@ -237,12 +239,13 @@ def _matched(info: WorkflowInfo, columns: Columns, name: str, value: Any) -> Col
 # -- the writes -----------------------------------------------------------------------------
 
 
-async def start_run(info: WorkflowInfo, body: StartRequest) -> dict[str, Any]:
-    """Insert a run and its first step; ConflictError when a unique key already has a run."""
+async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: Actor) -> dict[str, Any]:
+    """Insert a run and its first step, recording `actor`; ConflictError when a unique key
+    already has a run."""
     call = build_call(find_step(info, body.step), body.args)
     row = info.cls(**row_values(info, body.row))
     try:
-        started = await row.start(call)
+        started = await start_recorded(info, row, call, actor)
     except IntegrityError as exc:  # NOT NULL, CHECK or a foreign key: the row's values
         reason = first_line(exc.orig, "refused")
         raise RowRefusedError(f"The database refused this {info.name} row: {reason}") from None
@@ -271,14 +274,20 @@ def delivery_answer(info: WorkflowInfo, delivered: Delivery) -> dict[str, Any]:
     return answer
 
 
-async def run_step(info: WorkflowInfo, body: RunRequest) -> int:
-    """Run a step now on the addressed runs, replacing what was scheduled; how many."""
+async def run_step(info: WorkflowInfo, body: RunRequest, *, actor: Actor) -> int:
+    """Run a step now on the addressed runs, replacing what was scheduled, recording `actor`;
+    how many."""
     call = build_call(find_step(info, body.step), body.args)
-    addressed: int = await info.cls.by(*runs_addressed(info, body)).run(call)
-    return addressed
+    where = runs_addressed(info, body)
+    return await run_recorded(info, where, call, actor, addressed_subject(body))
 
 
-async def cancel_runs(info: WorkflowInfo, body: CancelRequest) -> int:
-    """End the addressed runs where they stand; how many were live."""
-    cancelled: int = await info.cls.by(*runs_addressed(info, body)).cancel()
-    return cancelled
+async def cancel_runs(info: WorkflowInfo, body: CancelRequest, *, actor: Actor) -> int:
+    """End the addressed runs where they stand, recording `actor`; how many were live."""
+    where = runs_addressed(info, body)
+    return await cancel_recorded(info, where, actor, addressed_subject(body))
+
+
+def addressed_subject(body: Addressed) -> dict[str, Any]:
+    """Which runs a body addressed, as the audit's subject: its key or its `where`."""
+    return {"key": body.key} if body.key is not None else {"where": body.where}

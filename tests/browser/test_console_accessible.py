@@ -35,6 +35,7 @@ PAGES: dict[str, str | None] = {
     "/console/runs/{workflow}/{key}/live": "/console/runs/onboarding/{run}",  # within its page
     "/console/runs/{workflow}/{key}/{action}": "/console/runs/onboarding/{run}/run?step=check",
     "/console/runs/{workflow}/{key:path}": "/console/runs/onboarding/{run}",
+    "/console/bulk/{workflow}": "/console/bulk/onboarding?state=failed",
     "/console/schedules": "/console/schedules",
     "/console/outbox": "/console/outbox",
     "/console/outbox/events/{event_id:path}": "/console/outbox/events/{event}",

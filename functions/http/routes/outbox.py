@@ -20,6 +20,7 @@ from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.identity.access import allow
+from functions.identity.actors import actor_of
 from functions.identity.principal import Role
 from functions.requests import events
 from functions.requests.events import MAX_EVENT_ID, ReplayRequest
@@ -74,7 +75,7 @@ async def replay_dead_letters(
 ) -> dict[str, Any]:
     """Make dead-lettered events due again: those of event_ids, or every one."""
     ids = None if body is None else body.event_ids
-    replayed = await events.replay_dead_letters(_tables(request), ids)
+    replayed = await events.replay_dead_letters(_tables(request), ids, actor=actor_of(request))
     return {"replayed": replayed, "count": len(replayed)}
 
 
@@ -85,7 +86,8 @@ async def replay_dead_letters(
 )
 async def replay_event(request: Request, event_id: str) -> dict[str, Any]:
     """Make one dead-lettered event due again; 409 when it is not dead-lettered."""
-    replayed = await events.replay_event(_tables(request), _reads(request), event_id)
+    tables, reads = _tables(request), _reads(request)
+    replayed = await events.replay_event(tables, reads, event_id, actor=actor_of(request))
     return {"replayed": replayed, "count": len(replayed)}
 
 

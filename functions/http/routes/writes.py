@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from functions.http.refusals import conflict, not_found
 from functions.http.state import call_state, connection_of
 from functions.identity.access import allow
+from functions.identity.actors import actor_of
 from functions.identity.principal import Role
 from functions.requests import runs
 from functions.requests.lookup import find_writable
@@ -35,7 +36,8 @@ router = APIRouter()
 )
 async def start_workflow(request: Request, name: str, body: StartRequest) -> dict[str, Any]:
     """Insert a run and its first step; 409 when a unique key of the row already has a run."""
-    started = await runs.start_run(find_writable(connection_of(request), name), body)
+    info = find_writable(connection_of(request), name)
+    started = await runs.start_run(info, body, actor=actor_of(request))
     await call_state(request, "kick")  # on Lambda nothing else runs the step now due
     return started
 
@@ -59,7 +61,7 @@ async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest)
 async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict[str, Any]:
     """Run a step now on the addressed runs, replacing what was scheduled; how many."""
     info = find_writable(connection_of(request), name)
-    addressed = await runs.run_step(info, body)
+    addressed = await runs.run_step(info, body, actor=actor_of(request))
     if addressed:
         await call_state(request, "kick")
     return {"workflow": info.name, "addressed": addressed}
@@ -73,4 +75,5 @@ async def run_on_workflow(request: Request, name: str, body: RunRequest) -> dict
 async def cancel_workflow(request: Request, name: str, body: CancelRequest) -> dict[str, Any]:
     """End the addressed runs where they stand; how many were live."""
     info = find_writable(connection_of(request), name)
-    return {"workflow": info.name, "cancelled": await runs.cancel_runs(info, body)}
+    cancelled = await runs.cancel_runs(info, body, actor=actor_of(request))
+    return {"workflow": info.name, "cancelled": cancelled}

@@ -1,0 +1,135 @@
+"""What a bulk action reports and how it goes on: its progress after each batch, and the
+continuation a caller hands back to take it up where a time budget stopped it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.base.errors import DulyError
+from engine.base.shown import json_value
+
+BATCH_SIZE = 200  # rows a batch's transaction reads at most
+
+
+class BulkChangedError(DulyError):
+    """What a bulk action was confirmed for has changed since its dry run: dry-run again."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts, and through which door (http, console, cli, lambda): the audit's actor and via."""
+
+    id: str
+    via: str
+
+
+@dataclass(frozen=True)
+class BulkProgress:
+    """Where a bulk action stands after a batch: rows acted on, skipped, out of the total."""
+
+    bulk_id: str
+    action: str
+    done: int  # rows acted on so far
+    # Rows read but not acted on: a worker held them (a live lease, or a lock), or they no
+    # longer match (a cancel's finished runs: nothing to end).
+    skipped: int
+    total: int  # the rows the confirmed dry run counted
+    batches: int  # batches committed so far
+    after: tuple[Any, ...] | None  # the last key read; None before the first batch
+    upto: tuple[Any, ...] | None  # the snapshot bound: no row past this key is touched
+    digest: str  # what the action and its filter are, so a continuation cannot change them
+    finished: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the API answers it: the counts, and `next` while there is more to do."""
+        return {
+            "bulk_id": self.bulk_id,
+            "action": self.action,
+            "done": self.done,
+            "skipped": self.skipped,
+            "total": self.total,
+            "batches": self.batches,
+            "finished": self.finished,
+            "next": None if self.finished else self.encode(),
+        }
+
+    def encode(self) -> str:
+        """The continuation as URL-safe text."""
+        document = {
+            "b": self.bulk_id,
+            "x": self.action,
+            "d": self.done,
+            "s": self.skipped,
+            "t": self.total,
+            "n": self.batches,
+            "a": None if self.after is None else [json_value(k) for k in self.after],
+            "u": None if self.upto is None else [json_value(k) for k in self.upto],
+            "h": self.digest,
+        }
+        raw = json.dumps(document, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str, digest: str) -> BulkProgress:
+        """A continuation given back for the action and filter of `digest`; a DulyError if not."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            d = json.loads(raw)
+            progress = cls(
+                bulk_id=str(d["b"]),
+                action=str(d["x"]),
+                done=int(d["d"]),
+                skipped=int(d["s"]),
+                total=int(d["t"]),
+                batches=int(d["n"]),
+                after=_key(d["a"]),
+                upto=_key(d["u"]),
+                digest=str(d["h"]),
+            )
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            raise DulyError(
+                f"{text[:80]!r} is not a bulk action's continuation: go on from the `next` "
+                "an answer gave."
+            ) from None
+        if progress.digest != digest:
+            raise BulkChangedError(
+                "This continuation was given for another action or filter: go on with the "
+                "same body, or dry-run the new one."
+            )
+        return progress
+
+    def moved(self, done: int, skipped: int, after: tuple[Any, ...] | None) -> BulkProgress:
+        """The progress after one more batch."""
+        return replace(
+            self,
+            done=self.done + done,
+            skipped=self.skipped + skipped,
+            batches=self.batches + 1,
+            after=after,
+        )
+
+
+def _key(given: Any) -> tuple[Any, ...] | None:
+    """A key of a continuation: a JSON list, or null."""
+    if given is None:
+        return None
+    if not isinstance(given, list):
+        raise TypeError("a key is a list")
+    return tuple(given)
+
+
+def digest_of(*parts: Any) -> str:
+    """A short digest of an action and its filter, as JSON."""
+    text = json.dumps([json_value(p) for p in parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def new_bulk_id() -> str:
+    """The id one bulk action's audit records share."""
+    return uuid.uuid4().hex[:12]
