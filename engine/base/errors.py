@@ -74,6 +74,10 @@ class RunBusyError(DulyError):
     """The run's step is running now: try again once it has committed."""
 
 
+class BulkChangedError(DulyError):
+    """What a bulk action was confirmed for has changed since its dry run: dry-run again."""
+
+
 class InternalError(DulyError, RuntimeError):
     """Something duly relies on did not hold: this is a bug in duly."""
 

@@ -11,6 +11,7 @@ records who acted in the audit trail, in the batch's own transaction.
 
 from __future__ import annotations
 
+from engine.base.errors import BulkChangedError
 from engine.bulk.dead_letters import (
     DeadLetterFilter,
     DeadLetterPlan,
@@ -19,7 +20,7 @@ from engine.bulk.dead_letters import (
     resume_replay,
     start_replay,
 )
-from engine.bulk.progress import BATCH_SIZE, Actor, BulkChangedError, BulkProgress
+from engine.bulk.progress import BATCH_SIZE, Actor, BulkProgress
 from engine.bulk.runs import (
     BulkCancel,
     BulkRun,

@@ -14,11 +14,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, exists, func, or_, select
 
 from engine.base.audit import record_action
-from engine.base.errors import DulyError
+from engine.base.errors import BulkChangedError, DulyError
 from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
-    BulkChangedError,
     BulkProgress,
     digest_of,
     new_bulk_id,

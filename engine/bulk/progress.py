@@ -11,14 +11,10 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.base.errors import DulyError
+from engine.base.errors import BulkChangedError, InvalidArgumentError
 from engine.base.shown import json_value
 
 BATCH_SIZE = 200  # rows a batch's transaction reads at most
-
-
-class BulkChangedError(DulyError):
-    """What a bulk action was confirmed for has changed since its dry run: dry-run again."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ class BulkProgress:
                 digest=str(d["h"]),
             )
         except (ValueError, KeyError, TypeError, binascii.Error):
-            raise DulyError(
+            raise InvalidArgumentError(
                 f"{text[:80]!r} is not a bulk action's continuation: go on from the `next` "
                 "an answer gave."
             ) from None
@@ -120,7 +116,7 @@ def _key(given: Any) -> tuple[Any, ...] | None:
     if given is None:
         return None
     if not isinstance(given, list):
-        raise TypeError("a key is a list")
+        raise InvalidArgumentError("a key is a list")
     return tuple(given)
 
 

@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.base.audit import record_action
 from engine.base.clock import db_now
+from engine.base.errors import BulkChangedError
 from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
-    BulkChangedError,
     BulkProgress,
     digest_of,
     new_bulk_id,
