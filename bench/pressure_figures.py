@@ -99,19 +99,27 @@ async def slices(conn: Connection, phase: str, began: float, ended: float) -> li
     ]
 
 
-async def recovered_after(
-    conn: Connection, phase: str, since: float, clean_p99_ms: float
-) -> float | None:
-    """Seconds after `since` from which RECOVERY_RUN buckets of `phase`'s offers in a row
-    have a pickup p99 within RECOVERY_BOUND of the clean phase's; None if not yet."""
+async def p99_by_second(conn: Connection, phase: str, since: float) -> list[float | None]:
+    """Pickup p99 (ms) of `phase`'s runs by the RECOVERY_BUCKET after `since` they were offered
+    in, up to the first bucket still being offered or not all picked up."""
     cursor = await conn.execute(BUCKETS, (since, phase))
-    bound, streak = clean_p99_ms * RECOVERY_BOUND / 1000, 0
+    series: list[float | None] = []
     for bucket, complete, p99 in await cursor.fetchall():
         if not complete or since + (bucket + 1) * RECOVERY_BUCKET > time.time():
-            return None  # still being offered or picked up, as every later one is
+            break  # every later bucket is not done either
+        series += [None] * (bucket - len(series))  # seconds in which nothing was offered
+        series.append(None if p99 is None else p99 * 1000)
+    return series
+
+
+def recovered_after(series: list[float | None], clean_p99_ms: float) -> float | None:
+    """Seconds from which RECOVERY_RUN buckets in a row have a pickup p99 within
+    RECOVERY_BOUND of the clean phase's; None if none yet."""
+    bound, streak = clean_p99_ms * RECOVERY_BOUND, 0
+    for bucket, p99 in enumerate(series):
         streak = streak + 1 if p99 is not None and p99 <= bound else 0
         if streak == RECOVERY_RUN:
-            return max(0.0, float(bucket - RECOVERY_RUN + 1) * RECOVERY_BUCKET)
+            return float(bucket - RECOVERY_RUN + 1) * RECOVERY_BUCKET
     return None
 
 

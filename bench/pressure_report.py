@@ -55,6 +55,42 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), *(line(row) for row in rows)]
 
 
+KEEP_UP = 0.95  # completions at least this share of the measured offer
+HELD_P99_MS = 100.0  # pickup p99 while xmin is held
+RECOVERY_S = 60.0  # back within 20% of the clean p99 after the release
+NEAR_CAPACITY = 0.9  # overload completions, and the drain after it, at least this share
+
+
+def aim(value: float | None, holds: bool, wanted: str) -> dict[str, Any]:
+    return {"value": value, "aim": wanted, "holds": value is not None and holds}
+
+
+def aims(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The held-xmin and overload phases' figures against what they should reach."""
+    by_name = {phase["phase"]: phase for phase in report["phases"]}
+    capacity = report["capacity_steps_per_s"]
+    found: dict[str, dict[str, Any]] = {}
+    held = by_name.get("held_xmin")
+    if held is not None:
+        share = (held["completed_per_s"] / held["offered_per_s"]) if held["offered_per_s"] else None
+        p99, back = held["pickup_p99_ms"], held["recovery"]["recovered_after_s"]
+        found["held_xmin_keeps_up"] = aim(share, (share or 0) >= KEEP_UP, f">= {KEEP_UP}")
+        found["held_xmin_p99_ms"] = aim(p99, (p99 or 0) <= HELD_P99_MS, f"<= {HELD_P99_MS}")
+        found["held_xmin_recovered_s"] = aim(back, (back or 0) <= RECOVERY_S, f"<= {RECOVERY_S}")
+    over = by_name.get("overload")
+    if over is not None:
+        share = over["completed_per_s"] / capacity
+        found["overload_completed_of_capacity"] = aim(
+            share, share >= NEAR_CAPACITY, f">= {NEAR_CAPACITY}"
+        )
+        drain = over["recovery"].get("drain_completed_per_s")
+        drained = None if drain is None else drain / capacity
+        found["overload_drain_of_capacity"] = aim(
+            drained, (drained or 0) >= NEAR_CAPACITY, f">= {NEAR_CAPACITY}"
+        )
+    return found
+
+
 def format_report(report: dict[str, Any]) -> str:
     phases = report["phases"]
     names = [p["phase"] for p in phases]
@@ -81,5 +117,9 @@ def format_report(report: dict[str, Any]) -> str:
                 cells.append(f"{rel['bytes'] // 1024:,}")
         rows.append([name, *cells])
     lines += table(["table or index", *names], rows)
+    lines += ["", "aims:"]
+    for name, found in report["aims"].items():
+        verdict = "holds" if found["holds"] else "does not hold"
+        lines.append(f"  {name}: {number(found['value'], 3)} (aim {found['aim']}): {verdict}")
     lines += ["", f"violations (lost + ran twice, every phase): {report['violations']}"]
     return "\n".join(lines)

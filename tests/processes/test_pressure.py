@@ -73,10 +73,18 @@ def test_every_phase_reports_its_figures_and_loses_or_repeats_no_run(tmp_path: P
         assert phase["invariants"]["ran_twice"] == 0, name
         if name != "clean":
             assert "recovered_after_s" in phase["recovery"], name
+            assert "after_p99_ms_by_second" in phase["recovery"], name
     pressures = {phase["phase"]: phase["pressure"] for phase in report["phases"]}
     assert pressures["held_xmin"]["held_xid"] > 0
     assert pressures["readers"]["scans"] > 0
     assert pressures["terminate"]["terminated"] > 0
     assert pressures["idle_connections"]["idle_connections"] == 50
+    assert report["aims"].keys() == {
+        "held_xmin_keeps_up",
+        "held_xmin_p99_ms",
+        "held_xmin_recovered_s",
+        "overload_completed_of_capacity",
+        "overload_drain_of_capacity",
+    }
     assert report["violations"] == 0
     assert "violations (lost + ran twice, every phase): 0" in finished.stdout
