@@ -42,6 +42,7 @@ from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base, Probe  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402
 from engine.base.notify import CHANNEL  # noqa: E402
+from engine.worker.options import LEASE  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
 PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connections")
@@ -50,6 +51,7 @@ LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
 DATABASE = "pressure"
 POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
+CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
 SPARE_CONNECTIONS = 200  # max_connections beyond the idle ones: workers, producer, bench
 SETTLE_MARGIN = 15.0  # seconds beyond two leases for a phase's last runs to finish
@@ -72,7 +74,8 @@ class Settings:
     @property
     def settle_seconds(self) -> float:
         """How long a phase's last runs may take after its recovery before they count as lost."""
-        return 2 * (self.lease_seconds or 30.0) + SETTLE_MARGIN
+        lease = self.lease_seconds or LEASE.total_seconds()
+        return 2 * lease + SETTLE_MARGIN
 
 
 class Bench:
@@ -84,6 +87,7 @@ class Bench:
         self.conn: figures.Connection | None = None
         self.capacity = 0.0
         self.clean_p99_ms: float | None = None
+        self.workers: list[Subprocess] = []
 
     @property
     def db(self) -> figures.Connection:
@@ -94,28 +98,34 @@ class Bench:
     async def running(self) -> AsyncIterator[Producer]:
         """A fresh database with the tables, the workers and the producer, stopped at the end."""
         await create_database(self.server, self.url)
-        workers = [
+        self.workers = [
             Subprocess("bench.pressure_worker", self.url, *lease_option(self.settings))
             for _ in range(self.settings.workers)
         ]
         producer = Producer(self.url)
         async with contextlib.AsyncExitStack() as stack:
             self.conn = await stack.enter_async_context(await faults.connect(self.conninfo))
-            for process in workers:
+            for process in self.workers:
                 stack.push_async_callback(process.stop)
             stack.push_async_callback(producer.finish)
-            await asyncio.gather(*(process.start() for process in workers))
+            await asyncio.gather(*(process.start() for process in self.workers))
             self.capacity = await self.measure_capacity()
             await producer.start()
             yield producer
 
     async def measure_capacity(self) -> float:
-        """No-op steps/s of the workers on a backlog of capacity_runs runs inserted at once."""
+        """No-op steps/s of the workers on a backlog of capacity_runs runs inserted at once,
+        after a tenth as many untimed (the workers' first connections and statement caches)."""
         runs = self.settings.capacity_runs
+        await self.drain_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
+        return runs / await self.drain_backlog("capacity", runs)
+
+    async def drain_backlog(self, phase: str, runs: int) -> float:
+        """Insert `runs` runs due now in one announced statement; seconds until all ran."""
         table = Probe.__table__
         assert isinstance(table, Table)
         rows = select(
-            literal("capacity"),
+            literal(phase),
             func.extract("epoch", func.now()),
             literal("run"),
             literal(EMPTY_ARGS, JSONB),
@@ -130,8 +140,11 @@ class Bench:
         finally:
             await engine.dispose()
         began = time.time()
-        await self.wait_for_backlog(0, time.monotonic() + max(120.0, runs / 20), CAPACITY_POLL)
-        return runs / (time.time() - began)
+        deadline = time.monotonic() + max(120.0, runs / 20)
+        left = await self.wait_for_backlog(0, deadline, CAPACITY_POLL)
+        if left:
+            raise RuntimeError(f"{left} of {runs} {phase} runs did not finish in time.")
+        return time.time() - began
 
     async def wait_for_backlog(
         self, at_most: int, deadline: float, every: float = POLL_EVERY
@@ -302,8 +315,10 @@ async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, An
         for phase in report["phases"]:
             tags = [phase["phase"], f"{phase['phase']}/after"]
             phase["invariants"] = await bench.settle(tags)
-        report["capacity_invariants"] = await bench.settle(["capacity"])
+        report["capacity_invariants"] = await bench.settle(["warm-up", "capacity"])
         report["server"] = await server_settings(bench.db)
+        # A worker that died would leave its share to the other: say so beside the figures.
+        report["workers_exited_early"] = sum(w.exit_code is not None for w in bench.workers)
     report["load_after"] = load_average()
     report["violations"] = (
         sum(p["invariants"]["lost"] + p["invariants"]["ran_twice"] for p in report["phases"])

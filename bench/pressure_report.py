@@ -121,5 +121,10 @@ def format_report(report: dict[str, Any]) -> str:
     for name, found in report["aims"].items():
         verdict = "holds" if found["holds"] else "does not hold"
         lines.append(f"  {name}: {number(found['value'], 3)} (aim {found['aim']}): {verdict}")
-    lines += ["", f"violations (lost + ran twice, every phase): {report['violations']}"]
+    lines += [
+        "",
+        f"worker processes that exited before the end: {report['workers_exited_early']}; "
+        f"producer batches refused (retried): {report['producer_failed_batches']}",
+        f"violations (lost + ran twice, every phase): {report['violations']}",
+    ]
     return "\n".join(lines)
