@@ -49,6 +49,7 @@ PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connec
 OVERLOAD = 1.5  # the overload phase offers this many times the capacity
 LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
 DATABASE = "pressure"
+DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
 POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
 CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
@@ -347,7 +348,9 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-seconds", type=float, default=300.0)
     parser.add_argument("--long", action="store_true", help="an hour of the clean phase")
-    parser.add_argument("--json", default="pressure.json", help="(default: ./pressure.json)")
+    parser.add_argument(
+        "--json", default=str(DEFAULT_JSON), help="(default: bench/results/pressure.json)"
+    )
     parser.add_argument("--fraction", type=float, default=0.5, help="of the capacity offered")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--capacity-runs", type=int, default=20_000)
@@ -385,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     print(format_report(report))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"JSON written to {json_path}", file=sys.stderr)
     return 1 if report["violations"] else 0
