@@ -1,0 +1,402 @@
+"""duly under database pressure: a steady offered load through phases that strain PostgreSQL.
+
+    python bench/pressure.py [--phase-seconds 300] [--json PATH] [--long] [--fraction 0.5]
+                             [--workers 2] [--idle-connections 300] [--only clean,overload]
+
+It starts its own embedded PostgreSQL (fsync on), measures the no-op capacity of
+the worker processes on a backlog, then offers runs at a fraction of it from a
+producer process through the phases of PHASES, each followed by a recovery
+window at the same fraction. Per phase it reports completions, pickup latency,
+dead tuples and size of every table and index, WAL per step and the recovery
+time, and counts lost and twice-run runs from the database; bench/README.md
+says how each figure is taken. Exit status 1 if any run was lost or ran twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
+
+import psycopg  # noqa: E402
+from sqlalchemy import Table, func, insert, literal, select  # noqa: E402
+from sqlalchemy.dialects.postgresql import JSONB  # noqa: E402
+from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
+
+from bench import pressure_faults as faults  # noqa: E402
+from bench import pressure_figures as figures  # noqa: E402
+from bench.harness import EMPTY_ARGS  # noqa: E402
+from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base, Probe  # noqa: E402
+from bench.pressure_processes import Producer, Subprocess  # noqa: E402
+from bench.pressure_report import aims, format_report  # noqa: E402
+from engine.base.notify import CHANNEL  # noqa: E402
+from engine.worker.options import LEASE  # noqa: E402
+from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
+
+PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connections")
+OVERLOAD = 1.5  # the overload phase offers this many times the capacity
+LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
+DATABASE = "pressure"
+DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
+POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
+CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
+CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
+DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
+SPARE_CONNECTIONS = 200  # max_connections beyond the idle ones: workers, producer, bench
+SETTLE_MARGIN = 15.0  # seconds beyond two leases for a phase's last runs to finish
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how hard: the command line's options."""
+
+    phase_seconds: float = 300.0
+    clean_seconds: float | None = None  # the clean phase's own length (--long); else phase_seconds
+    fraction: float = 0.5  # of the capacity, offered in every phase but the overload
+    workers: int = 2
+    capacity_runs: int = 20_000
+    idle_connections: int = 300
+    recovery_seconds: float = 60.0  # at most, after each phase
+    lease_seconds: float | None = None  # the workers' lease; None: the engine's default (30 s)
+    phases: tuple[str, ...] = PHASES
+
+    @property
+    def settle_seconds(self) -> float:
+        """How long a phase's last runs may take after its recovery before they count as lost."""
+        lease = self.lease_seconds or LEASE.total_seconds()
+        return 2 * lease + SETTLE_MARGIN
+
+
+class Bench:
+    """The database, the workers and the producer of one pressure run, and its figures."""
+
+    def __init__(self, server: EmbeddedPostgres, settings: Settings) -> None:
+        self.server, self.settings = server, settings
+        self.url, self.conninfo = server.url_for(DATABASE), server.conninfo_for(DATABASE)
+        self.conn: figures.Connection | None = None
+        self.capacity = 0.0
+        self.clean_p99_ms: float | None = None
+        self.workers: list[Subprocess] = []
+
+    @property
+    def db(self) -> figures.Connection:
+        assert self.conn is not None, "outside Bench.running()"
+        return self.conn
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Producer]:
+        """A fresh database with the tables, the workers and the producer, stopped at the end."""
+        await create_database(self.server, self.url)
+        self.workers = [
+            Subprocess("bench.pressure_worker", self.url, *lease_option(self.settings))
+            for _ in range(self.settings.workers)
+        ]
+        producer = Producer(self.url)
+        async with contextlib.AsyncExitStack() as stack:
+            self.conn = await stack.enter_async_context(await faults.connect(self.conninfo))
+            for process in self.workers:
+                stack.push_async_callback(process.stop)
+            stack.push_async_callback(producer.finish)
+            await asyncio.gather(*(process.start() for process in self.workers))
+            self.capacity = await self.measure_capacity()
+            await producer.start()
+            yield producer
+
+    async def measure_capacity(self) -> float:
+        """No-op steps/s of the workers on a backlog of capacity_runs runs inserted at once,
+        after a tenth as many untimed (the workers' first connections and statement caches)."""
+        runs = self.settings.capacity_runs
+        await self.drain_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
+        capacity = runs / await self.drain_backlog("capacity", runs)
+        # The backlog's dead rows are the capacity's: vacuumed now, not during the clean phase.
+        for table in (TABLE, ATTEMPTS_TABLE):
+            await self.db.execute(f"VACUUM (ANALYZE) {table}")
+        return capacity
+
+    async def drain_backlog(self, phase: str, runs: int) -> float:
+        """Insert `runs` runs due now in one announced statement; seconds until all ran."""
+        table = Probe.__table__
+        assert isinstance(table, Table)
+        rows = select(
+            literal(phase),
+            func.extract("epoch", func.now()),
+            literal("run"),
+            literal(EMPTY_ARGS, JSONB),
+            func.now(),
+        ).select_from(func.generate_series(1, runs))
+        engine = create_async_engine(self.url)
+        try:
+            async with engine.begin() as conn:
+                columns = ["phase", "offered_at", "next_step", "next_args", "wake_at"]
+                await conn.execute(insert(table).from_select(columns, rows))
+                await conn.execute(select(func.pg_notify(CHANNEL, table.name)))
+        finally:
+            await engine.dispose()
+        began = time.time()
+        deadline = time.monotonic() + max(120.0, runs / 20)
+        left = await self.wait_for_backlog(0, deadline, CAPACITY_POLL)
+        if left:
+            raise RuntimeError(f"{left} of {runs} {phase} runs did not finish in time.")
+        return time.time() - began
+
+    async def wait_for_backlog(
+        self, at_most: int, deadline: float, every: float = POLL_EVERY
+    ) -> int:
+        """Poll until at most `at_most` runs are unfinished or `deadline`; the last count."""
+        while True:
+            backlog = await figures.count(self.db, figures.BACKLOG)
+            if backlog <= at_most or time.monotonic() > deadline:
+                return backlog
+            await asyncio.sleep(every)
+
+    def pressure(self, phase: str) -> AbstractAsyncContextManager[dict[str, Any]]:
+        """What `phase` puts on the database while it lasts."""
+        pressures: dict[str, Callable[[], AbstractAsyncContextManager[dict[str, Any]]]] = {
+            "held_xmin": lambda: faults.held_xmin(self.conninfo),
+            "readers": lambda: faults.repeatable_readers(self.conninfo, [TABLE, ATTEMPTS_TABLE]),
+            "terminate": lambda: faults.terminator(self.conninfo),
+            "idle_connections": lambda: faults.idle_connections(
+                self.conninfo, self.settings.idle_connections
+            ),
+        }
+        return pressures.get(phase, nothing)()
+
+    async def run_phase(self, producer: Producer, phase: str) -> dict[str, Any]:
+        """One phase and its recovery window; its figures."""
+        steady = self.settings.fraction * self.capacity
+        rate = OVERLOAD * self.capacity if phase == "overload" else steady
+        seconds = self.settings.phase_seconds
+        if phase == "clean" and self.settings.clean_seconds is not None:
+            seconds = self.settings.clean_seconds
+        drained_below = max(1, int(steady * DRAINED_WITHIN))
+        # Each phase starts on a drained table, so it does not inherit the last one's backlog.
+        backlog_at_start = await self.wait_for_backlog(
+            drained_below, time.monotonic() + self.settings.settle_seconds
+        )
+        opened = time.monotonic()
+        async with self.pressure(phase) as pressure:
+            pressure["set_up_s"] = time.monotonic() - opened
+            wal_before = await figures.wal_counters(self.db)
+            done_before = await figures.count(self.db, figures.DONE)
+            began = await producer.offer(rate, phase)
+            await asyncio.sleep(seconds)  # the phase is a length of time under load
+            ended = await producer.offer(steady, f"{phase}/after")
+            done_after = await figures.count(self.db, figures.DONE)
+            wal_after = await figures.wal_counters(self.db)
+            tables = await figures.relations(self.db)
+            backlog_at_end = await figures.count(self.db, figures.BACKLOG)
+        completed = done_after - done_before
+        wal = await figures.wal_between(self.db, wal_before, wal_after)
+        if phase == "clean":
+            await self.settle([phase])
+            self.clean_p99_ms = (await figures.pickup(self.db, phase))["pickup_p99_ms"]
+        recovery = await self.recover(phase, ended, backlog_at_end, done_after, drained_below)
+        invariants_after_phase = await self.settle([phase])
+        return {
+            "phase": phase,
+            "seconds": ended - began,
+            "offered_rate": rate,
+            # Read once the phase's runs have all run: a run still waiting would be left out.
+            **await figures.pickup(self.db, phase),
+            "completed": completed,
+            "completed_per_s": completed / (ended - began),
+            "wal": wal,
+            "wal_bytes_per_step": wal["bytes"] / completed if completed else None,
+            "wal_syncs_per_step": per_step(wal["syncs"], completed),
+            "wal_writes_per_step": per_step(wal["writes"], completed),
+            "backlog_at_start": backlog_at_start,
+            "backlog_at_end": backlog_at_end,
+            "pressure": pressure,
+            "slices": await figures.slices(self.db, phase, began, ended),
+            "tables": tables,
+            "recovery": recovery,
+            "invariants_after_phase": invariants_after_phase,
+        }
+
+    async def recover(
+        self, phase: str, ended: float, backlog: int, done_at_end: int, drained_below: int
+    ) -> dict[str, Any]:
+        """Until the phase's after-runs are picked up as in the clean phase and the backlog is
+        drained (or recovery_seconds): how long each took, and the drain's rates."""
+        found: dict[str, Any] = {"recovered_after_s": None, "drained_after_s": None}
+        if self.clean_p99_ms is None or phase == "clean":
+            return found
+        if backlog <= drained_below:
+            found["drained_after_s"] = 0.0  # nothing to drain: no rate to give
+        deadline = time.monotonic() + self.settings.recovery_seconds
+        while time.monotonic() < deadline:
+            now = time.time()
+            if found["drained_after_s"] is None:
+                left = await figures.count(self.db, figures.BACKLOG)
+                if left <= drained_below:
+                    drained = now - ended
+                    done = await figures.count(self.db, figures.DONE) - done_at_end
+                    found["drained_after_s"] = drained
+                    found["drain_completed_per_s"] = done / drained
+                    found["drain_net_per_s"] = (backlog - left) / drained
+            if found["recovered_after_s"] is None:
+                series = await figures.p99_by_second(self.db, f"{phase}/after", ended)
+                found["after_p99_ms_by_second"] = series
+                found["recovered_after_s"] = figures.recovered_after(series, self.clean_p99_ms)
+            if None not in (found["recovered_after_s"], found["drained_after_s"]):
+                break
+            await asyncio.sleep(POLL_EVERY)
+        found["window_s"] = time.time() - ended
+        return found
+
+    async def settle(self, phases: list[str]) -> dict[str, int]:
+        """Wait (settle_seconds at most) for the runs of `phases` to finish; their invariants."""
+        deadline = time.monotonic() + self.settings.settle_seconds
+        while await figures.count(self.db, figures.UNFINISHED, phases):
+            if time.monotonic() > deadline:
+                break  # what is left counts as lost
+            await asyncio.sleep(POLL_EVERY)
+        return await figures.invariants(self.db, phases)
+
+
+@contextlib.asynccontextmanager
+async def nothing() -> AsyncIterator[dict[str, Any]]:
+    """The clean and overload phases put nothing on the database but the load."""
+    yield {}
+
+
+def per_step(value: int | None, steps: int) -> float | None:
+    return None if value is None or not steps else value / steps
+
+
+def lease_option(settings: Settings) -> list[str]:
+    return [] if settings.lease_seconds is None else ["--lease", str(settings.lease_seconds)]
+
+
+async def create_database(server: EmbeddedPostgres, url: str) -> None:
+    """The bench's database, fresh, with the probes' and the attempt log's tables."""
+    async with await faults.connect(server.conninfo_for("postgres")) as conn:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+    finally:
+        await engine.dispose()
+
+
+def raise_max_connections(server: EmbeddedPostgres, idle: int) -> int:
+    """Room for the idle connections beside everything else; restarts the server if needed."""
+    wanted = idle + SPARE_CONNECTIONS
+    with psycopg.connect(server.conninfo_for("postgres"), autocommit=True) as conn:
+        row = conn.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_connections'")
+        current = int(row.fetchone()[0])  # type: ignore[index]
+        if current >= wanted:
+            return current
+        conn.execute(f"ALTER SYSTEM SET max_connections = {wanted}")
+    server.restart()
+    return wanted
+
+
+async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, Any]:
+    """Every phase of `settings` on `server`; the report (phases, machine, invariants)."""
+    max_connections = raise_max_connections(server, settings.idle_connections)
+    bench = Bench(server, settings)
+    report: dict[str, Any] = {"settings": asdict(settings), "max_connections": max_connections}
+    report["load_before"] = load_average()
+    async with bench.running() as producer:
+        report["capacity_steps_per_s"] = bench.capacity
+        report["phases"] = [await bench.run_phase(producer, phase) for phase in settings.phases]
+        await producer.finish()
+        report["producer_failed_batches"] = producer.failed_batches
+        for phase in report["phases"]:
+            tags = [phase["phase"], f"{phase['phase']}/after"]
+            phase["invariants"] = await bench.settle(tags)
+        report["capacity_invariants"] = await bench.settle(["warm-up", "capacity"])
+        report["server"] = await server_settings(bench.db)
+        # A worker that died would leave its share to the other: say so beside the figures.
+        report["workers_exited_early"] = sum(w.exit_code is not None for w in bench.workers)
+    report["load_after"] = load_average()
+    report["violations"] = (
+        sum(p["invariants"]["lost"] + p["invariants"]["ran_twice"] for p in report["phases"])
+        + report["capacity_invariants"]["lost"]
+        + report["capacity_invariants"]["ran_twice"]
+    )
+    report["aims"] = aims(report)  # figures, not invariants: they do not set the exit status
+    return report
+
+
+async def server_settings(conn: figures.Connection) -> dict[str, str]:
+    cursor = await conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+        (["server_version", "fsync", "synchronous_commit", "max_connections", "autovacuum"],),
+    )
+    return dict(await cursor.fetchall())
+
+
+def load_average() -> list[float]:
+    with contextlib.suppress(OSError):
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    return []
+
+
+def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase-seconds", type=float, default=300.0)
+    parser.add_argument("--long", action="store_true", help="an hour of the clean phase")
+    parser.add_argument(
+        "--json", default=str(DEFAULT_JSON), help="(default: bench/results/pressure.json)"
+    )
+    parser.add_argument("--fraction", type=float, default=0.5, help="of the capacity offered")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--capacity-runs", type=int, default=20_000)
+    parser.add_argument("--idle-connections", type=int, default=300)
+    parser.add_argument("--recovery-seconds", type=float, default=60.0, help="at most")
+    parser.add_argument("--lease", type=float, default=None, help="seconds (engine default)")
+    parser.add_argument("--only", help=f"some of {','.join(PHASES)} (clean always first)")
+    args = parser.parse_args(argv)
+    phases: tuple[str, ...] = PHASES
+    if args.only:
+        chosen = set(args.only.split(","))
+        unknown = chosen - set(PHASES)
+        if unknown:
+            parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
+        phases = tuple(p for p in PHASES if p in chosen or p == "clean")
+    settings = Settings(
+        phase_seconds=args.phase_seconds,
+        clean_seconds=LONG_CLEAN_SECONDS if args.long else None,
+        fraction=args.fraction,
+        workers=args.workers,
+        capacity_runs=args.capacity_runs,
+        idle_connections=args.idle_connections,
+        recovery_seconds=args.recovery_seconds,
+        lease_seconds=args.lease,
+        phases=phases,
+    )
+    return settings, Path(args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, json_path = parse_settings(argv)
+    server = start_embedded()
+    try:
+        report = asyncio.run(pressure(server, settings))
+    finally:
+        server.stop()
+    print(format_report(report))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"JSON written to {json_path}", file=sys.stderr)
+    return 1 if report["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The pressure bench's producer process: starts Probe runs at a steady rate, in small batches.
+
+    python -m bench.pressure_producer URL
+
+It reads commands from stdin, one a line: `offer RATE PHASE` (runs a second,
+and the phase the runs are tagged with; it answers `offering PHASE <time>`)
+and `stop`. The runs go in with `start_many`, a batch whenever at least one is
+owed by the rate (so about RATE x TICK rows a batch), each row stamped with
+`time.time()` just before its batch is sent. It prints `ready` first, and
+`failed <n>` (batches the database refused, retried) as it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from bench.pressure_app import Probe
+from engine import connect_workflows, start_many
+
+TICK = 0.02  # seconds between two looks at what is owed
+MAX_BATCH = 200  # rows per start_many() when the producer has fallen behind
+RETRY_DELAY = 0.2  # seconds before a refused batch is sent again
+PRODUCER_APPLICATION = "duly-pressure-producer"
+
+
+@dataclass
+class Offer:
+    """What is being offered now, and how much of it since it began."""
+
+    rate: float = 0.0
+    phase: str = "idle"
+    since: float = 0.0  # time.monotonic() when this offer began
+    offered: int = 0
+
+
+async def read_commands(offer: Offer, stop: asyncio.Event) -> None:
+    """Follow stdin's commands until `stop` or its end."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := (await reader.readline()).decode().split():
+        if line[0] == "offer":
+            offer.rate, offer.phase = float(line[1]), line[2]
+            offer.since, offer.offered = time.monotonic(), 0
+            print(f"offering {offer.phase} {time.time()}", flush=True)
+        elif line[0] == "stop":
+            break
+    stop.set()
+
+
+async def produce(url: str) -> int:
+    """Offer runs as told until stopped; the number of batches the database refused."""
+    engine = create_async_engine(
+        url,
+        pool_size=2,
+        pool_pre_ping=True,
+        connect_args={"application_name": PRODUCER_APPLICATION},
+    )
+    offer, stop, failed = Offer(), asyncio.Event(), 0
+    commands = asyncio.create_task(read_commands(offer, stop))
+    try:
+        async with connect_workflows(async_sessionmaker(engine), workflows=[Probe]):
+            print("ready", flush=True)
+            while not stop.is_set():
+                owed = int(offer.rate * (time.monotonic() - offer.since)) - offer.offered
+                if owed <= 0:
+                    await asyncio.sleep(TICK)
+                    continue
+                batch = min(owed, MAX_BATCH)
+                offered_at = time.time()
+                rows = [Probe(phase=offer.phase, offered_at=offered_at) for _ in range(batch)]
+                try:
+                    await start_many(rows, Probe.run)
+                except DBAPIError:
+                    failed += 1  # not in the table, so not offered: counted, then sent again
+                    await asyncio.sleep(RETRY_DELAY)
+                    continue
+                offer.offered += batch
+    finally:
+        commands.cancel()
+        await engine.dispose()
+    return failed
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.ERROR)
+    failed = asyncio.run(produce(sys.argv[1]))
+    print(f"failed {failed}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
