@@ -299,8 +299,8 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "EngineTables",
         "declare_engine_tables",
     ),
-    "engine.worker.loop": (
-        "Worker",
+    "engine.worker.loop": ("Worker",),
+    "engine.worker.running": (
         "run_workflows",
         "wake",
     ),
@@ -420,7 +420,8 @@ if TYPE_CHECKING:
     from engine.runs.start import start_many
     from engine.runs.workflow import Workflow
     from engine.tables import EngineTables, declare_engine_tables
-    from engine.worker.loop import Worker, run_workflows, wake
+    from engine.worker.loop import Worker
+    from engine.worker.running import run_workflows, wake
 
 
 def __dir__() -> list[str]:

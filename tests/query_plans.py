@@ -79,10 +79,15 @@ def the_one(seen: Sent, marker: str) -> tuple[str, Any]:
     return found[0]
 
 
-async def plan_of(engine: AsyncEngine, sent: tuple[str, Any], analyze: bool = False) -> Plan:
-    """The plan of a statement as sent; run (ANALYZE) only when asked, and rolled back."""
+async def plan_of(
+    engine: AsyncEngine, sent: tuple[str, Any], analyze: bool = False, buffers: bool = False
+) -> Plan:
+    """The plan of a statement as sent; run (ANALYZE, with BUFFERS if asked) only when asked,
+    and rolled back."""
     statement, parameters = sent
-    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    options = "FORMAT JSON"
+    if analyze:
+        options = f"ANALYZE, {'BUFFERS, ' if buffers else ''}{options}"
     async with engine.connect() as conn:
         result = await conn.exec_driver_sql(f"EXPLAIN ({options}) {statement}", parameters)
         plan: Plan = result.scalar_one()[0]["Plan"]

@@ -25,6 +25,7 @@ from sqlalchemy.sql.dml import Update
 
 from engine.base.clock import db_now
 from engine.base.driver import fetch
+from engine.claims.floors import floor_bound
 from engine.model.due import due, no_flush_wait
 from engine.model.registry import WorkflowInfo
 
@@ -73,21 +74,33 @@ async def claim_due(
     limit: int,
     lease: timedelta,
     steps: tuple[str, ...] | None = None,
+    floor: datetime | None = None,
 ) -> Sequence[Row[Any]]:
-    """Lease up to `limit` due rows of one workflow table (of `steps`, if given)."""
-    statement = claim_statement(info, steps)
-    return await fetch(conn, statement, {"limit": limit, "lease": lease})
+    """Lease up to `limit` due rows of one workflow table (of `steps`, if given).
+
+    With a `floor` (`engine.claims.floors`) the claim reads the due index from there.
+    """
+    statement = claim_statement(info, steps, floor is not None)
+    params: dict[str, Any] = {"limit": limit, "lease": lease}
+    if floor is not None:
+        params["floor"] = floor
+    return await fetch(conn, statement, params)
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def claim_statement(info: WorkflowInfo, steps: tuple[str, ...] | None) -> Executable:
+def claim_statement(
+    info: WorkflowInfo, steps: tuple[str, ...] | None, floored: bool = False
+) -> Executable:
     """The claim for one table, built once: building costs more than running it."""
     table = info.table
     pk = list(info.mapper.primary_key)
+    # Due: something is scheduled and its time (or its last lease's end) has come,
+    condition = due(table, steps)
+    if floored:
+        condition = condition & (table.c.wake_at >= floor_bound())
     rows = (
         select(*pk, table.c.wake_at)
-        # Due: something is scheduled and its time (or its last lease's end) has come,
-        .where(due(table, steps), no_flush_wait())
+        .where(condition, no_flush_wait())
         # oldest first, served by the partial index on (wake_at) WHERE next_step IS NOT NULL,
         .order_by(table.c.wake_at)
         .limit(bindparam("limit", type_=Integer))

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
+from engine.claims.floors import floor_bound
 from engine.claims.limit_groups import ready_at
 from engine.model.due import scheduled
 from engine.model.registry import WorkflowInfo
@@ -41,16 +42,22 @@ async def next_due(
     infos: Sequence[WorkflowInfo],
     steps: Sequence[tuple[str, ...] | None] | None = None,
     bucket: Table | None = None,
+    floors: Sequence[datetime | None] | None = None,
 ) -> NextDue | None:
     """When the earliest work of `infos` (of `steps`, per table) comes due, or None.
 
     Asked after a claim, work due now that was not taken came due since, or
-    another transaction held it.
+    another transaction held it. A table's floor (`engine.claims.floors`), if
+    given, is where its due index is read from.
     """
     if not infos:
         return None
     served = tuple(steps) if steps is not None else tuple(None for _ in infos)
-    row = (await conn.execute(next_due_statement(tuple(infos), served, bucket))).one()
+    bounds = tuple(floors) if floors is not None else tuple(None for _ in infos)
+    floored = tuple(bound is not None for bound in bounds)
+    params = {f"floor_{i}": bound for i, bound in enumerate(bounds) if bound is not None}
+    statement = next_due_statement(tuple(infos), served, bucket, floored)
+    row = (await conn.execute(statement, params)).one()
     return None if row.at is None else NextDue(row.at, float(row.seconds), bool(row.held))
 
 
@@ -59,10 +66,15 @@ def next_due_statement(
     infos: tuple[WorkflowInfo, ...],
     steps: tuple[tuple[str, ...] | None, ...],
     bucket: Table | None,
+    floored: tuple[bool, ...] | None = None,
 ) -> Executable:
     """The earliest instant any of the tables has work, its distance, and whether held back."""
+    bounded = floored if floored is not None else tuple(False for _ in infos)
     earliest = union_all(
-        *(_earliest(info, served, bucket) for info, served in zip(infos, steps, strict=True))
+        *(
+            _earliest(info, served, bucket, f"floor_{i}" if floor else None)
+            for i, (info, served, floor) in enumerate(zip(infos, steps, bounded, strict=True))
+        )
     ).subquery()
     at = func.min(earliest.c.at)
     return select(
@@ -72,11 +84,18 @@ def next_due_statement(
     )
 
 
-def _earliest(info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None) -> Any:
-    """One table's earliest instant with work, and whether a limit holds due work back."""
+def _earliest(
+    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None, floor: str | None
+) -> Any:
+    """One table's earliest instant with work, and whether a limit holds due work back.
+
+    `floor` names the bind a table without a limit reads its due index from.
+    """
     table = info.table
     mine = scheduled(table.c.next_step, steps)
     if info.limit is None:
+        if floor is not None:
+            mine = mine & (table.c.wake_at >= floor_bound(floor))
         return select(func.min(table.c.wake_at).label("at"), false().label("held")).where(mine)
     now = db_now()
     future = select(func.min(table.c.wake_at)).where(mine, table.c.wake_at > now)

@@ -37,6 +37,11 @@ class IdleContract:
         self._callers = 0
         self.reports = 0  # how many times on_idle was called
 
+    @property
+    def waiting(self) -> bool:
+        """A wake() caller waits for a caught-up pass."""
+        return self._callers > 0
+
     async def after_pass(
         self, number: int, claimed: int, upcoming: datetime | None, running: bool
     ) -> None:

@@ -18,44 +18,35 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
 )
 
-from engine.base.errors import ConfigurationError, NotRunningError
 from engine.base.notify import EVERYONE
 from engine.claims.claim import Claim, claim_due, served_steps
+from engine.claims.floors import DueFloors
 from engine.claims.group_memory import GroupMemory
 from engine.claims.limited import claim_limited, needs_bucket
 from engine.claims.next_due import NextDue, next_due
 from engine.claims.stranded import StrandedWatch, stranded_after
-from engine.model.connection import WorkflowConnection, activate, open_connection
+from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
 from engine.model.rows import build_row, claimed_key
-from engine.model.steps import DEFAULT_LANE
 from engine.model.telemetry import rows_claimed
 from engine.worker import heap
 from engine.worker.committer import Committer
 from engine.worker.execution import StepContext, execute
+from engine.worker.floor_keeper import FloorKeeper
 from engine.worker.held import HeldConnection
-from engine.worker.idle import IdleContract, OnIdle
+from engine.worker.idle import IdleContract
 from engine.worker.leases import LeaseKeeper, hand_back_unrun
 from engine.worker.listener import Listener
 from engine.worker.options import (
-    IDLE_INTERVAL,
-    LEASE,
-    MAX_CONCURRENCY,
-    POLL_INTERVAL,
-    SHUTDOWN_TIMEOUT,
-    SUSPENDING_IDLE_INTERVAL,
     PassResult,
     WorkerOptions,
 )
@@ -109,6 +100,12 @@ class Worker:
         self._busy: set[asyncio.Task[None]] = set()  # steps whose body holds a slot
         self._due_again = False  # the last pass saw work due that it did not take
         self._wakeup = asyncio.Event()
+        # Where each table's claims read the due index from, and the probe beneath.
+        self._floors = DueFloors()
+        self._floor_keeper = FloorKeeper(
+            self._autocommit, self._floors, self._floored_tables, self._wakeup.set
+        )
+        self._exact = False  # run_until_idle: a pass that finds nothing must be sure
         self._stopping = False
         self._rotation = 0
         self._background: list[asyncio.Task[None]] = []
@@ -135,6 +132,7 @@ class Worker:
             )
             self._background.append(asyncio.create_task(self.listener.run()))
         self._background.append(asyncio.create_task(self._leases.keep()))
+        self._background.append(asyncio.create_task(self._floor_keeper.keep()))
         self._committer.start()
         self._loop_task = asyncio.create_task(self._serve())
 
@@ -173,6 +171,7 @@ class Worker:
         # Leases are kept here too: `duly drain` runs this way, and its routes may run long.
         keeper = asyncio.create_task(self._leases.keep())
         claimed_before = self.steps_started
+        self._exact = True
         try:
             while True:
                 free = self._free_slots()
@@ -186,6 +185,7 @@ class Worker:
                 # A step claimed by this pass may have finished (and made its next step
                 # due) while the pass went on to ask what is due next: look again.
         finally:
+            self._exact = False
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
             await self._committer.stop()
@@ -198,6 +198,8 @@ class Worker:
 
     def kick(self, payload: str) -> None:
         """Wake the pass loop if `payload` names one of this worker's tables (or everyone)."""
+        if payload == EVERYONE:
+            self._floors.forget()  # the test clock moved: what was below may be due
         if payload == EVERYONE or payload in self.tables:
             self._wakeup.set()
 
@@ -232,22 +234,13 @@ class Worker:
         """Claim up to `free` due rows, start their steps, and ask what is due next if idle."""
         self.passes += 1
         infos = self._rotated()
-        claimed: list[tuple[WorkflowInfo, Any]] = []
         upcoming: NextDue | None = None
         async with self._pass_connection.connect() as conn:
-            # Each table gets its share of the pass first, so a backlog in one cannot hold
-            # the whole worker; what a table leaves of its share goes round in turn.
-            share = max(1, free // len(infos)) if infos else 0
-            filled: list[WorkflowInfo] = []
-            for info in infos:
-                want = min(share, free - len(claimed))
-                rows = await self._claim(conn, info, want)
-                claimed.extend((info, row) for row in rows)
-                if want > 0 and len(rows) == want:
-                    filled.append(info)
-            for info in filled:
-                rows = await self._claim(conn, info, free - len(claimed))
-                claimed.extend((info, row) for row in rows)
+            claimed = await self._claim_shares(conn, infos, free)
+            if not claimed and not self._claims and self._floors and self._answer_awaited():
+                # Caught up, and told so: sure only when read from the due index's start.
+                self._floors.forget()
+                claimed = await self._claim_shares(conn, infos, free)
             # Start the steps first: asking when more is due can wait, they cannot.
             unrun: list[tuple[WorkflowInfo, Any]] = []
             for info, values in claimed:
@@ -270,7 +263,11 @@ class Worker:
             running = bool(self._claims)
             if started < free:
                 upcoming = await next_due(
-                    conn, infos, [self._served[i.name] for i in infos], self._buckets
+                    conn,
+                    infos,
+                    [self._served[i.name] for i in infos],
+                    self._buckets,
+                    [self._floors.floor(i.name) for i in infos],
                 )
             if self._stranded.watching:
                 await self._watch_stranded(conn, claimed, upcoming)
@@ -282,6 +279,35 @@ class Worker:
                 running=running or bool(self._claims),
             )
         return PassResult(started, free, upcoming)
+
+    async def _claim_shares(
+        self, conn: AsyncConnection, infos: list[WorkflowInfo], free: int
+    ) -> list[tuple[WorkflowInfo, Any]]:
+        """Each table's share of `free` first, so a backlog in one cannot hold the whole
+        worker; what a table leaves of its share goes round in turn."""
+        claimed: list[tuple[WorkflowInfo, Any]] = []
+        share = max(1, free // len(infos)) if infos else 0
+        filled: list[WorkflowInfo] = []
+        for info in infos:
+            want = min(share, free - len(claimed))
+            rows = await self._claim(conn, info, want)
+            claimed.extend((info, row) for row in rows)
+            if want > 0 and len(rows) == want:
+                filled.append(info)
+        for info in filled:
+            rows = await self._claim(conn, info, free - len(claimed))
+            claimed.extend((info, row) for row in rows)
+        return claimed
+
+    def _answer_awaited(self) -> bool:
+        """Someone acts on this worker being caught up: run_until_idle, on_idle, wake()."""
+        return self._exact or self.options.on_idle is not None or self.idle.waiting
+
+    def _floored_tables(self) -> list[tuple[WorkflowInfo, tuple[str, ...] | None]]:
+        """The tables whose claims read from a floor (those without a limit), and their steps."""
+        return [
+            (info, self._served[name]) for name, info in self.tables.items() if info.limit is None
+        ]
 
     async def _hand_back_unrun(
         self, conn: AsyncConnection, unrun: list[tuple[WorkflowInfo, Any]]
@@ -332,7 +358,11 @@ class Worker:
             return []
         steps = self._served[info.name]
         if info.limit is None:
-            rows = await claim_due(conn, info, want, self.options.lease, steps)
+            floor = self._floors.floor(info.name)
+            rows = await claim_due(conn, info, want, self.options.lease, steps, floor)
+            self._floors.after_claim(info.name, rows)
+            if rows:
+                self._floor_keeper.claimed()
         else:
             async with self._engine.connect() as claiming:
                 memory = self._group_memories[info.name]
@@ -430,70 +460,3 @@ def claim_of(info: WorkflowInfo, values: Any) -> Claim:
         scheduled_at=values.duly_scheduled_at,
         claimed_at=values.duly_claimed_at,
     )
-
-
-@contextlib.asynccontextmanager
-async def run_workflows(
-    Session: async_sessionmaker[AsyncSession],
-    *,
-    max_concurrency: int = MAX_CONCURRENCY,
-    lease: timedelta = LEASE,
-    poll_interval: timedelta = POLL_INTERVAL,
-    max_idle_interval: timedelta | None = None,
-    shutdown_timeout: timedelta = SHUTDOWN_TIMEOUT,
-    on_idle: OnIdle | None = None,
-    suspends_when_idle: bool = False,
-    listen_engine: AsyncEngine | None = None,
-    lanes: Iterable[str] = (DEFAULT_LANE,),
-    workflows: Iterable[type[Any]] | None = None,
-) -> AsyncIterator[Worker]:
-    """Run a worker for the workflows in Session's database while the block runs.
-
-    `max_idle_interval` defaults to 30 seconds, or an hour with
-    `suspends_when_idle` (which also means: no LISTEN connection).
-    """
-    if suspends_when_idle and listen_engine is not None:
-        raise ConfigurationError(
-            "Pass suspends_when_idle or listen_engine, not both: a worker on a database that "
-            "suspends itself must not hold a LISTEN connection, which listen_engine asks for."
-        )
-    if max_idle_interval is None:
-        max_idle_interval = SUSPENDING_IDLE_INTERVAL if suspends_when_idle else IDLE_INTERVAL
-    options = WorkerOptions(
-        max_concurrency=max_concurrency,
-        lease=lease,
-        poll_interval=poll_interval,
-        max_idle_interval=max_idle_interval,
-        shutdown_timeout=shutdown_timeout,
-        listen=not suspends_when_idle,
-        on_idle=on_idle,
-        listen_engine=listen_engine,
-        lanes=frozenset([lanes] if isinstance(lanes, str) else lanes),
-    )
-    connection = await open_connection(Session, workflows)
-    worker = Worker(connection, options)
-    async with activate(connection):
-        connection.kicks.append(worker.kick)
-        _running.append(worker)
-        await worker.start()
-        try:
-            yield worker
-        finally:
-            _running.remove(worker)
-            connection.kicks.remove(worker.kick)
-            await worker.stop()
-
-
-_running: list[Worker] = []
-
-
-async def wake(timeout: timedelta | float) -> bool:
-    """Ask this process's worker to look; True once it is caught up and has told on_idle.
-
-    False when `timeout` passes first, or at once when eight callers are
-    already waiting (the worker is asked to look all the same).
-    """
-    if not _running:
-        raise NotRunningError()
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    return await _running[-1].wake(seconds)

@@ -26,7 +26,8 @@ from engine.base.errors import DulyError, NotFoundError
 from engine.claims.next_due import next_due
 from engine.model.connection import activate
 from engine.model.registry import registered_workflows
-from engine.worker.loop import Worker, run_workflows
+from engine.worker.loop import Worker
+from engine.worker.running import run_workflows
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError
