@@ -37,7 +37,7 @@ from engine import (  # noqa: E402
 from engine.base.clock import clock  # noqa: E402
 from engine.claims import claim as claims  # noqa: E402
 from engine.claims import limited as limited_claims  # noqa: E402
-from engine.claims import next_due, stranded  # noqa: E402
+from engine.claims import floors, next_due, stranded  # noqa: E402
 from engine.claims.claim import Claim  # noqa: E402
 from engine.commits import bulk as bulk_commits  # noqa: E402
 from engine.commits import typed as commits  # noqa: E402
@@ -145,6 +145,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         [
             built("claim", claims.claim_statement, onboarding, None),
             built("claim, serving some lanes", claims.claim_statement, onboarding, ("check",)),
+            built("claim from a floor", claims.claim_statement, onboarding, None, True),
             built(
                 "limited claim, 1: choose and lock the groups",
                 limited_claims.choose_statement,
@@ -165,6 +166,19 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 (onboarding, lookup, upload),
                 (None, None, None),
                 bucket,
+            ),
+            built(
+                "next due, a table without a limit read from its floor",
+                next_due.next_due_statement,
+                (onboarding, lookup),
+                (None, None),
+                bucket,
+                (True, False),
+            ),
+            built(
+                "the probe below the floors, beside the pass loop",
+                floors.probe_statement,
+                ((onboarding, None), (expense, ("escalate", "send"))),
             ),
         ],
     )

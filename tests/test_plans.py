@@ -69,6 +69,26 @@ async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
     assert reached_by(plan, "timer") == {"ix_timer_due", "timer_pkey"}, drawn(plan)
 
 
+async def test_the_claim_from_a_floor_uses_the_partial_due_index(db: Database) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    db.sql("INSERT INTO timer (fired) SELECT 1 FROM generate_series(1, 5000)")
+    db.sql(
+        "INSERT INTO timer (fired, next_step, next_args, wake_at) "
+        "SELECT 0, 'fire', '{}'::json, now() FROM generate_series(1, 20)"
+    )
+    engine = analyzed(db, Session, "timer")
+    (floor,) = db.sql("SELECT now() - interval '1 second'")[0]
+    with sent(engine) as seen:
+        async with engine.connect() as conn:
+            assert len(await claim_due(conn, workflow_info(Timer), 8, LEASE, floor=floor)) == 8
+            await conn.rollback()
+    plan = await plan_of(engine, the_one(seen, "SKIP LOCKED"))
+    assert reached_by(plan, "timer") == {"ix_timer_due", "timer_pkey"}, drawn(plan)
+    # Both ends of the range bound the index scan: below the floor is never read.
+    (scan,) = [node for node in nodes(plan) if node.get("Index Name") == "ix_timer_due"]
+    assert ">=" in scan["Index Cond"] and "<=" in scan["Index Cond"], drawn(plan)
+
+
 async def filled_onboarding(db: Database) -> AsyncEngine:
     """Onboardings, a third of them scheduled to `welcome`, the rest to `check`."""
     Session = await db.create(examples.Base.metadata)
