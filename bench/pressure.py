@@ -309,7 +309,7 @@ class Bench:
             "backlog": backlog,
             "left": left,
             "seconds": took,
-            "completed_per_s": done / took if took else None,
+            "completed_per_s": done / took if backlog and took else None,
         }
 
     async def settle(self, phases: list[str]) -> None:
