@@ -31,7 +31,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
 
-import psycopg  # noqa: E402
 from sqlalchemy import Table, func, insert, literal, select  # noqa: E402
 from sqlalchemy.dialects.postgresql import JSONB  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
@@ -39,9 +38,16 @@ from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from bench import pressure_faults as faults  # noqa: E402
 from bench import pressure_figures as figures  # noqa: E402
 from bench.harness import EMPTY_ARGS  # noqa: E402
-from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base, Probe  # noqa: E402
+from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Probe  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402
+from bench.pressure_server import (  # noqa: E402
+    DATABASE,
+    create_database,
+    load_average,
+    prepare_server,
+    server_settings,
+)
 from engine.base.notify import CHANNEL  # noqa: E402
 from engine.worker.options import LEASE  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
@@ -49,16 +55,13 @@ from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connections")
 OVERLOAD = 1.5  # the overload phase offers this many times the capacity
 LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
-DATABASE = "pressure"
 DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
 POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
 CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
-SPARE_CONNECTIONS = 200  # max_connections beyond the idle ones: workers, producer, bench
 SETTLE_MARGIN = 15.0  # seconds beyond two leases for a passed-over run to count as lost
 DRAIN_SECONDS = 600.0  # at most, for a phase's backlog to drain before the next phase
-STATEMENTS = "pg_stat_statements"  # the extension the claim's cost is read from
 
 
 @dataclass(frozen=True)
@@ -341,48 +344,6 @@ def lease_option(settings: Settings) -> list[str]:
     return [] if settings.lease_seconds is None else ["--lease", str(settings.lease_seconds)]
 
 
-async def create_database(server: EmbeddedPostgres, url: str) -> None:
-    """The bench's database, fresh, with the probes' and the attempt log's tables."""
-    async with await faults.connect(server.conninfo_for("postgres")) as conn:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{DATABASE}"')
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-    finally:
-        await engine.dispose()
-    async with await faults.connect(server.conninfo_for(DATABASE)) as conn:
-        with contextlib.suppress(psycopg.Error):  # without it, the claim's cost is not read
-            await conn.execute(f"CREATE EXTENSION IF NOT EXISTS {STATEMENTS}")
-
-
-def setting(conn: psycopg.Connection[Any], name: str) -> str:
-    row = conn.execute("SELECT setting FROM pg_settings WHERE name = %s", (name,)).fetchone()
-    assert row is not None, name
-    return str(row[0])
-
-
-def prepare_server(server: EmbeddedPostgres, idle: int) -> int:
-    """Room for the idle connections beside everything else, and pg_stat_statements loaded
-    (the claim's cost); restarts the server if either needs it. max_connections then."""
-    wanted = idle + SPARE_CONNECTIONS
-    with psycopg.connect(server.conninfo_for("postgres"), autocommit=True) as conn:
-        current = int(setting(conn, "max_connections"))
-        preloaded = setting(conn, "shared_preload_libraries")
-        restart = False
-        if current < wanted:
-            conn.execute(f"ALTER SYSTEM SET max_connections = {wanted}")
-            current, restart = wanted, True
-        if STATEMENTS not in preloaded:
-            libraries = ", ".join(filter(None, [preloaded, STATEMENTS]))
-            conn.execute(f"ALTER SYSTEM SET shared_preload_libraries = '{libraries}'")
-            restart = True
-    if restart:
-        server.restart()
-    return current
-
-
 async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, Any]:
     """Every phase of `settings` on `server`; the report (phases, machine, invariants)."""
     max_connections = prepare_server(server, settings.idle_connections)
@@ -413,20 +374,6 @@ async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, An
     report["violations"] = report["lost"] + report["ran_twice"]
     report["aims"] = aims(report)  # figures, not invariants: they do not set the exit status
     return report
-
-
-async def server_settings(conn: figures.Connection) -> dict[str, str]:
-    cursor = await conn.execute(
-        "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-        (["server_version", "fsync", "synchronous_commit", "max_connections", "autovacuum"],),
-    )
-    return dict(await cursor.fetchall())
-
-
-def load_average() -> list[float]:
-    with contextlib.suppress(OSError):
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    return []
 
 
 def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
