@@ -275,19 +275,9 @@ class WorkerProcess:
 
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT; read the counts it printed."""
-        process = self.process
-        if process is None or process.returncode is not None:
+        if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            rest, _ = await asyncio.wait_for(process.communicate(), STOP_TIMEOUT)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            return
-        for line in rest.decode().splitlines():
+        for line in (await stop_process(self.process)).decode().splitlines():
             word, _, value = line.partition(" ")
             if word == "passes":
                 self.passes = int(value)
@@ -297,3 +287,22 @@ class WorkerProcess:
                 self.connections = int(value)
             elif word == "statements":
                 self.statements = int(value)
+
+
+async def stop_process(process: asyncio.subprocess.Process, timeout: float = STOP_TIMEOUT) -> bytes:
+    """SIGTERM, then SIGKILL after `timeout` seconds; what it printed on stdout meanwhile.
+
+    Nothing when it had already ended or had to be killed.
+    """
+    if process.returncode is not None:
+        return b""
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        rest, _ = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        return b""
+    return rest

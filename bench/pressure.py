@@ -3,13 +3,14 @@
     python bench/pressure.py [--phase-seconds 300] [--json PATH] [--long] [--fraction 0.5]
                              [--workers 2] [--idle-connections 300] [--only clean,overload]
 
-It starts its own embedded PostgreSQL (fsync on), measures the no-op capacity of
-the worker processes on a backlog, then offers runs at a fraction of it from a
-producer process through the phases of PHASES, each followed by a recovery
-window at the same fraction. Per phase it reports completions, pickup latency,
-dead tuples and size of every table and index, WAL per step and the recovery
-time, and counts lost and twice-run runs from the database; bench/README.md
-says how each figure is taken. Exit status 1 if any run was lost or ran twice.
+It starts its own embedded PostgreSQL (fsync on), measures the workers' no-op
+capacity on a backlog, then offers runs at a fraction of it from a producer
+process through the phases of PHASES; after each, offers back at the fraction,
+it waits for the phase's backlog to drain (reporting how long and how fast)
+before the next. Per phase: completions, pickup, the claim's cost, dead tuples
+and size of every table and index, WAL per step, drain and recovery; at the
+end, every run finished, still queued, lost or run twice, from the database.
+Exit status 1 if any run was lost or ran twice (bench/README.md: the rules).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
 
-import psycopg  # noqa: E402
 from sqlalchemy import Table, func, insert, literal, select  # noqa: E402
 from sqlalchemy.dialects.postgresql import JSONB  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
@@ -38,9 +38,16 @@ from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from bench import pressure_faults as faults  # noqa: E402
 from bench import pressure_figures as figures  # noqa: E402
 from bench.harness import EMPTY_ARGS  # noqa: E402
-from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base, Probe  # noqa: E402
+from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Probe  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402
+from bench.pressure_server import (  # noqa: E402
+    DATABASE,
+    create_database,
+    load_average,
+    prepare_server,
+    server_settings,
+)
 from engine.base.notify import CHANNEL  # noqa: E402
 from engine.worker.options import LEASE  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
@@ -48,14 +55,13 @@ from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connections")
 OVERLOAD = 1.5  # the overload phase offers this many times the capacity
 LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
-DATABASE = "pressure"
 DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
 POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
 CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
-SPARE_CONNECTIONS = 200  # max_connections beyond the idle ones: workers, producer, bench
-SETTLE_MARGIN = 15.0  # seconds beyond two leases for a phase's last runs to finish
+SETTLE_MARGIN = 15.0  # seconds beyond two leases for a passed-over run to count as lost
+DRAIN_SECONDS = 600.0  # at most, for a phase's backlog to drain before the next phase
 
 
 @dataclass(frozen=True)
@@ -68,13 +74,15 @@ class Settings:
     workers: int = 2
     capacity_runs: int = 20_000
     idle_connections: int = 300
-    recovery_seconds: float = 60.0  # at most, after each phase
+    recovery_seconds: float = 60.0  # at most, after each phase's drain
+    drain_seconds: float = DRAIN_SECONDS  # at most, for each phase's backlog and at the end
     lease_seconds: float | None = None  # the workers' lease; None: the engine's default (30 s)
     phases: tuple[str, ...] = PHASES
 
     @property
     def settle_seconds(self) -> float:
-        """How long a phase's last runs may take after its recovery before they count as lost."""
+        """How long before the workers caught up a run still unfinished must have been due
+        to count as lost: two leases, and a margin."""
         lease = self.lease_seconds or LEASE.total_seconds()
         return 2 * lease + SETTLE_MARGIN
 
@@ -89,6 +97,8 @@ class Bench:
         self.capacity = 0.0
         self.clean_p99_ms: float | None = None
         self.workers: list[Subprocess] = []
+        self.caught_up_at: float | None = None  # time.time() the backlog was last seen drained
+        self.on_backlog = False  # the last phase's backlog was not drained within its bound
 
     @property
     def db(self) -> figures.Connection:
@@ -120,6 +130,7 @@ class Bench:
         runs = self.settings.capacity_runs
         await self.drain_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
         capacity = runs / await self.drain_backlog("capacity", runs)
+        self.caught_up_at = time.time()  # nothing is left unfinished
         # The backlog's dead rows are the capacity's: vacuumed now, not during the clean phase.
         for table in (TABLE, ATTEMPTS_TABLE):
             await self.db.execute(f"VACUUM (ANALYZE) {table}")
@@ -174,26 +185,26 @@ class Bench:
         return pressures.get(phase, nothing)()
 
     async def run_phase(self, producer: Producer, phase: str) -> dict[str, Any]:
-        """One phase and its recovery window; its figures."""
+        """One phase, then its drain and recovery window; its figures."""
         steady = self.settings.fraction * self.capacity
         rate = OVERLOAD * self.capacity if phase == "overload" else steady
         seconds = self.settings.phase_seconds
         if phase == "clean" and self.settings.clean_seconds is not None:
             seconds = self.settings.clean_seconds
         drained_below = max(1, int(steady * DRAINED_WITHIN))
-        # Each phase starts on a drained table, so it does not inherit the last one's backlog.
-        backlog_at_start = await self.wait_for_backlog(
-            drained_below, time.monotonic() + self.settings.settle_seconds
-        )
+        started_on_backlog = self.on_backlog  # the last phase's backlog outlasted its bound
+        backlog_at_start = await figures.count(self.db, figures.BACKLOG)
         opened = time.monotonic()
         async with self.pressure(phase) as pressure:
             pressure["set_up_s"] = time.monotonic() - opened
             wal_before = await figures.wal_counters(self.db)
             done_before = await figures.count(self.db, figures.DONE)
+            claims_before = await figures.claim_counters(self.db)
             began = await producer.offer(rate, phase)
-            await asyncio.sleep(seconds)  # the phase is a length of time under load
+            claim_slices = await self.hold(seconds)
             ended = await producer.offer(steady, f"{phase}/after")
             done_after = await figures.count(self.db, figures.DONE)
+            claims_after = await figures.claim_counters(self.db)
             wal_after = await figures.wal_counters(self.db)
             tables = await figures.relations(self.db)
             backlog_at_end = await figures.count(self.db, figures.BACKLOG)
@@ -202,68 +213,121 @@ class Bench:
         if phase == "clean":
             await self.settle([phase])
             self.clean_p99_ms = (await figures.pickup(self.db, phase))["pickup_p99_ms"]
-        recovery = await self.recover(phase, ended, backlog_at_end, done_after, drained_below)
-        invariants_after_phase = await self.settle([phase])
+        drain, recovery = await self.drain_and_recover(phase, ended, backlog_at_end, drained_below)
+        self.on_backlog = not drain["drained"]
         return {
             "phase": phase,
             "seconds": ended - began,
             "offered_rate": rate,
-            # Read once the phase's runs have all run: a run still waiting would be left out.
-            **await figures.pickup(self.db, phase),
+            **await figures.pickup(self.db, phase),  # read again once the bench has drained
             "completed": completed,
             "completed_per_s": completed / (ended - began),
+            "completed_of_capacity": completed / (ended - began) / self.capacity,
             "wal": wal,
             "wal_bytes_per_step": wal["bytes"] / completed if completed else None,
             "wal_syncs_per_step": per_step(wal["syncs"], completed),
             "wal_writes_per_step": per_step(wal["writes"], completed),
+            "claims": figures.claim_between(claims_before, claims_after),
+            "claim_slices": claim_slices,
+            "started_on_backlog": started_on_backlog,
             "backlog_at_start": backlog_at_start,
             "backlog_at_end": backlog_at_end,
+            "drained_below": drained_below,
             "pressure": pressure,
             "slices": await figures.slices(self.db, phase, began, ended),
             "tables": tables,
+            "drain": drain,
             "recovery": recovery,
-            "invariants_after_phase": invariants_after_phase,
         }
 
-    async def recover(
-        self, phase: str, ended: float, backlog: int, done_at_end: int, drained_below: int
-    ) -> dict[str, Any]:
-        """Until the phase's after-runs are picked up as in the clean phase and the backlog is
-        drained (or recovery_seconds): how long each took, and the drain's rates."""
-        found: dict[str, Any] = {"recovered_after_s": None, "drained_after_s": None}
-        if self.clean_p99_ms is None or phase == "clean":
-            return found
-        if backlog <= drained_below:
-            found["drained_after_s"] = 0.0  # nothing to drain: no rate to give
-        deadline = time.monotonic() + self.settings.recovery_seconds
-        while time.monotonic() < deadline:
-            now = time.time()
-            if found["drained_after_s"] is None:
-                left = await figures.count(self.db, figures.BACKLOG)
-                if left <= drained_below:
-                    drained = now - ended
-                    done = await figures.count(self.db, figures.DONE) - done_at_end
-                    found["drained_after_s"] = drained
-                    found["drain_completed_per_s"] = done / drained
-                    found["drain_net_per_s"] = (backlog - left) / drained
-            if found["recovered_after_s"] is None:
-                series = await figures.p99_by_second(self.db, f"{phase}/after", ended)
-                found["after_p99_ms_by_second"] = series
-                found["recovered_after_s"] = figures.recovered_after(series, self.clean_p99_ms)
-            if None not in (found["recovered_after_s"], found["drained_after_s"]):
-                break
-            await asyncio.sleep(POLL_EVERY)
-        found["window_s"] = time.time() - ended
+    async def hold(self, seconds: float) -> list[dict[str, Any]]:
+        """`seconds` under the phase's load; the claim's cost and the backlog in each tenth."""
+        found: list[dict[str, Any]] = []
+        began = time.monotonic()
+        before = await figures.claim_counters(self.db)
+        for tenth in range(1, figures.SLICES + 1):
+            until = began + seconds * tenth / figures.SLICES
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
+            after = await figures.claim_counters(self.db)
+            backlog = await figures.count(self.db, figures.BACKLOG)
+            claims = figures.claim_between(before, after)
+            found.append({"slice": tenth, "backlog": backlog, **claims})
+            before = after
         return found
 
-    async def settle(self, phases: list[str]) -> dict[str, int]:
-        """Wait (settle_seconds at most) for the runs of `phases` to finish; their invariants."""
+    async def drain_and_recover(
+        self, phase: str, ended: float, backlog: int, drained_below: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """After the phase, with offers back at the fraction: until its backlog is drained (at
+        most drain_seconds) and, for the phases after the clean one, until its after-runs are
+        picked up as in the clean phase (at most recovery_seconds after the drain)."""
+        done_at_end = await figures.count(self.db, figures.DONE)
+        drain: dict[str, Any] = {"drained": backlog <= drained_below, "backlog": backlog}
+        drain |= {"seconds": 0.0} if drain["drained"] else {}  # nothing to drain: no rate
+        recovery: dict[str, Any] = {"recovered_after_s": None}
+        tracked = self.clean_p99_ms is not None and phase != "clean"
+        deadline = time.monotonic() + self.settings.drain_seconds
+        drained_at = time.monotonic() if drain["drained"] else None
+        while True:
+            if drained_at is None:
+                left = await figures.count(self.db, figures.BACKLOG)
+                drain["drained"] = left <= drained_below
+                if not drain["drained"] and time.monotonic() < deadline:
+                    await asyncio.sleep(POLL_EVERY)
+                    continue
+                done = await figures.count(self.db, figures.DONE) - done_at_end
+                took = time.time() - ended
+                drain |= {"seconds": took, "left": left, "completed_per_s": done / took}
+                drain["net_per_s"] = (backlog - left) / took  # the backlog's own fall
+                drain["of_capacity"] = drain["completed_per_s"] / self.capacity
+                if not drain["drained"]:
+                    break  # the after-runs wait behind the backlog: no recovery to see
+                drained_at = time.monotonic()
+            if tracked and recovery["recovered_after_s"] is None:
+                assert self.clean_p99_ms is not None
+                series = await figures.p99_by_second(self.db, f"{phase}/after", ended)
+                recovery["after_p99_ms_by_second"] = series
+                recovery["recovered_after_s"] = figures.recovered_after(series, self.clean_p99_ms)
+            looked_enough = time.monotonic() > drained_at + self.settings.recovery_seconds
+            if not tracked or recovery["recovered_after_s"] is not None or looked_enough:
+                break
+            await asyncio.sleep(POLL_EVERY)
+        if drain["drained"]:
+            self.caught_up_at = time.time()
+        recovery["window_s"] = time.time() - ended
+        return drain, recovery
+
+    async def drain_all(self) -> dict[str, Any]:
+        """With the producer stopped: until no run is unfinished (drain_seconds at most)."""
+        backlog = await figures.count(self.db, figures.BACKLOG)
+        done_before = await figures.count(self.db, figures.DONE)
+        began = time.time()
+        left = await self.wait_for_backlog(0, time.monotonic() + self.settings.drain_seconds)
+        took = time.time() - began
+        if not left:
+            self.caught_up_at = time.time()
+        done = await figures.count(self.db, figures.DONE) - done_before
+        return {
+            "drained": not left,
+            "backlog": backlog,
+            "left": left,
+            "seconds": took,
+            "completed_per_s": done / took if backlog and took else None,
+        }
+
+    async def settle(self, phases: list[str]) -> None:
+        """Wait (settle_seconds at most) for the runs of `phases` to finish."""
         deadline = time.monotonic() + self.settings.settle_seconds
         while await figures.count(self.db, figures.UNFINISHED, phases):
             if time.monotonic() > deadline:
-                break  # what is left counts as lost
+                return
             await asyncio.sleep(POLL_EVERY)
-        return await figures.invariants(self.db, phases)
+
+    async def outcomes(self, phases: list[str]) -> dict[str, int]:
+        """What became of the runs of `phases`, counted now (see bench/README.md for lost)."""
+        caught_up = self.caught_up_at
+        before = None if caught_up is None else caught_up - self.settings.settle_seconds
+        return await figures.invariants(self.db, phases, before)
 
 
 @contextlib.asynccontextmanager
@@ -280,72 +344,36 @@ def lease_option(settings: Settings) -> list[str]:
     return [] if settings.lease_seconds is None else ["--lease", str(settings.lease_seconds)]
 
 
-async def create_database(server: EmbeddedPostgres, url: str) -> None:
-    """The bench's database, fresh, with the probes' and the attempt log's tables."""
-    async with await faults.connect(server.conninfo_for("postgres")) as conn:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{DATABASE}"')
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-    finally:
-        await engine.dispose()
-
-
-def raise_max_connections(server: EmbeddedPostgres, idle: int) -> int:
-    """Room for the idle connections beside everything else; restarts the server if needed."""
-    wanted = idle + SPARE_CONNECTIONS
-    with psycopg.connect(server.conninfo_for("postgres"), autocommit=True) as conn:
-        row = conn.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_connections'")
-        current = int(row.fetchone()[0])  # type: ignore[index]
-        if current >= wanted:
-            return current
-        conn.execute(f"ALTER SYSTEM SET max_connections = {wanted}")
-    server.restart()
-    return wanted
-
-
 async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, Any]:
     """Every phase of `settings` on `server`; the report (phases, machine, invariants)."""
-    max_connections = raise_max_connections(server, settings.idle_connections)
+    max_connections = prepare_server(server, settings.idle_connections)
     bench = Bench(server, settings)
     report: dict[str, Any] = {"settings": asdict(settings), "max_connections": max_connections}
+    report["phases_run"] = list(settings.phases)
     report["load_before"] = load_average()
     async with bench.running() as producer:
         report["capacity_steps_per_s"] = bench.capacity
         report["phases"] = [await bench.run_phase(producer, phase) for phase in settings.phases]
         await producer.finish()
         report["producer_failed_batches"] = producer.failed_batches
+        report["final_drain"] = await bench.drain_all()
         for phase in report["phases"]:
-            tags = [phase["phase"], f"{phase['phase']}/after"]
-            phase["invariants"] = await bench.settle(tags)
-        report["capacity_invariants"] = await bench.settle(["warm-up", "capacity"])
+            name = phase["phase"]
+            phase |= await figures.pickup(bench.db, name)  # every run that ran, counted in
+            phase["invariants"] = await bench.outcomes([name, f"{name}/after"])
+        report["capacity_invariants"] = await bench.outcomes(["warm-up", "capacity"])
+        report["claims_measured"] = await figures.claim_counters(bench.db) is not None
         report["server"] = await server_settings(bench.db)
         # A worker that died would leave its share to the other: say so beside the figures.
         report["workers_exited_early"] = sum(w.exit_code is not None for w in bench.workers)
     report["load_after"] = load_average()
-    report["violations"] = (
-        sum(p["invariants"]["lost"] + p["invariants"]["ran_twice"] for p in report["phases"])
-        + report["capacity_invariants"]["lost"]
-        + report["capacity_invariants"]["ran_twice"]
-    )
+    counted = [p["invariants"] for p in report["phases"]] + [report["capacity_invariants"]]
+    report["lost"] = sum(found["lost"] for found in counted)
+    report["ran_twice"] = sum(found["ran_twice"] for found in counted)
+    report["still_queued"] = sum(found["still_queued"] for found in counted)
+    report["violations"] = report["lost"] + report["ran_twice"]
     report["aims"] = aims(report)  # figures, not invariants: they do not set the exit status
     return report
-
-
-async def server_settings(conn: figures.Connection) -> dict[str, str]:
-    cursor = await conn.execute(
-        "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-        (["server_version", "fsync", "synchronous_commit", "max_connections", "autovacuum"],),
-    )
-    return dict(await cursor.fetchall())
-
-
-def load_average() -> list[float]:
-    with contextlib.suppress(OSError):
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    return []
 
 
 def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
@@ -360,6 +388,9 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
     parser.add_argument("--capacity-runs", type=int, default=20_000)
     parser.add_argument("--idle-connections", type=int, default=300)
     parser.add_argument("--recovery-seconds", type=float, default=60.0, help="at most")
+    parser.add_argument(
+        "--drain-seconds", type=float, default=DRAIN_SECONDS, help="at most, each backlog"
+    )
     parser.add_argument("--lease", type=float, default=None, help="seconds (engine default)")
     parser.add_argument("--only", help=f"some of {','.join(PHASES)} (clean always first)")
     args = parser.parse_args(argv)
@@ -378,6 +409,7 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
         capacity_runs=args.capacity_runs,
         idle_connections=args.idle_connections,
         recovery_seconds=args.recovery_seconds,
+        drain_seconds=args.drain_seconds,
         lease_seconds=args.lease,
         phases=phases,
     )

@@ -4,7 +4,8 @@ Each function takes an autocommit psycopg connection of the bench's own and
 runs read-only statements: pickup percentiles of a phase's runs (both times
 are wall clock, `time.time()` on this machine), the size and dead tuples of
 every table and index in the database (all of them duly's), the WAL position
-and counters, the backlog, and the counts a lost or twice-run run shows in.
+and counters, the backlog, the claim's cost (pg_stat_statements), and what
+became of every run: finished, still queued, lost or run twice.
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ WAL_OLD = "SELECT wal_write, wal_sync FROM pg_stat_wal"  # before 18
 BACKLOG = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NOT NULL"
 DONE = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NULL"
 UNFINISHED = f"SELECT count(*) FROM {TABLE} WHERE phase = ANY(%s) AND next_step IS NOT NULL"
-VIOLATIONS = f"""
-    WITH runs AS (SELECT id, next_step, ran FROM {TABLE} WHERE phase = ANY(%s)),
+# Each run of `phases` by what became of it. Unfinished runs are lost when no claim will take
+# them (no wake_at) or when one passed them over: due (a claim moves wake_at to its lease's
+# end) before %s, a moment the workers had caught up with the backlog two leases later.
+OUTCOMES = f"""
+    WITH runs AS (SELECT id, next_step, wake_at, ran FROM {TABLE} WHERE phase = ANY(%s)),
     ok AS (
         SELECT run_key, count(*) AS n FROM {ATTEMPTS_TABLE}
          WHERE workflow = '{TABLE}' AND outcome = 'ok' GROUP BY run_key
@@ -58,8 +62,17 @@ VIOLATIONS = f"""
     SELECT count(*),
            count(*) FILTER (WHERE r.next_step IS NOT NULL),
            count(*) FILTER (WHERE r.ran > 1 OR ok.n > 1),
-           count(*) FILTER (WHERE r.next_step IS NULL AND (r.ran < 1 OR ok.n IS NULL))
+           count(*) FILTER (WHERE r.next_step IS NULL AND (r.ran < 1 OR ok.n IS NULL)),
+           count(*) FILTER (WHERE r.next_step IS NOT NULL AND r.wake_at IS NULL),
+           count(*) FILTER (WHERE r.next_step IS NOT NULL AND r.wake_at < to_timestamp(%s))
       FROM runs r LEFT JOIN ok ON ok.run_key = r.id::text"""
+# The claim: the statement that locks due probe rows (FOR UPDATE SKIP LOCKED) and leases them.
+CLAIMS = """
+    SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0)
+      FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND query LIKE %s AND query LIKE %s"""
+CLAIM_TEXT = ("%FOR UPDATE SKIP LOCKED%", f"%UPDATE {TABLE} SET%")
 FAILED_ATTEMPTS = f"""
     SELECT count(*) FROM {ATTEMPTS_TABLE} a JOIN {TABLE} r ON a.run_key = r.id::text
      WHERE a.outcome <> 'ok' AND r.phase = ANY(%s)"""
@@ -173,13 +186,49 @@ async def wal_between(
     return delta
 
 
-async def invariants(conn: Connection, phases: list[str]) -> dict[str, int]:
-    """Runs tagged with `phases`, and the violations among them, from the database alone."""
-    runs, unfinished, ran_twice, finished_unrun = await one_row(conn, VIOLATIONS, phases)
+async def invariants(
+    conn: Connection, phases: list[str], passed_over_before: float | None
+) -> dict[str, int]:
+    """Runs tagged with `phases` and what became of them, from the database alone.
+
+    `passed_over_before` is a time.time(): an unfinished run due before it counts as lost
+    (None: no such moment, the workers never caught up, so none counts so).
+    """
+    runs, unfinished, ran_twice, finished_unrun, never_due, passed_over = await one_row(
+        conn, OUTCOMES, phases, passed_over_before
+    )
     failed = await count(conn, FAILED_ATTEMPTS, phases)
     return {
         "runs": runs,
-        "lost": unfinished + finished_unrun,
+        "lost": finished_unrun + never_due + passed_over,
+        "finished_unrun": finished_unrun,
+        "never_due": never_due,
+        "passed_over": passed_over,
+        "still_queued": unfinished - never_due - passed_over,
         "ran_twice": ran_twice,
         "failed_attempts": failed,
+    }
+
+
+async def claim_counters(conn: Connection) -> dict[str, float] | None:
+    """pg_stat_statements' cumulative calls, time and rows of the claim; None without it."""
+    try:
+        calls, total_ms, rows = await one_row(conn, CLAIMS, *CLAIM_TEXT)
+    except psycopg.errors.UndefinedTable:
+        return None
+    return {"calls": int(calls), "total_ms": float(total_ms), "rows": int(rows)}
+
+
+def claim_between(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float | None]:
+    """The claims made between two readings: how many, mean ms a call, rows a call."""
+    if before is None or after is None:
+        return {"calls": None, "mean_ms": None, "rows_per_call": None}
+    calls = after["calls"] - before["calls"]
+    total, rows = after["total_ms"] - before["total_ms"], after["rows"] - before["rows"]
+    return {
+        "calls": calls,
+        "mean_ms": total / calls if calls else None,
+        "rows_per_call": rows / calls if calls else None,
     }

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import sys
 
-from bench.harness import REPO_ROOT
+from bench.harness import REPO_ROOT, stop_process
 
 READY_TIMEOUT = 60.0  # seconds for a process to import and say "ready"
 ANSWER_TIMEOUT = 30.0  # seconds for the producer to answer a command
@@ -53,19 +53,7 @@ class Subprocess:
 
     async def stop(self) -> bytes:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT; what it printed meanwhile."""
-        process = self.process
-        if process is None or process.returncode is not None:
-            return b""
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            rest, _ = await asyncio.wait_for(process.communicate(), STOP_TIMEOUT)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            return b""
-        return rest
+        return b"" if self.process is None else await stop_process(self.process, STOP_TIMEOUT)
 
 
 class Producer(Subprocess):

@@ -20,22 +20,44 @@ def number(value: object, digits: int = 0) -> str:
     return str(value)
 
 
+def yes(value: object) -> str:
+    return "yes" if value else "no"
+
+
+def drained(drain: dict[str, Any]) -> str:
+    return number(drain.get("seconds"), 1) if drain["drained"] else "not drained"
+
+
+def last_over_first(slices: list[dict[str, Any]]) -> float | None:
+    """The claim's mean time in the phase's last tenth over its first: flat is about 1."""
+    means = [s["mean_ms"] for s in slices if s["mean_ms"] is not None]
+    return means[-1] / means[0] if len(means) > 1 and means[0] else None
+
+
 ROWS: list[Row] = [
+    ("started on a backlog", lambda p: yes(p["started_on_backlog"])),
+    ("backlog at start", lambda p: number(p["backlog_at_start"])),
     ("seconds", lambda p: number(p["seconds"], 1)),
     ("offered/s (target)", lambda p: number(p["offered_rate"])),
     ("offered/s (measured)", lambda p: number(p["offered_per_s"])),
     ("completed/s", lambda p: number(p["completed_per_s"])),
+    ("completed / capacity", lambda p: number(p["completed_of_capacity"], 2)),
     ("pickup p50 ms", lambda p: number(p["pickup_p50_ms"], 1)),
     ("pickup p99 ms", lambda p: number(p["pickup_p99_ms"], 1)),
     ("pickup max ms", lambda p: number(p["pickup_max_ms"], 1)),
+    ("claim mean ms", lambda p: number(p["claims"]["mean_ms"], 2)),
+    ("claim rows/call", lambda p: number(p["claims"]["rows_per_call"], 1)),
+    ("claim ms last/first 10th", lambda p: number(last_over_first(p["claim_slices"]), 2)),
     ("backlog at end", lambda p: number(p["backlog_at_end"])),
     ("WAL bytes/step", lambda p: number(p["wal_bytes_per_step"])),
     ("WAL syncs/step", lambda p: number(p["wal_syncs_per_step"], 3)),
     ("WAL writes/step", lambda p: number(p["wal_writes_per_step"], 3)),
+    ("drained after s", lambda p: drained(p["drain"])),
+    ("drain completed/s", lambda p: number(p["drain"].get("completed_per_s"))),
+    ("drain / capacity", lambda p: number(p["drain"].get("of_capacity"), 2)),
     ("recovered after s", lambda p: number(p["recovery"]["recovered_after_s"], 1)),
-    ("drained after s", lambda p: number(p["recovery"]["drained_after_s"], 1)),
-    ("drain completed/s", lambda p: number(p["recovery"].get("drain_completed_per_s"))),
     ("runs", lambda p: number(p["invariants"]["runs"])),
+    ("still queued", lambda p: number(p["invariants"]["still_queued"])),
     ("lost", lambda p: number(p["invariants"]["lost"])),
     ("ran twice", lambda p: number(p["invariants"]["ran_twice"])),
     ("failed attempts", lambda p: number(p["invariants"]["failed_attempts"])),
@@ -59,6 +81,7 @@ KEEP_UP = 0.95  # completions at least this share of the measured offer
 HELD_P99_MS = 100.0  # pickup p99 while xmin is held
 RECOVERY_S = 60.0  # back within 20% of the clean p99 after the release
 NEAR_CAPACITY = 0.9  # overload completions, and the drain after it, at least this share
+CLAIM_FLAT = 1.5  # the claim's mean time at the overload's end, at most this times its start
 
 
 def aim(value: float | None, holds: bool, wanted: str) -> dict[str, Any]:
@@ -68,7 +91,6 @@ def aim(value: float | None, holds: bool, wanted: str) -> dict[str, Any]:
 def aims(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The held-xmin and overload phases' figures against what they should reach."""
     by_name = {phase["phase"]: phase for phase in report["phases"]}
-    capacity = report["capacity_steps_per_s"]
     found: dict[str, dict[str, Any]] = {}
     held = by_name.get("held_xmin")
     if held is not None:
@@ -79,14 +101,17 @@ def aims(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         found["held_xmin_recovered_s"] = aim(back, (back or 0) <= RECOVERY_S, f"<= {RECOVERY_S}")
     over = by_name.get("overload")
     if over is not None:
-        share = over["completed_per_s"] / capacity
+        share = over["completed_of_capacity"]
         found["overload_completed_of_capacity"] = aim(
             share, share >= NEAR_CAPACITY, f">= {NEAR_CAPACITY}"
         )
-        drain = over["recovery"].get("drain_completed_per_s")
-        drained = None if drain is None else drain / capacity
+        drain = over["drain"].get("of_capacity") if over["drain"]["drained"] else None
         found["overload_drain_of_capacity"] = aim(
-            drained, (drained or 0) >= NEAR_CAPACITY, f">= {NEAR_CAPACITY}"
+            drain, (drain or 0) >= NEAR_CAPACITY, f">= {NEAR_CAPACITY}"
+        )
+        flat = last_over_first(over["claim_slices"])
+        found["overload_claim_last_over_first"] = aim(
+            flat, (flat or CLAIM_FLAT + 1) <= CLAIM_FLAT, f"<= {CLAIM_FLAT}"
         )
     return found
 
@@ -121,10 +146,16 @@ def format_report(report: dict[str, Any]) -> str:
     for name, found in report["aims"].items():
         verdict = "holds" if found["holds"] else "does not hold"
         lines.append(f"  {name}: {number(found['value'], 3)} (aim {found['aim']}): {verdict}")
+    final = report["final_drain"]
     lines += [
         "",
+        f"phases run: {', '.join(report['phases_run'])}; the claim's cost "
+        + ("from pg_stat_statements" if report["claims_measured"] else "not measured"),
+        f"at the end, producer stopped: {drained(final)} "
+        f"({number(final['backlog'])} unfinished, {number(final['left'])} left)",
         f"worker processes that exited before the end: {report['workers_exited_early']}; "
         f"producer batches refused (retried): {report['producer_failed_batches']}",
+        f"still queued (not lost): {report['still_queued']:,}",
         f"violations (lost + ran twice, every phase): {report['violations']}",
     ]
     return "\n".join(lines)
