@@ -110,47 +110,57 @@ async def insert_due_runs(
     await db.scalar(sql.SQL("ANALYZE {}").format(sql.Identifier(table.name)))
 
 
-async def wait_until_done(db: BenchDatabase, table: str, worker: WorkerProcess) -> float:
+async def wait_until_done(
+    db: BenchDatabase,
+    table: str,
+    worker: WorkerProcess,
+    conn: psycopg.AsyncConnection[Any] | None = None,
+) -> float:
     """Count `table`'s unfinished runs every POLL_EVERY until none is left; return time.time().
 
     Fails when the worker process has exited, or the count has not moved for
     STALL_TIMEOUT: a healthy worker finishes something between two polls, so
-    the bench reports a stuck engine instead of hanging on it.
+    the bench reports a stuck engine instead of hanging on it. It counts on
+    `conn` (autocommit) when given, else on a connection of its own.
     """
     query = sql.SQL("SELECT count(*) FROM {} WHERE next_step IS NOT NULL").format(
         sql.Identifier(table)
     )
-    return await wait_until_none(db, query, worker, f"runs of {table} unfinished")
+    return await wait_until_none(db, query, worker, f"runs of {table} unfinished", conn)
 
 
 async def wait_until_none(
-    db: BenchDatabase, query: sql.SQL | sql.Composed, worker: WorkerProcess, what: str
+    db: BenchDatabase,
+    query: sql.SQL | sql.Composed,
+    worker: WorkerProcess,
+    what: str,
+    conn: psycopg.AsyncConnection[Any] | None = None,
 ) -> float:
     """Run `query` (a count) every POLL_EVERY until it says 0; return time.time() then.
 
     The same failures as wait_until_done; `what` names what is counted ("runs of
     t unfinished") in their messages.
     """
+    if conn is None:
+        async with await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as own:
+            return await wait_until_none(db, query, worker, what, own)
     last_pending: int | None = None
     last_change = time.monotonic()
-    async with await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as conn:
-        while True:
-            row = await (await conn.execute(query)).fetchone()
-            pending = row[0] if row else 0
-            if pending == 0:
-                return time.time()
-            if worker.exit_code is not None:
-                raise RuntimeError(
-                    f"The worker process exited (status {worker.exit_code}) with {pending} "
-                    f"{what}; its stderr is above."
-                )
-            if pending != last_pending:
-                last_pending, last_change = pending, time.monotonic()
-            elif time.monotonic() - last_change > STALL_TIMEOUT:
-                raise RuntimeError(
-                    f"{pending} {what} after {STALL_TIMEOUT:.0f} s without progress."
-                )
-            await asyncio.sleep(POLL_EVERY)
+    while True:
+        row = await (await conn.execute(query)).fetchone()
+        pending = row[0] if row else 0
+        if pending == 0:
+            return time.time()
+        if worker.exit_code is not None:
+            raise RuntimeError(
+                f"The worker process exited (status {worker.exit_code}) with {pending} "
+                f"{what}; its stderr is above."
+            )
+        if pending != last_pending:
+            last_pending, last_change = pending, time.monotonic()
+        elif time.monotonic() - last_change > STALL_TIMEOUT:
+            raise RuntimeError(f"{pending} {what} after {STALL_TIMEOUT:.0f} s without progress.")
+        await asyncio.sleep(POLL_EVERY)
 
 
 async def check_no_failures(db: BenchDatabase, table: str) -> None:

@@ -1,9 +1,10 @@
 """What more worker processes buy, what a long-running worker holds, and timers under load.
 
 - Scaling: 1, 2 and 4 worker processes drain one table of no-op runs; the
-  total steps/s is read beside the same run's pgbench 8-client UPDATE rate.
-  The workers start on an empty table and the runs go in, announced, in one
-  insert: every worker starts with the clock.
+  total steps/s, and the server's WAL bytes, WAL writes and flushes and CPU
+  a step, are read beside the same run's pgbench 8-client UPDATE rate and
+  cost. The workers start on an empty table and the runs go in, announced,
+  in one insert: every worker starts with the clock.
 - Memory: one worker's resident set after 10,000 no-op steps and after
   100,000 (a worker that keeps something per step grows by the difference).
 - Timers under load: the wake_in lateness run of `measures.measure_lateness`
@@ -18,6 +19,7 @@ import contextlib
 import time
 from typing import Any
 
+import psycopg
 from sqlalchemy import select
 
 from bench.harness import (
@@ -29,17 +31,34 @@ from bench.harness import (
 )
 from bench.measures import TIMER_START_EVERY, elapsed_ms, start_spaced, timer_delays
 from bench.models import NoOp, Timer
+from bench.server_cost import (
+    cost_between,
+    install_wal_reader,
+    one_row,
+    per_unit,
+    read_server,
+    settled_reading,
+    wal_by_kind,
+)
 from infra.embedded import EmbeddedPostgres
 
 PAGE_SIZE = 4096
 LOAD_BATCH = 5000  # no-op runs per batch of the load beside the timers
+FINISHED = "SELECT count(*) FROM bench_noop WHERE next_step IS NULL"
+# Whether autovacuum visited the table during the drain (its WAL would count against the steps).
+AUTOVACUUMS = "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'bench_noop'"
 
 
 async def measure_scaling(
     server: EmbeddedPostgres, runs: int, processes: int, pool_size: int | None
 ) -> dict[str, Any]:
-    """`processes` workers drain `runs` no-op runs inserted at once; steps/s in total."""
-    async with BenchDatabase(server, f"bench_scaling_{processes}") as db:
+    """`processes` workers drain `runs` no-op runs inserted at once; steps/s in total, and what
+    the server spent a step (WAL bytes, writes and flushes, CPU) once the runs were in."""
+    async with (
+        BenchDatabase(server, f"bench_scaling_{processes}") as db,
+        await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as conn,
+    ):
+        walinspect = await install_wal_reader(conn)
         async with contextlib.AsyncExitStack() as stack:
             workers = [
                 await stack.enter_async_context(WorkerProcess(db, ["NoOp"], pool_size))
@@ -47,10 +66,32 @@ async def measure_scaling(
             ]
             started = time.time()
             await insert_due_runs(db, NoOp, "run", runs, announce=True)
-            done_at = await wait_until_done(db, "bench_noop", workers[0])
+            # The insert's WAL is not a step's: the server is read once it is in, and the steps
+            # already done by then are left out of the count.
+            before = await read_server(server, conn)
+            finished_before = int((await one_row(conn, FINISHED))[0])
+            workers_cpu = sum(worker.cpu_now() for worker in workers)
+            done_at = await wait_until_done(db, "bench_noop", workers[0], conn)
+            at_done = await read_server(server, conn)
+            workers_cpu = sum(worker.cpu_now() for worker in workers) - workers_cpu
+        after = await settled_reading(server, conn)
+        steps = runs - finished_before
+        cost = await cost_between(conn, before, after, lsn_after=at_done.lsn)
+        kinds = await wal_by_kind(conn, before.lsn, at_done.lsn, steps) if walinspect else None
+        (autovacuums,) = await one_row(conn, AUTOVACUUMS)
         await check_no_failures(db, "bench_noop")
     seconds = done_at - started
-    return {"processes": processes, "runs": runs, "seconds": seconds, "steps_per_s": runs / seconds}
+    return {
+        "processes": processes,
+        "runs": runs,
+        "seconds": seconds,
+        "steps_per_s": runs / seconds,
+        **per_unit(cost, steps, "step"),
+        "workers_cpu_us_per_step": workers_cpu * 1e6 / steps if steps else None,
+        "server_cost": cost,
+        "wal_by_kind": kinds,
+        "autovacuums_of_the_table": autovacuums,
+    }
 
 
 def resident_mb(pid: int) -> float:

@@ -36,6 +36,7 @@ from bench.harness import (
     wait_until_none,
 )
 from bench.models import FanChild, FanParent, Latency, NoOp, Timer, Waiter
+from bench.server_cost import cost_between, one_row, per_unit, read_server, settled_reading
 from engine import Workflow, connect_workflows, run_workflows, wake
 from infra.embedded import PG_CTL, EmbeddedPostgres
 
@@ -52,16 +53,16 @@ DELIVER_TASKS = 8  # concurrent delivering tasks in the bench process, on a pool
 WAKE_TIMEOUT = timedelta(seconds=10)  # each wake() of the idle measurement must return in time
 COUNTER_TABLE = "CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)"
 UPDATE_ROW = "UPDATE bench_counter SET v = v + 1 WHERE id = %s"
+FILL_COUNTER = (
+    "INSERT INTO bench_counter (id, v) SELECT g, 0 FROM generate_series(1, %s) AS g "
+    "ON CONFLICT (id) DO NOTHING"
+)
 PGBENCH_SCRIPT = "\\set row :client_id + 1\nUPDATE bench_counter SET v = v + 1 WHERE id = :row;\n"
 
 
 async def measure_updates(db: BenchDatabase, clients: int, seconds: float) -> float:
     """Single-row UPDATE commits/s: psycopg 3 async autocommit, each client on a row of its own."""
-    await db.scalar(
-        "INSERT INTO bench_counter (id, v) SELECT g, 0 FROM generate_series(1, %s) AS g "
-        "ON CONFLICT (id) DO NOTHING",
-        clients,
-    )
+    await db.scalar(FILL_COUNTER, clients)
     connections = [
         await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) for _ in range(clients)
     ]
@@ -115,16 +116,37 @@ def measure_pgbench(
 
 async def measure_reference(
     server: EmbeddedPostgres, clients: Sequence[int], seconds: float
-) -> dict[str, dict[int, float | None]]:
-    """UPDATE commits/s at each client count, through psycopg and through pgbench."""
-    found: dict[str, dict[int, float | None]] = {"psycopg": {}, "pgbench": {}}
-    async with BenchDatabase(server, "bench_reference") as db:
+) -> dict[str, Any]:
+    """UPDATE commits/s at each client count, through psycopg and through pgbench; and under
+    "cost", what the server spent a commit in each (WAL bytes, writes, flushes, CPU)."""
+    found: dict[str, Any] = {"psycopg": {}, "pgbench": {}, "cost": {"psycopg": {}, "pgbench": {}}}
+    async with (
+        BenchDatabase(server, "bench_reference") as db,
+        await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as conn,
+    ):
         await db.scalar(COUNTER_TABLE)
-        for n in clients:
-            found["psycopg"][n] = await measure_updates(db, n, seconds)
-        for n in clients:
-            found["pgbench"][n] = await asyncio.to_thread(measure_pgbench, server, db, n, seconds)
+        for client in ("psycopg", "pgbench"):
+            for n in clients:
+                await db.scalar(FILL_COUNTER, n)
+                before, commits_before = await read_server(server, conn), await counted(conn)
+                if client == "psycopg":
+                    found[client][n] = await measure_updates(db, n, seconds)
+                else:
+                    found[client][n] = await asyncio.to_thread(
+                        measure_pgbench, server, db, n, seconds
+                    )
+                lsn_after = (await read_server(server, conn)).lsn
+                after = await settled_reading(server, conn)
+                cost = await cost_between(conn, before, after, lsn_after)
+                commits = await counted(conn) - commits_before
+                found["cost"][client][n] = {**per_unit(cost, commits, "commit"), **cost}
     return found
+
+
+async def counted(conn: psycopg.AsyncConnection[Any]) -> int:
+    """The UPDATEs committed on bench_counter so far: each adds one to its row."""
+    (total,) = await one_row(conn, "SELECT coalesce(sum(v), 0) FROM bench_counter")
+    return int(total)
 
 
 async def measure_throughput(

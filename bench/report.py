@@ -85,10 +85,11 @@ async def machine_info(server: EmbeddedPostgres, worker_concurrency: int) -> dic
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """Rates as whole numbers with separators, ms to a tenth, seconds and ratios to a hundredth."""
+    """Rates as whole numbers with separators, ms to a tenth; seconds, ratios and WAL writes or
+    flushes per step to a hundredth."""
     if value is None:
         return "failed"
-    if unit in ("s", "x"):  # seconds, and ratios
+    if unit in ("s", "x") or unit.startswith(("syncs/", "writes/")):  # seconds, ratios, WAL I/O
         return f"{value:,.2f}"
     return f"{value:,.1f}" if unit == "ms" else f"{value:,.0f}"
 

@@ -58,6 +58,7 @@ from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
 from bench.search import TARGET_MS as SEARCH_TARGET_MS  # noqa: E402
 from bench.search import measure_search  # noqa: E402
+from bench.server_cost import beside_cost, cost_lines  # noqa: E402
 from bench.starts import BATCH as START_BATCH  # noqa: E402
 from bench.starts import measure_batch_starts  # noqa: E402
 from engine import EventSettings  # noqa: E402
@@ -245,6 +246,12 @@ async def run_all(
                     "commits/s",
                     PEER_UPDATES[n],
                 )
+        for n in REFERENCE_CLIENTS:
+            cost = found["cost"]["pgbench"][n]
+            clients = f"{n} client{'s' if n > 1 else ''}"
+            for line in cost_lines(f"update_{n}_pgbench", f"UPDATE, {clients} (pgbench)", cost,
+                                   "commit"):  # fmt: skip
+                report.add(*line, NO_PEER)
         # What one commit per step would allow here; batched commits may pass it.
         most = max(REFERENCE_CLIENTS)
         rates = [f"{found[c][most]:,.0f} {c}" for c in ("psycopg", "pgbench") if found[c][most]]
@@ -369,6 +376,18 @@ async def run_all(
                 "steps/s",
                 beside,
             )
+            # What the server spent a step, beside a commit of the 8-client UPDATE baseline.
+            commit = report.details.get("update_commits_per_s", {}).get("cost", {})
+            baseline = commit.get("pgbench", {}).get(8)
+            lines = cost_lines(
+                f"noop_{processes}_processes",
+                f"No-op steps, {processes} worker process{plural}",
+                case,
+                "step",
+            )
+            besides = beside_cost(case, baseline, "8-client pgbench UPDATE")
+            for line, next_to in zip(lines, besides, strict=True):
+                report.add(*line, next_to or NO_PEER)
 
     async def memory() -> None:
         found = await measure_memory(server, sizes.memory_first, sizes.memory_total, pool_size)
