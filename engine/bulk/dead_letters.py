@@ -19,8 +19,8 @@ from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
     BulkProgress,
+    confirm_count,
     digest_of,
-    new_bulk_id,
 )
 from engine.events.database import replay_statement
 from engine.events.records import EventTables
@@ -104,19 +104,15 @@ async def start_replay(
     """A replay's start, confirmed by the dry run's `expected` and `upto`; BulkChangedError when
     more dead letters match up to that id than the dry run counted."""
     bound = None if upto is None else (upto,)
-    digest = _digest(tables, filters)
-    progress = BulkProgress(new_bulk_id(), ACTION, 0, 0, expected, 0, None, bound, digest)
-    if upto is None:
-        return replace(progress, finished=True)
-    outbox = tables.outbox_table
-    where = [*filters.clauses(tables), outbox.c.event_id <= upto]
-    async with connection.sessionmaker() as session:
-        count = select(func.count()).select_from(outbox).where(*where)
-        now = int((await session.execute(count)).scalar_one())
-    if now > expected:
-        raise BulkChangedError(
-            f"The filter now matches {now} dead letters in {outbox.name} up to {upto!r}, the "
-            f"dry run counted {expected}: dry-run again and confirm the new count."
+    progress = BulkProgress.started(ACTION, expected, bound, _digest(tables, filters))
+    if upto is not None:
+        outbox = tables.outbox_table
+        await confirm_count(
+            connection,
+            outbox,
+            [*filters.clauses(tables), outbox.c.event_id <= upto],
+            expected=expected,
+            rows=f"dead letters in {outbox.name} up to {upto!r}",
         )
     return progress
 

@@ -18,13 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.base.audit import record_action
 from engine.base.clock import db_now
-from engine.base.errors import BulkChangedError
 from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
     BulkProgress,
+    confirm_count,
     digest_of,
-    new_bulk_id,
 )
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
@@ -165,17 +164,14 @@ async def start_runs(
     """
     bound = typed_key(info, upto)
     digest = digest_of(info.name, action.name, action.described(), filter_subject(filters))
-    progress = BulkProgress(new_bulk_id(), action.name, 0, 0, expected, 0, None, bound, digest)
-    if bound is None:  # the dry run matched nothing: there is nothing to do
-        return replace(progress, finished=True)
-    where = _bounded(info, filters, None, bound)
-    count = select(func.count()).select_from(info.table).where(*where)
-    async with connection.sessionmaker() as session:
-        now = int((await session.execute(count)).scalar_one())
-    if now > expected:
-        raise BulkChangedError(
-            f"The filter now matches {now} {info.name} runs up to key {key_text_of(bound)}, "
-            f"the dry run counted {expected}: dry-run again and confirm the new count."
+    progress = BulkProgress.started(action.name, expected, bound, digest)
+    if bound is not None:
+        await confirm_count(
+            connection,
+            info.table,
+            _bounded(info, filters, None, bound),
+            expected=expected,
+            rows=f"{info.name} runs up to key {key_text_of(bound)}",
         )
     return progress
 
