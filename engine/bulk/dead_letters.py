@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, exists, func, or_, select
 
-from engine.base.audit import record_action
 from engine.base.errors import BulkChangedError, DulyError
 from engine.bulk.progress import (
     BATCH_SIZE,
@@ -21,6 +20,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    record_batch,
 )
 from engine.events.database import replay_statement
 from engine.events.records import EventTables
@@ -163,19 +163,17 @@ async def apply_replay(
             if ids:
                 rows = await session.execute(replay_statement(tables, True), {"ids": ids})
                 replayed = [row.event_id for row in rows]
-            skipped = len(seen) - len(replayed)
-            moved = progress.moved(len(replayed), skipped, (seen[-1],))
-            if len(seen) < BATCH_SIZE:
-                moved = replace(moved, finished=True)
-            await record_action(
+            moved = await record_batch(
                 session,
-                actor=actor.id,
-                via=actor.via,
+                progress,
+                actor,
+                read=len(seen),
+                done=len(replayed),
+                after=(seen[-1],),
+                last=len(seen) < BATCH_SIZE,
                 action=ACTION,
                 workflow=outbox.name,
                 subject=filters.subject(),
-                count=len(replayed),
-                detail={"bulk": progress.bulk_id, "batch": moved.batches, "skipped": skipped},
             )
         progress = moved
         if replayed:

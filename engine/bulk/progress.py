@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from engine.base.audit import record_action
 from engine.base.errors import BulkChangedError, InvalidArgumentError
 from engine.base.shown import json_value
 from engine.model.connection import WorkflowConnection
@@ -155,6 +157,43 @@ async def confirm_count(
             f"The filter now matches {now} {rows}, the dry run counted {expected}: "
             "dry-run again and confirm the new count."
         )
+
+
+async def record_batch(
+    session: AsyncSession,
+    progress: BulkProgress,
+    actor: Actor,
+    *,
+    read: int,
+    done: int,
+    after: tuple[Any, ...],
+    last: bool,
+    action: str,
+    workflow: str,
+    subject: dict[str, Any],
+    detail: dict[str, Any] | None = None,
+) -> BulkProgress:
+    """One batch's progress and its audit record, in the caller's transaction.
+
+    The batch read `read` rows up to the key `after` and acted on `done` of them (the rest
+    are skipped); `last` when its window came back short, so the walk is over. The record
+    names `action` (the caller's, never a continuation's text), with `{bulk, batch,
+    skipped}` and `detail` as its detail.
+    """
+    skipped = read - done
+    moved = replace(progress.moved(done, skipped, after), finished=last)
+    counts = {"bulk": progress.bulk_id, "batch": moved.batches, "skipped": skipped}
+    await record_action(
+        session,
+        actor=actor.id,
+        via=actor.via,
+        action=action,
+        workflow=workflow,
+        subject=subject,
+        count=done,
+        detail=counts | (detail or {}),
+    )
+    return moved
 
 
 def digest_of(*parts: Any) -> str:

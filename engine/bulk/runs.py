@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.base.audit import record_action
 from engine.base.clock import db_now
 from engine.bulk.progress import (
     BATCH_SIZE,
@@ -24,6 +23,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    record_batch,
 )
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
@@ -246,23 +246,16 @@ async def _batch(
             conn = await session.connection()
             await children_finished(conn, [row.parent for row in ended if row.parent], info)
             done = len(ended)
-    skipped = len(seen) - done
-    moved = progress.moved(done, skipped, seen[-1])
-    if len(seen) < BATCH_SIZE:
-        moved = replace(moved, finished=True)
-    await record_action(
+    return await record_batch(
         session,
-        actor=actor.id,
-        via=actor.via,
+        progress,
+        actor,
+        read=len(seen),
+        done=done,
+        after=seen[-1],
+        last=len(seen) < BATCH_SIZE,
         action=action.name,
         workflow=info.name,
         subject=filter_subject(filters),
-        count=done,
-        detail={
-            "bulk": progress.bulk_id,
-            "batch": moved.batches,
-            "skipped": skipped,
-            **action.described(),
-        },
+        detail=action.described(),
     )
-    return moved
