@@ -6,7 +6,6 @@ a filter matches, a dry run unless `--apply` confirms the count (`--expected`) a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import shlex
@@ -20,11 +19,11 @@ from engine import DulyError, connect_workflows
 from engine.views.overview import RUN_STATES
 from engine.views.runs import find_workflow
 from functions.cli.actor import cli_actor
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import CommandError, app_database, run_until_interrupted
 from functions.cli.outbox import load_event_app
 from functions.cli.output import refused
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
+from functions.command_line import USAGE_ERROR
 from functions.requests.bulk import (
     BulkReplayRequest,
     BulkRunsRequest,
@@ -118,15 +117,14 @@ def run_bulk(args: argparse.Namespace) -> int:
     command = functools.partial(
         bulk_command, args=args, body=body, tables=outbox, out=sys.stdout, progress=sys.stderr
     )
-    try:
-        return asyncio.run(on_database(url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly bulk: interrupted; every batch already committed stays done (and is in "
-            "duly audit), the rest is untouched.",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        url,
+        command,
+        interrupted=(
+            "duly bulk: interrupted; every batch already committed stays done (and is in "
+            "duly audit), the rest is untouched."
+        ),
+    )
 
 
 async def bulk_command(

@@ -9,6 +9,7 @@ table or an unreachable database into a sentence and an exit status.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +22,13 @@ from engine import NotFoundError
 from engine.base import settings as variables
 from engine.base.errors import first_line
 from functions.cli.develop import LOCAL_EXTRA
-from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path, say_when_examples_serve
+from functions.command_line import (
+    FAILURE,
+    INTERRUPTED,
+    USAGE_ERROR,
+    put_cwd_on_path,
+    say_when_examples_serve,
+)
 from infra.schema import load_app
 from infra.settings import data_dir, database_url
 
@@ -137,6 +144,19 @@ async def on_database(url: str, command: DatabaseCommand) -> int:
         return unreachable(exc)
     finally:
         await engine.dispose()
+
+
+def run_until_interrupted(url: str, command: DatabaseCommand, *, interrupted: str) -> int:
+    """Run `command` on the database (`on_database`) to its end; its exit status.
+
+    Ctrl-C prints `interrupted` (what stays done, what is left) and exits INTERRUPTED:
+    a long command's batches already committed, never a traceback.
+    """
+    try:
+        return asyncio.run(on_database(url, command))
+    except KeyboardInterrupt:
+        print(f"\n{interrupted}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def unreachable(exc: Exception) -> int:

@@ -28,10 +28,10 @@ from engine.model.connection import WorkflowConnection, activate, open_connectio
 from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import CommandError, app_database, on_database, run_until_interrupted
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
+from functions.command_line import USAGE_ERROR
 from functions.requests.audited import replay_recorded
 
 
@@ -76,15 +76,14 @@ def run_drain(args: argparse.Namespace) -> int:
         print(f"duly: {exc}", file=sys.stderr)
         return USAGE_ERROR
     command = functools.partial(drain_outbox, app=app, settings=settings, progress=sys.stderr)
-    try:
-        return asyncio.run(on_database(app.url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly drain: interrupted; the rows it held come due again when their "
-            f"lease ends ({settings.outbox_claim_ttl_seconds} s).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        app.url,
+        command,
+        interrupted=(
+            "duly drain: interrupted; the rows it held come due again when their "
+            f"lease ends ({settings.outbox_claim_ttl_seconds} s)."
+        ),
+    )
 
 
 async def drain_outbox(

@@ -5,7 +5,6 @@ DULY_RETAIN_*_DAYS); delete it with `--apply`, a short transaction a batch.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import sys
@@ -16,9 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import CommandError, app_database, run_until_interrupted
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
+from functions.command_line import USAGE_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -34,15 +33,14 @@ def run_prune(args: argparse.Namespace) -> int:
     command = functools.partial(
         prune_database, settings=settings, apply=args.apply, as_json=args.json, out=sys.stdout
     )
-    try:
-        return asyncio.run(on_database(url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly prune: interrupted; every batch already committed stays deleted, "
-            "the rest is untouched.",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        url,
+        command,
+        interrupted=(
+            "duly prune: interrupted; every batch already committed stays deleted, "
+            "the rest is untouched."
+        ),
+    )
 
 
 async def prune_database(
