@@ -40,6 +40,17 @@ class CommandError(Exception):
     """A command cannot run as set up; the message says what to change."""
 
 
+# What a command's set-up (its arguments, DULY_APP, the database URL) raises for the
+# caller to change: said in a sentence, a usage error, never a traceback.
+SET_UP_ERRORS = (ValueError, LookupError, CommandError)
+
+
+def set_up_refused(exc: Exception) -> int:
+    """Say why a command cannot run as set up (one of SET_UP_ERRORS); USAGE_ERROR."""
+    print(f"duly: {exc}", file=sys.stderr)
+    return USAGE_ERROR
+
+
 def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list[Any]]:
     """The database URL (`command_database_url`), DULY_APP and the metadata of its tables
     (imported now, `load_command_app`); CommandError if it cannot."""

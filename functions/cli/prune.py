@@ -15,9 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
-from functions.cli.common import CommandError, app_database, run_until_interrupted
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    run_until_interrupted,
+    set_up_refused,
+)
 from functions.cli.progress import BatchBar
-from functions.command_line import USAGE_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -27,9 +31,8 @@ def run_prune(args: argparse.Namespace) -> int:
         if args.older_than_days is not None:
             settings = settings.with_days(args.older_than_days)
         url, _, _ = app_database(args, "duly prune")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         prune_database, settings=settings, apply=args.apply, as_json=args.json, out=sys.stdout
     )
