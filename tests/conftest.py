@@ -10,7 +10,8 @@ other fixtures put back what several modules' tests change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 from urllib.request import Request, urlopen
 
 import pytest
@@ -18,6 +19,10 @@ import pytest
 from infra import pytest_plugin
 from infra.pytest_plugin import Database, Server, fresh_database
 from tests.oidc_issuer import LocalIssuer
+
+if TYPE_CHECKING:
+    import httpx
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 __all__ = ["Database", "Server", "fresh_database"]
 
@@ -101,3 +106,34 @@ def oidc_issuer() -> Iterator[LocalIssuer]:
         yield issuer
     finally:
         issuer.stop()
+
+
+@pytest.fixture
+def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No API token, API keys or webhook secret set: the app's writes are open, as under
+    `duly dev`, for tests about what the routes do rather than who may call them."""
+    for name in ("DULY_API_TOKEN", "DULY_API_KEYS", "DULY_WEBHOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
+    """The app, with no worker, over the module's own `Session` fixture, served on loopback."""
+    from functions.http.app import create_app
+    from tests.helpers import serving
+
+    async with serving(create_app(Session, run_worker=False)) as served:
+        yield served
+
+
+@pytest.fixture
+def failing_registry() -> Iterator[None]:
+    """The process's event registry whose `order.charged` handler always fails, then none."""
+    from engine import configure_event_registry
+    from tests.bulk_helpers import configure_failing_registry
+
+    configure_failing_registry()
+    try:
+        yield
+    finally:
+        configure_event_registry(None)

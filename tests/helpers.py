@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import pty
 import re
 import socket
 import subprocess
@@ -271,6 +272,40 @@ def run_duly(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(
         [*DULY, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
     )
+
+
+def run_duly_on_terminal(
+    *args: str, cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """`duly ARGS` to its end with its stderr on a pseudo-terminal: the process (its stdout
+    captured) and all it drew on the terminal."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.run(
+            [*DULY, *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=30,
+        )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(controller)
+    return process, drawn.decode()
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ engine's deterministic worker (`engine.testing.drain`) runs their steps.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -28,21 +28,14 @@ START = {"row": {"number": "A-1", "total": 120}, "step": "issue", "args": {"plan
 
 
 @pytest.fixture(autouse=True)
-def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the routes: writes open, as in local development."""
-    for name in ("DULY_API_TOKEN", "DULY_WEBHOOK_SECRET", "DULY_MAX_BODY_BYTES"):
-        monkeypatch.delenv(name, raising=False)
+def default_body_limit(open_writes: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the routes: writes open, bodies at the default limit."""
+    monkeypatch.delenv("DULY_MAX_BODY_BYTES", raising=False)
 
 
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(api.Base.metadata)
-
-
-@pytest.fixture
-async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(Session, run_worker=False)) as client:
-        yield client
 
 
 async def start(client: httpx.AsyncClient, body: dict[str, Any] = START) -> str:

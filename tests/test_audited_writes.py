@@ -10,38 +10,26 @@ console, on a real database.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import configure_event_registry
 from functions.http.app import create_app
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
 from tests.apps import chores, outbox
-from tests.bulk_helpers import configure_failing_registry, dead_letters
+from tests.bulk_helpers import dead_letters
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving
 
-
-@pytest.fixture(autouse=True)
-def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DULY_API_TOKEN", "DULY_API_KEYS", "DULY_WEBHOOK_SECRET"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("open_writes")
 
 
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(chores.Base.metadata)
-
-
-@pytest.fixture
-async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(Session, run_worker=False)) as client:
-        yield client
 
 
 def trail(db: Database) -> list[tuple[Any, ...]]:
@@ -109,15 +97,6 @@ async def test_the_console_records_its_actions(db: Database, client: httpx.Async
         ("local", "console", "run.step", 1),
         ("local", "console", "run.cancel", 1),
     ]
-
-
-@pytest.fixture
-def failing_registry() -> Iterator[None]:
-    configure_failing_registry()
-    try:
-        yield
-    finally:
-        configure_event_registry(None)
 
 
 @pytest.mark.usefixtures("failing_registry")

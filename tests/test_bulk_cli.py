@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
-import pty
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from functions.http.app import create_app
 from tests.apps import chores
 from tests.bulk_helpers import add_failed
 from tests.conftest import Database
-from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly, serving
+from tests.helpers import REPO_ROOT, dev_env, run_duly, run_duly_on_terminal, serving
 
 APP = "tests.apps.chores"
 
@@ -113,34 +110,12 @@ async def test_get_audit_reads_the_trail_newest_first(db: Database) -> None:
 async def test_an_apply_draws_a_progress_bar_on_a_terminal(db: Database, tmp_path: Path) -> None:
     Session = await db.create(chores.Base.metadata)
     await add_failed(Session, 3)
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.run(
-            [*DULY, "bulk", "cancel", "chore", "--apply", "--expected", "3", "--upto", "3"],
-            cwd=REPO_ROOT,
-            env=env_for(db, tmp_path) | {"COLUMNS": "100"},
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            text=True,
-            timeout=30,
-        )
-        os.close(terminal)
-        terminal = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # the terminal's other end is closed: everything was read
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        if terminal != -1:
-            os.close(terminal)
-        os.close(controller)
-    assert process.returncode == 0, drawn
+    process, text = run_duly_on_terminal(
+        "bulk", "cancel", "chore", "--apply", "--expected", "3", "--upto", "3",
+        cwd=REPO_ROOT,
+        env=env_for(db, tmp_path) | {"COLUMNS": "100"},
+    )  # fmt: skip
+    assert process.returncode == 0, text
     # Finished runs are not live: a cancel leaves them, and says it skipped them.
     assert "0 of 3 in chore done, 3 skipped" in process.stdout
-    text = drawn.decode()
     assert "cancel chore" in text and "3/3" in text and "3 skipped" in text

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +22,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import Request
 
-from engine import configure_event_registry
 from functions.http.app import create_app
 from functions.http.routes.bulk import budget_of
 from functions.identity.keys import ApiKey, digest_of, new_key
@@ -35,7 +33,6 @@ from tests.bulk_helpers import (
     CHARGE,
     add_failed,
     audit,
-    configure_failing_registry,
     dead_letters,
     event,
     publish,
@@ -46,21 +43,12 @@ from tests.helpers import csrf_of, serving
 RETRY = {"action": "retry", "step": "work", "args": {"label": "again"}}
 
 
-@pytest.fixture(autouse=True)
-def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DULY_API_TOKEN", "DULY_API_KEYS", "DULY_WEBHOOK_SECRET"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("open_writes")
 
 
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(chores.Base.metadata)
-
-
-@pytest.fixture
-async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(Session, run_worker=False)) as client:
-        yield client
 
 
 async def steps(Session: async_sessionmaker[AsyncSession]) -> list[str | None]:
@@ -188,15 +176,6 @@ async def test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit(
         assert (done.json()["done"], done.json()["finished"]) == (1, True)
     [(actor, via, action, workflow, count, _)] = await audit(db)
     assert (actor, via, action, workflow, count) == ("key-operator", "http", "bulk.run", "chore", 1)
-
-
-@pytest.fixture
-def failing_registry() -> Iterator[None]:
-    configure_failing_registry()
-    try:
-        yield
-    finally:
-        configure_event_registry(None)
 
 
 @pytest.mark.usefixtures("failing_registry")

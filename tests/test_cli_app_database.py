@@ -2,7 +2,8 @@
 
 Run from a folder where `duly dev` runs, a command takes that database (and
 says so); DULY_APP unset is said to mean duly's examples; a DULY_APP that maps
-no workflow is refused instead of printing empty tables.
+no workflow is refused instead of printing empty tables; a command stopped by Ctrl-C
+says what stays done and exits 130, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.views.overview import RUN_STATES
+from functions.cli.common import run_until_interrupted
+from functions.command_line import INTERRUPTED
+from tests.conftest import Database
 from tests.helpers import EXIT_TIMEOUT, dev_env, duly_process, free_port, run_duly, wait_healthy
 
 EXAMPLES_NOTICE = (
@@ -99,3 +105,19 @@ def test_an_app_that_maps_no_workflow_is_refused_by_name(
         "duly: myapp maps no workflow: point DULY_APP at the module that defines or imports "
         "your Workflow classes.\n"
     )
+
+
+def test_a_command_stopped_by_ctrl_c_says_what_stays_done(
+    db: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batches: list[int] = []
+
+    async def interrupted_after_a_batch(Session: async_sessionmaker[AsyncSession]) -> int:
+        async with Session() as session:
+            batches.append((await session.execute(text("SELECT 1"))).scalar_one())
+        raise KeyboardInterrupt  # as Ctrl-C does, between two batches
+
+    said = "duly bulk: interrupted; every batch already committed stays done."
+    status = run_until_interrupted(db.url, interrupted_after_a_batch, interrupted=said)
+    assert (status, batches) == (INTERRUPTED, [1])
+    assert capsys.readouterr().err == f"\n{said}\n"

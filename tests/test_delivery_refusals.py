@@ -15,6 +15,8 @@ from tests.apps.api import Invoice
 from tests.conftest import Database
 from tests.helpers import serving
 
+pytestmark = pytest.mark.usefixtures("open_writes")  # the routes' answers are under test
+
 
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
@@ -97,13 +99,6 @@ async def test_a_delivery_to_many_runs_counts_the_refusals_in_its_statement(
 
 
 # -- over HTTP ------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The routes' answers are under test: writes open, as in local development."""
-    for name in ("DULY_API_TOKEN", "DULY_WEBHOOK_SECRET", "DULY_API_KEYS"):
-        monkeypatch.delenv(name, raising=False)
 
 
 async def test_the_deliver_route_answers_each_reason_and_counts_many(

@@ -7,10 +7,7 @@ what the commands print and leave in the database is checked.
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +18,7 @@ from engine.testing import move_clock
 from functions.cli import build_parser
 from tests.apps import outbox
 from tests.conftest import Database
-from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly
+from tests.helpers import REPO_ROOT, dev_env, run_duly, run_duly_on_terminal
 
 APP = "tests.apps.outbox_cli_app"
 BACKOFF = timedelta(seconds=30)  # past DULY_RETRY_BACKOFF_SECONDS x the attempts so far
@@ -146,35 +143,9 @@ async def test_drain_draws_a_progress_bar_on_a_terminal(db: Database, tmp_path: 
         for n in range(4)
     ]
     await publish(Session, *events)
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.run(
-            [*DULY, "drain"],
-            cwd=REPO_ROOT,
-            env=env_for(db, tmp_path),
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            text=True,
-            timeout=30,
-        )
-        os.close(terminal)
-        terminal = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # the terminal's other end is closed: everything was read
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        if terminal != -1:
-            os.close(terminal)
-        os.close(controller)
-    assert process.returncode == 0, drawn
+    process, text = run_duly_on_terminal("drain", cwd=REPO_ROOT, env=env_for(db, tmp_path))
+    assert process.returncode == 0, text
     assert report(process.stdout)["processed"] == 4
-    text = drawn.decode()
     assert "\rrouting [" in text
     assert text.rstrip().endswith(f"[{'#' * 30}] 4/4")
 

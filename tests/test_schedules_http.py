@@ -6,7 +6,6 @@ the engine's deterministic worker (`engine.testing.drain`) fires it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -19,29 +18,18 @@ from engine.base.audit import recent_actions
 from engine.testing import drain, move_clock
 from functions import examples
 from functions.examples import Digest, Onboarding
-from functions.http.app import create_app
 from tests.conftest import Database
-from tests.helpers import csrf_of, fetch, serving
+from tests.helpers import csrf_of, fetch
 
 LOS_ANGELES = "America/Los_Angeles"
 
 
-@pytest.fixture(autouse=True)
-def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the routes: writes open, as in local development."""
-    for name in ("DULY_API_TOKEN", "DULY_WEBHOOK_SECRET", "DULY_API_KEYS"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("open_writes")
 
 
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(examples.Base.metadata)
-
-
-@pytest.fixture
-async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(Session, run_worker=False)) as client:
-        yield client
 
 
 async def digest_fired(Session: async_sessionmaker[AsyncSession]) -> Digest:

@@ -1,6 +1,7 @@
 """Starting many runs at once: a batch per statement, unique keys still deciding.
 
 - thousands of rows start in a few statements; each gets its key and runs
+- a row started by start() or start_many() is left alike: every column loaded, detached
 - a row hitting a unique key starts none and is answered False, in place
 - one target for all or one per row (arguments and all)
 - a listening worker is woken by the batch's NOTIFY, not its idle interval
@@ -91,6 +92,24 @@ async def test_thousands_start_in_a_few_statements_and_each_runs(
     assert state.detached and not state.modified and rows[7].attempts == 0
     assert await drain(Session, [Signup]) == count
     assert await greeted(Session) == count
+
+
+async def test_a_row_started_alone_or_in_a_batch_is_left_alike(
+    Session: async_sessionmaker[AsyncSession],
+) -> None:
+    alone, batched = Signup(email="alone@example.com"), Signup(email="batched@example.com")
+    async with connect_workflows(Session, workflows=[Signup]):
+        assert await alone.start(Signup.welcome)
+        assert await start_many([batched], Signup.welcome) == [True]
+    columns = [attr.key for attr in inspect(Signup).column_attrs]
+    for row in (alone, batched):
+        state = inspect(row)
+        assert state.detached and not state.modified and not state.unloaded, row.email
+    differ = {"id", "email", "wake_at"}
+    assert {k: getattr(alone, k) for k in columns if k not in differ} == {
+        k: getattr(batched, k) for k in columns if k not in differ
+    }
+    assert (alone.id, batched.id) == (1, 2) and alone.wake_at <= batched.wake_at
 
 
 async def test_a_row_hitting_a_unique_key_starts_none_and_is_answered_in_place(

@@ -13,14 +13,14 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, exists, func, or_, select
 
-from engine.base.audit import record_action
 from engine.base.errors import BulkChangedError, DulyError
 from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
     BulkProgress,
+    confirm_count,
     digest_of,
-    new_bulk_id,
+    record_batch,
 )
 from engine.events.database import replay_statement
 from engine.events.records import EventTables
@@ -104,19 +104,15 @@ async def start_replay(
     """A replay's start, confirmed by the dry run's `expected` and `upto`; BulkChangedError when
     more dead letters match up to that id than the dry run counted."""
     bound = None if upto is None else (upto,)
-    digest = _digest(tables, filters)
-    progress = BulkProgress(new_bulk_id(), ACTION, 0, 0, expected, 0, None, bound, digest)
-    if upto is None:
-        return replace(progress, finished=True)
-    outbox = tables.outbox_table
-    where = [*filters.clauses(tables), outbox.c.event_id <= upto]
-    async with connection.sessionmaker() as session:
-        count = select(func.count()).select_from(outbox).where(*where)
-        now = int((await session.execute(count)).scalar_one())
-    if now > expected:
-        raise BulkChangedError(
-            f"The filter now matches {now} dead letters in {outbox.name} up to {upto!r}, the "
-            f"dry run counted {expected}: dry-run again and confirm the new count."
+    progress = BulkProgress.started(ACTION, expected, bound, _digest(tables, filters))
+    if upto is not None:
+        outbox = tables.outbox_table
+        await confirm_count(
+            connection,
+            outbox,
+            [*filters.clauses(tables), outbox.c.event_id <= upto],
+            expected=expected,
+            rows=f"dead letters in {outbox.name} up to {upto!r}",
         )
     return progress
 
@@ -167,19 +163,17 @@ async def apply_replay(
             if ids:
                 rows = await session.execute(replay_statement(tables, True), {"ids": ids})
                 replayed = [row.event_id for row in rows]
-            skipped = len(seen) - len(replayed)
-            moved = progress.moved(len(replayed), skipped, (seen[-1],))
-            if len(seen) < BATCH_SIZE:
-                moved = replace(moved, finished=True)
-            await record_action(
+            moved = await record_batch(
                 session,
-                actor=actor.id,
-                via=actor.via,
+                progress,
+                actor,
+                read=len(seen),
+                done=len(replayed),
+                after=(seen[-1],),
+                last=len(seen) < BATCH_SIZE,
                 action=ACTION,
                 workflow=outbox.name,
                 subject=filters.subject(),
-                count=len(replayed),
-                detail={"bulk": progress.bulk_id, "batch": moved.batches, "skipped": skipped},
             )
         progress = moved
         if replayed:

@@ -1,5 +1,6 @@
-"""What a bulk action reports and how it goes on: its progress after each batch, and the
-continuation a caller hands back to take it up where a time budget stopped it."""
+"""What a bulk action reports and how it goes on: its start, confirmed against the dry run's
+count; its progress after each batch; the continuation a caller hands back to take it up
+where a time budget stopped it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import binascii
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlalchemy import ColumnElement, FromClause, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine.base.audit import record_action
 from engine.base.errors import BulkChangedError, InvalidArgumentError
 from engine.base.shown import json_value
+from engine.model.connection import WorkflowConnection
 
 BATCH_SIZE = 200  # rows a batch's transaction reads at most
 
@@ -41,6 +48,14 @@ class BulkProgress:
     upto: tuple[Any, ...] | None  # the snapshot bound: no row past this key is touched
     digest: str  # what the action and its filter are, so a continuation cannot change them
     finished: bool = False
+
+    @classmethod
+    def started(
+        cls, action: str, expected: int, upto: tuple[Any, ...] | None, digest: str
+    ) -> BulkProgress:
+        """A new bulk action's progress, none done; finished already when the dry run matched
+        nothing (no `upto`)."""
+        return cls(new_bulk_id(), action, 0, 0, expected, 0, None, upto, digest, upto is None)
 
     def to_dict(self) -> dict[str, Any]:
         """As the API answers it: the counts, and `next` while there is more to do."""
@@ -118,6 +133,67 @@ def _key(given: Any) -> tuple[Any, ...] | None:
     if not isinstance(given, list):
         raise InvalidArgumentError("a key is a list")
     return tuple(given)
+
+
+async def confirm_count(
+    connection: WorkflowConnection,
+    table: FromClause,
+    bounded: Sequence[ColumnElement[bool]],
+    *,
+    expected: int,
+    rows: str,
+) -> None:
+    """Count the rows an apply's filter matches up to the dry run's bound (`bounded`) again.
+
+    A BulkChangedError when there are more than the dry run's `expected`: the set has grown
+    since, and nobody confirmed the new rows. `rows` names them in the message, as
+    "chore runs up to key 3". It writes nothing.
+    """
+    count = select(func.count()).select_from(table).where(*bounded)
+    async with connection.sessionmaker() as session:
+        now = int((await session.execute(count)).scalar_one())
+    if now > expected:
+        raise BulkChangedError(
+            f"The filter now matches {now} {rows}, the dry run counted {expected}: "
+            "dry-run again and confirm the new count."
+        )
+
+
+async def record_batch(
+    session: AsyncSession,
+    progress: BulkProgress,
+    actor: Actor,
+    *,
+    read: int,
+    done: int,
+    after: tuple[Any, ...],
+    last: bool,
+    action: str,
+    workflow: str,
+    subject: dict[str, Any],
+    detail: dict[str, Any] | None = None,
+) -> BulkProgress:
+    """One batch's progress and its audit record, in the caller's transaction.
+
+    The batch read `read` rows up to the key `after` and acted on `done` of them (the rest
+    are skipped); `last` when its window came back short, so the walk is over. The record
+    names `action` (the caller's, never a continuation's text), with `{bulk, batch,
+    skipped}` and `detail` as its detail.
+    """
+    skipped = read - done
+    moved = replace(progress.moved(done, skipped, after), finished=last)
+    counts = {"bulk": progress.bulk_id, "batch": moved.batches, "skipped": skipped}
+    await record_action(
+        session,
+        actor=actor.id,
+        via=actor.via,
+        action=action,
+        workflow=workflow,
+        subject=subject,
+        count=done,
+        detail=counts | (detail or {}),
+    )
+    return moved
 
 
 def digest_of(*parts: Any) -> str:

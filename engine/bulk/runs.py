@@ -16,15 +16,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.base.audit import record_action
 from engine.base.clock import db_now
-from engine.base.errors import BulkChangedError
 from engine.bulk.progress import (
     BATCH_SIZE,
     Actor,
     BulkProgress,
+    confirm_count,
     digest_of,
-    new_bulk_id,
+    record_batch,
 )
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import WorkflowInfo
@@ -165,17 +164,14 @@ async def start_runs(
     """
     bound = typed_key(info, upto)
     digest = digest_of(info.name, action.name, action.described(), filter_subject(filters))
-    progress = BulkProgress(new_bulk_id(), action.name, 0, 0, expected, 0, None, bound, digest)
-    if bound is None:  # the dry run matched nothing: there is nothing to do
-        return replace(progress, finished=True)
-    where = _bounded(info, filters, None, bound)
-    count = select(func.count()).select_from(info.table).where(*where)
-    async with connection.sessionmaker() as session:
-        now = int((await session.execute(count)).scalar_one())
-    if now > expected:
-        raise BulkChangedError(
-            f"The filter now matches {now} {info.name} runs up to key {key_text_of(bound)}, "
-            f"the dry run counted {expected}: dry-run again and confirm the new count."
+    progress = BulkProgress.started(action.name, expected, bound, digest)
+    if bound is not None:
+        await confirm_count(
+            connection,
+            info.table,
+            _bounded(info, filters, None, bound),
+            expected=expected,
+            rows=f"{info.name} runs up to key {key_text_of(bound)}",
         )
     return progress
 
@@ -250,23 +246,16 @@ async def _batch(
             conn = await session.connection()
             await children_finished(conn, [row.parent for row in ended if row.parent], info)
             done = len(ended)
-    skipped = len(seen) - done
-    moved = progress.moved(done, skipped, seen[-1])
-    if len(seen) < BATCH_SIZE:
-        moved = replace(moved, finished=True)
-    await record_action(
+    return await record_batch(
         session,
-        actor=actor.id,
-        via=actor.via,
+        progress,
+        actor,
+        read=len(seen),
+        done=done,
+        after=seen[-1],
+        last=len(seen) < BATCH_SIZE,
         action=action.name,
         workflow=info.name,
         subject=filter_subject(filters),
-        count=done,
-        detail={
-            "bulk": progress.bulk_id,
-            "batch": moved.batches,
-            "skipped": skipped,
-            **action.described(),
-        },
+        detail=action.described(),
     )
-    return moved

@@ -60,6 +60,23 @@ def _column_positions(info: WorkflowInfo) -> dict[Any, int]:
     return {column: i for i, column in enumerate(info.table.c)}
 
 
+def detach_inserted(info: WorkflowInfo, row: object, values: Mapping[Any, Any]) -> None:
+    """A transient row as its INSERT committed it: each column in `values` (keyed by column
+    name) set, then the whole row committed and detached."""
+    # A transient row has no history to keep: writing its dict, then committing it all, is
+    # what `refresh_row` and `make_transient_to_detached` do, without an event per column.
+    instance_state(row).dict.update(
+        {key: values[name] for name, key in _column_keys(info) if name in values}
+    )
+    make_transient_to_detached(row)
+
+
+@lru_cache(maxsize=1024)
+def _column_keys(info: WorkflowInfo) -> tuple[tuple[str, str], ...]:
+    """(column name, attribute key) of each column the class maps."""
+    return tuple((prop.columns[0].name, prop.key) for prop in info.mapper.column_attrs)
+
+
 def refresh_row(info: WorkflowInfo, row: object, values: Mapping[Any, Any]) -> None:
     """Set the columns present in `values` (keyed by column name) as the row's committed state."""
     for prop in info.mapper.column_attrs:

@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
-from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
@@ -22,7 +21,7 @@ from engine.base.errors import DulyError, InvalidArgumentError
 from engine.base.notify import announcement, notify
 from engine.model.connection import current_connection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo, workflow_info
-from engine.model.rows import refresh_row
+from engine.model.rows import detach_inserted
 from engine.model.steps import Call, Step, as_call, check_owner
 
 
@@ -37,8 +36,7 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
         inserted = (await conn.execute(statement, params)).first()
     if inserted is None:
         return False
-    refresh_row(info, row, inserted._mapping)
-    make_transient_to_detached(row)
+    detach_inserted(info, row, inserted._mapping)
     connection.kick(info.name)
     return True
 
@@ -79,8 +77,6 @@ async def start_many(
     order = sorted(range(len(rows)), key=lambda at: values[at][0])
     for given, same in groupby(order, key=lambda at: values[at][0]):
         indexes = list(same)
-        columns = [(prop.columns[0].name, prop.key) for prop in info.mapper.column_attrs]
-        fresh = [(name, key) for name, key in columns if name not in given]  # the database's
         for first in range(0, len(indexes), START_BATCH):
             batch = indexes[first : first + START_BATCH]
             statement, params = insert_runs(info, given, [values[at][1] for at in batch])
@@ -90,11 +86,7 @@ async def start_many(
                     await conn.execute(notify(info.table.name))
             for at, values_of in _matched(info, given, [rows[at] for at in batch], inserted):
                 started[batch[at]] = True
-                row = rows[batch[at]]
-                # A transient row's own dict, then all of it committed: what refresh_row and
-                # make_transient_to_detached do, without an attribute event per column.
-                inspect(row).dict.update({key: values_of[name] for name, key in fresh})
-                make_transient_to_detached(row)
+                detach_inserted(info, rows[batch[at]], values_of)
     if any(started):
         connection.kick(info.name)
     return started

@@ -13,9 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError
 from engine.base.audit import AuditEntry, recent_actions
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    on_database,
+    set_up_refused,
+)
 from functions.cli.output import aligned, refused
-from functions.command_line import USAGE_ERROR
 
 DEFAULT_SHOWN = 50  # records `duly audit` prints by default
 SUBJECT_SHOWN = 60  # characters of a subject's JSON in the table
@@ -37,9 +41,8 @@ def run_audit(args: argparse.Namespace) -> int:
     """`duly audit`: the trail, newest first, as a table or JSON."""
     try:
         url, _, _ = app_database(args, "duly audit")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         print_audit, workflow=args.workflow, limit=args.limit, as_json=args.json, out=sys.stdout
     )

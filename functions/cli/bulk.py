@@ -6,7 +6,6 @@ a filter matches, a dry run unless `--apply` confirms the count (`--expected`) a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import shlex
@@ -20,11 +19,16 @@ from engine import DulyError, connect_workflows
 from engine.views.overview import RUN_STATES
 from engine.views.runs import find_workflow
 from functions.cli.actor import cli_actor
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    CommandError,
+    app_database,
+    run_until_interrupted,
+    set_up_refused,
+)
 from functions.cli.outbox import load_event_app
 from functions.cli.output import refused
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
 from functions.requests.bulk import (
     BulkReplayRequest,
     BulkRunsRequest,
@@ -112,21 +116,19 @@ def run_bulk(args: argparse.Namespace) -> int:
         else:
             url, _, _ = app_database(args, "duly bulk")
             outbox = None
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         bulk_command, args=args, body=body, tables=outbox, out=sys.stdout, progress=sys.stderr
     )
-    try:
-        return asyncio.run(on_database(url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly bulk: interrupted; every batch already committed stays done (and is in "
-            "duly audit), the rest is untouched.",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        url,
+        command,
+        interrupted=(
+            "duly bulk: interrupted; every batch already committed stays done (and is in "
+            "duly audit), the rest is untouched."
+        ),
+    )
 
 
 async def bulk_command(

@@ -9,6 +9,7 @@ table or an unreachable database into a sentence and an exit status.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +22,13 @@ from engine import NotFoundError
 from engine.base import settings as variables
 from engine.base.errors import first_line
 from functions.cli.develop import LOCAL_EXTRA
-from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path, say_when_examples_serve
+from functions.command_line import (
+    FAILURE,
+    INTERRUPTED,
+    USAGE_ERROR,
+    put_cwd_on_path,
+    say_when_examples_serve,
+)
 from infra.schema import load_app
 from infra.settings import data_dir, database_url
 
@@ -31,6 +38,17 @@ DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
 
 class CommandError(Exception):
     """A command cannot run as set up; the message says what to change."""
+
+
+# What a command's set-up (its arguments, DULY_APP, the database URL) raises for the
+# caller to change: said in a sentence, a usage error, never a traceback.
+SET_UP_ERRORS = (ValueError, LookupError, CommandError)
+
+
+def set_up_refused(exc: Exception) -> int:
+    """Say why a command cannot run as set up (one of SET_UP_ERRORS); USAGE_ERROR."""
+    print(f"duly: {exc}", file=sys.stderr)
+    return USAGE_ERROR
 
 
 def app_database(args: argparse.Namespace, command: str) -> tuple[str, str, list[Any]]:
@@ -137,6 +155,19 @@ async def on_database(url: str, command: DatabaseCommand) -> int:
         return unreachable(exc)
     finally:
         await engine.dispose()
+
+
+def run_until_interrupted(url: str, command: DatabaseCommand, *, interrupted: str) -> int:
+    """Run `command` on the database (`on_database`) to its end; its exit status.
+
+    Ctrl-C prints `interrupted` (what stays done, what is left) and exits INTERRUPTED:
+    a long command's batches already committed, never a traceback.
+    """
+    try:
+        return asyncio.run(on_database(url, command))
+    except KeyboardInterrupt:
+        print(f"\n{interrupted}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def unreachable(exc: Exception) -> int:

@@ -15,9 +15,14 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    on_database,
+    set_up_refused,
+)
 from functions.cli.output import refused
-from functions.command_line import FAILURE, USAGE_ERROR
+from functions.command_line import FAILURE
 from functions.requests.errors import InputError
 from functions.requests.lookup import find_writable
 from functions.requests.runs import DeliverRequest, deliver_event, delivery_answer, parse_body
@@ -42,9 +47,8 @@ def run_deliver(args: argparse.Namespace) -> int:
     try:
         url, _, _ = app_database(args, "duly deliver")
         body = delivery_body(args)
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         deliver, workflow=args.workflow, body=body, as_json=args.json, out=sys.stdout
     )

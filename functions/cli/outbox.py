@@ -28,10 +28,16 @@ from engine.model.connection import WorkflowConnection, activate, open_connectio
 from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    CommandError,
+    app_database,
+    on_database,
+    run_until_interrupted,
+    set_up_refused,
+)
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
 from functions.requests.audited import replay_recorded
 
 
@@ -72,19 +78,17 @@ def run_drain(args: argparse.Namespace) -> int:
                 "event as processed without routing it. Register handlers on "
                 "get_event_registry() when the module is imported."
             )
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(drain_outbox, app=app, settings=settings, progress=sys.stderr)
-    try:
-        return asyncio.run(on_database(app.url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly drain: interrupted; the rows it held come due again when their "
-            f"lease ends ({settings.outbox_claim_ttl_seconds} s).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        app.url,
+        command,
+        interrupted=(
+            "duly drain: interrupted; the rows it held come due again when their "
+            f"lease ends ({settings.outbox_claim_ttl_seconds} s)."
+        ),
+    )
 
 
 async def drain_outbox(
@@ -153,9 +157,8 @@ def run_replay(args: argparse.Namespace) -> int:
     """`duly replay-dead-letters`: make dead-lettered events due again; print how many."""
     try:
         app = load_event_app(args, "duly replay-dead-letters")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(replay_dead_letters, app=app, event_ids=args.event_ids or None)
     return asyncio.run(on_database(app.url, command))
 

@@ -5,7 +5,6 @@ DULY_RETAIN_*_DAYS); delete it with `--apply`, a short transaction a batch.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import sys
@@ -16,9 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    run_until_interrupted,
+    set_up_refused,
+)
 from functions.cli.progress import BatchBar
-from functions.command_line import INTERRUPTED, USAGE_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -28,21 +31,19 @@ def run_prune(args: argparse.Namespace) -> int:
         if args.older_than_days is not None:
             settings = settings.with_days(args.older_than_days)
         url, _, _ = app_database(args, "duly prune")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         prune_database, settings=settings, apply=args.apply, as_json=args.json, out=sys.stdout
     )
-    try:
-        return asyncio.run(on_database(url, command))
-    except KeyboardInterrupt:
-        print(
-            "\nduly prune: interrupted; every batch already committed stays deleted, "
-            "the rest is untouched.",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
+    return run_until_interrupted(
+        url,
+        command,
+        interrupted=(
+            "duly prune: interrupted; every batch already committed stays deleted, "
+            "the rest is untouched."
+        ),
+    )
 
 
 async def prune_database(

@@ -22,9 +22,13 @@ from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
 from functions.app_config import mapped_event_tables
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    on_database,
+    set_up_refused,
+)
 from functions.cli.output import aligned, refused
-from functions.command_line import USAGE_ERROR
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -32,9 +36,8 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         url, _, metadatas = app_database(args, "duly status")
         tables = mapped_event_tables(metadatas)
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(print_status, tables=tables, as_json=args.json, out=sys.stdout)
     return asyncio.run(on_database(url, command))
 
@@ -85,9 +88,8 @@ def run_runs(args: argparse.Namespace) -> int:
     """`duly runs`: a page of a workflow's runs (the console's and the API's query)."""
     try:
         url, _, _ = app_database(args, "duly runs")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     filters = RunFilter(state=args.state, step=args.step, key=args.key, error=args.error)
     command = functools.partial(print_runs, args=args, filters=filters, out=sys.stdout)
     return asyncio.run(on_database(url, command))
@@ -150,9 +152,8 @@ def run_show(args: argparse.Namespace) -> int:
     """`duly show`: one run with its history (the console's and the API's query)."""
     try:
         url, _, _ = app_database(args, "duly show")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(print_run, args=args, out=sys.stdout)
     return asyncio.run(on_database(url, command))
 

@@ -20,7 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import DulyError, RunBusyError, connect_workflows
 from engine.runs.schedules import SCHEDULE_ACTIONS
 from engine.views.schedules import ScheduledRun
-from functions.cli.common import CommandError, app_database, on_database
+from functions.cli.common import (
+    SET_UP_ERRORS,
+    app_database,
+    on_database,
+    set_up_refused,
+)
 from functions.cli.output import aligned, refused
 from functions.command_line import FAILURE, USAGE_ERROR
 from functions.requests import schedules
@@ -57,9 +62,8 @@ def run_schedules(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     try:
         url, _, _ = app_database(args, "duly schedules")
-    except (ValueError, LookupError, CommandError) as exc:
-        print(f"duly: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except SET_UP_ERRORS as exc:
+        return set_up_refused(exc)
     command = functools.partial(
         act_on_schedule if acting else print_schedules,
         words=words,
