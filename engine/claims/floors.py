@@ -24,7 +24,7 @@ from engine.model.registry import WorkflowInfo
 
 # A writer whose transaction began this long before a claim and commits after it may
 # leave a row due below the floor; the probe finds it (docs/architecture.md, "Floors").
-FLOOR_MARGIN = timedelta(seconds=1)
+FLOOR_MARGIN = timedelta(milliseconds=100)
 
 
 def floor_bound(name: str = "floor") -> Any:
