@@ -36,8 +36,8 @@ from engine import (  # noqa: E402
 )
 from engine.base.clock import clock  # noqa: E402
 from engine.claims import claim as claims  # noqa: E402
-from engine.claims import limited as limited_claims  # noqa: E402
 from engine.claims import floors, next_due, stranded  # noqa: E402
+from engine.claims import limited as limited_claims  # noqa: E402
 from engine.claims.claim import Claim  # noqa: E402
 from engine.commits import bulk as bulk_commits  # noqa: E402
 from engine.commits import typed as commits  # noqa: E402
