@@ -15,6 +15,8 @@ engine.retention.partitions).
   test_prune_drops_whole_days_and_deletes_the_straddling_remainder
 - an attempt log that is not partitioned keeps the DELETE path, and keeping ahead does
   nothing to it: test_an_unpartitioned_log_keeps_the_delete_path
+- `python bench/partitions.py`, small: both paths prune every row past the period, the
+  partitioned one leaving no dead tuple: test_the_bench_measures_both_paths
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
 
+from bench.partitions import measure
 from engine import declare_engine_tables
 from engine.base.partitions import (
     DAYS_AHEAD,
@@ -39,7 +42,7 @@ from engine.base.partitions import (
 from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from engine.testing import move_clock
-from tests.conftest import Database
+from tests.conftest import Database, Server, fresh_database
 
 LOG = "parted_attempts"
 Sessions = async_sessionmaker[AsyncSession]
@@ -239,3 +242,13 @@ async def test_an_unpartitioned_log_keeps_the_delete_path(db: Database) -> None:
     assert logged(done) == 5
     assert [b.deleted for b in walked if b.table == LOG] == [2, 2, 1]  # batches, as before
     assert db.sql(f"SELECT count(*) FROM {LOG}") == [(1,)]
+
+
+async def test_the_bench_measures_both_paths(server: Server) -> None:
+    async with fresh_database(server) as parted, fresh_database(server) as plain:
+        results = await measure(parted.url, plain.url, rows=3_000, kept=30)
+    # measure() refuses a prune that deleted other than the month's rows, or left others.
+    partitioned, deleted = results["partitioned"], results["delete"]
+    assert partitioned["deleted"] == deleted["deleted"] == 3_000
+    assert partitioned["dead_tuples_left"] == 0
+    assert partitioned["partitions_left"] > 0 and deleted["partitions_left"] == 0
