@@ -36,7 +36,7 @@ from sqlalchemy.orm import DeclarativeBase  # noqa: E402
 from engine import declare_engine_tables  # noqa: E402
 from engine.base.partitions import day_partition_name  # noqa: E402
 from engine.model.connection import open_connection  # noqa: E402
-from engine.retention import RetentionSettings, prune  # noqa: E402
+from engine.retention import RetentionSettings, count_prunable, prune  # noqa: E402
 from infra.embedded import start_embedded  # noqa: E402
 from infra.partitioning import unpartition_attempt_log  # noqa: E402
 
@@ -104,10 +104,16 @@ async def measure_one(
         fill_seconds = time.perf_counter() - began
         wal_before = (await conn.execute(text("SELECT pg_current_wal_lsn()"))).scalar_one()
     connection = await open_connection(async_sessionmaker(engine))
+    settings = RetentionSettings(attempts_days=DAYS, pause_ms=0)
     started = time.perf_counter()
-    done = await prune(connection, RetentionSettings(attempts_days=DAYS, pause_ms=0))
+    counted = await count_prunable(connection, settings)  # the dry run: exact counts
+    dry_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    done = await prune(connection, settings)
     seconds = time.perf_counter() - started
     deleted = sum(t.rows for t in done.tables if t.table == table)
+    if sum(t.rows for t in counted.tables if t.table == table) != deleted:
+        raise RuntimeError(f"{table}: the dry run counted other than the prune deleted")
     await engine.dispose()  # its backends exit, and with them their statistics are sent
     async with autocommit.connect() as conn:
         wal = await conn.scalar(
@@ -125,6 +131,7 @@ async def measure_one(
     return {
         "fill_s": round(fill_seconds, 1),
         "prune_s": round(seconds, 3),
+        "dry_run_s": round(dry_seconds, 3),
         "deleted": deleted,
         "left": left,
         "transactions": done.batches,
@@ -184,14 +191,15 @@ def format_results(results: dict[str, Any]) -> str:
     lines = [
         f"Pruning {results['rows']:,} attempt-log rows of {results['days']} days "
         f"(keeping {results['kept']:,}); load before: {results['load_before']}",
-        f"{'path':<12} {'prune s':>9} {'txns':>6} {'WAL bytes':>14} {'dead left':>10} "
-        f"{'parts left':>10} {'fill s':>8}",
+        f"{'path':<12} {'prune s':>9} {'dry run s':>9} {'txns':>6} {'WAL bytes':>14} "
+        f"{'dead left':>10} {'parts left':>10} {'fill s':>8}",
     ]
     for path in ("partitioned", "delete"):
         r = results[path]
         lines.append(
-            f"{path:<12} {r['prune_s']:>9.3f} {r['transactions']:>6} {r['wal_bytes']:>14,} "
-            f"{r['dead_tuples_left']:>10,} {r['partitions_left']:>10} {r['fill_s']:>8.1f}"
+            f"{path:<12} {r['prune_s']:>9.3f} {r['dry_run_s']:>9.3f} {r['transactions']:>6} "
+            f"{r['wal_bytes']:>14,} {r['dead_tuples_left']:>10,} {r['partitions_left']:>10} "
+            f"{r['fill_s']:>8.1f}"
         )
     return "\n".join(lines)
 
