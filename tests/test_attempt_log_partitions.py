@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
@@ -105,6 +106,12 @@ def record(batches: list[Batch]) -> Callable[[Batch], Awaitable[None]]:
     return on_batch
 
 
+def waiting_on_advisory_locks(db: Database) -> int:
+    """How many sessions wait for an advisory lock."""
+    [(count,)] = db.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    return int(str(count))
+
+
 def midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
@@ -145,9 +152,17 @@ async def test_keeping_ahead_makes_what_is_missing_once_even_two_at_once(db: Dat
         db.sql(f"DROP TABLE {day_partition_name(LOG, day)}")
     db.sql(f"DROP TABLE {default_partition_name(LOG)}")
     assert len(partitions(db)) == len(before) - 3
-    engines = [Session.kw["bind"], db.engine()]
-    made = await asyncio.gather(*(keep_partitions_ahead(e, Log.__table__) for e in engines))
-    assert made == [gone, gone]  # both saw them missing; the lock let one make them
+    # Both find them missing, then wait on the table's lock (held here) to make them.
+    lock = f"SELECT pg_advisory_lock(hashtext('duly partitions {LOG}'))"
+    async with await psycopg.AsyncConnection.connect(db.conninfo, autocommit=True) as holder:
+        await holder.execute(lock)
+        engines = [Session.kw["bind"], db.engine()]
+        both = [asyncio.create_task(keep_partitions_ahead(e, Log.__table__)) for e in engines]
+        while waiting_on_advisory_locks(db) < 2:
+            await asyncio.sleep(0.01)
+        await holder.execute(lock.replace("pg_advisory_lock", "pg_advisory_unlock"))
+        made = await asyncio.gather(*both)
+    assert made == [gone, gone]  # both saw them missing; the second found them made
     assert partitions(db) == before
     assert await keep_partitions_ahead(db.engine(), Log.__table__) == []
     # Opening a connection keeps the log ahead too, as every process does.
