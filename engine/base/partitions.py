@@ -204,15 +204,20 @@ async def keep_partitions_ahead(engine: AsyncEngine, table: Table) -> list[date]
 
     Owns its transaction. Nothing happens for a table that is not partitioned, and
     when none is missing it costs one catalog query. Two callers at once make each
-    partition once. A database error (a role that may not create tables, say) is
-    logged, not raised: until a partition is made, its rows go to the default one.
+    partition once. A database error (a role that may not create tables, a missing
+    `duly_clock`) is logged, not raised: until a partition is made, its rows go to
+    the default one.
     Returns the days that were missing.
     """
     column = table.info.get(PARTITIONED_BY)
     if column is None:
         return []
     async with engine.connect() as conn:
-        found, now = await look_ahead(conn, table.name)
+        try:
+            found, now = await look_ahead(conn, table.name)
+        except DBAPIError as exc:  # no duly_clock, say: the process goes on without
+            log.warning("Could not read the partitions of %s: %s", table.name, exc)
+            return []
         if found is None or now is None:
             return []
         missing = missing_days(found, now.astimezone(UTC).date())
