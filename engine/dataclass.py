@@ -61,7 +61,9 @@ class AttemptLog(MappedAsDataclass, AttemptLogColumns):
     outcome: Mapped[str] = mapped_column(String(16), init=False)
     error: Mapped[str | None] = mapped_column(Text, init=False)
     took_ms: Mapped[float] = mapped_column(Float, init=False)
-    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), init=False)
+    finished_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), primary_key=True, init=False
+    )
     # A failed attempt's (outcome retry or failed); NULL for one that succeeded.
     traceback: Mapped[str | None] = mapped_column(Text, init=False)
     args: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True, init=False)

@@ -162,6 +162,17 @@ class Migrations:
         await self._run(engine, upgrade, time_limit=time_limit, before_commit=before_commit)
         return found[0], found[1]
 
+    async def downgrade(self, engine: AsyncEngine, revision: str) -> tuple[str, ...]:
+        """Downgrade the database to `revision`, in one transaction; its revisions after."""
+        found: list[tuple[str, ...]] = []
+
+        def downgrade(config: Config) -> None:
+            command.downgrade(config, revision)
+            found.append(_heads(config.attributes[CONNECTION]))
+
+        await self._run(engine, downgrade)
+        return found[0]
+
     def unknown(self, revisions: Iterable[str]) -> list[str]:
         """Those of `revisions` that are not in this directory's history."""
         revision_map = self.script().revision_map

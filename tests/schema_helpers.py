@@ -44,4 +44,4 @@ def version(db: Database) -> list[str]:
     return [str(num) for (num,) in db.sql("SELECT version_num FROM alembic_version")]
 
 
-HEAD = "duly_0008"  # duly's newest own revision (the operators' audit trail)
+HEAD = "duly_0009"  # duly's newest own revision (the attempt log partitioned by day)

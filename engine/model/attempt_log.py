@@ -1,7 +1,8 @@
 """The attempt log: one row per step attempt, written in the same statement as its outcome.
 
 The application maps `AttemptLog` on its own base, so its migrations carry the
-table; a deployment that maps none pays nothing. Both commit paths write it
+table; a deployment that maps none pays nothing. It is partitioned a day a partition by
+`finished_at` (in its primary key with `id`). Both commit paths write it
 through `log_attempts`; only `row.history()` and the views read it. A failed
 attempt also keeps its traceback and its arguments (NULL for an attempt that succeeded).
 """
@@ -31,6 +32,7 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 
 from engine.base.clock import db_now
+from engine.base.partitions import partition_by_day
 
 OUTCOMES = ("ok", "retry", "failed")
 # What a step attempt records, in the order of the table's columns after `workflow`.
@@ -102,6 +104,8 @@ class AttemptLogColumns:
             Index(f"ix_{table.name}_run"[:63], table.c.workflow, table.c.run_key, table.c.id)
             # Retention walks the log oldest first, a batch at a time (engine.retention).
             Index(f"ix_{table.name}_finished"[:63], table.c.finished_at, table.c.id)
+            # A partition a day by finished_at: pruning drops whole days (engine.base.partitions).
+            partition_by_day(table, "finished_at")
             _log_classes.append(cls)
 
 
@@ -116,7 +120,8 @@ class AttemptLog(AttemptLogColumns):
     outcome: Mapped[str] = mapped_column(String(16))
     error: Mapped[str | None] = mapped_column(Text)
     took_ms: Mapped[float] = mapped_column(Float)
-    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # In the primary key, as PostgreSQL wants the column a table is partitioned by.
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     # A failed attempt's (outcome retry or failed); NULL for one that succeeded.
     traceback: Mapped[str | None] = mapped_column(Text)
     args: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
 from engine.base.errors import NotConnectedError, NotFoundError, UnsupportedTypeError
+from engine.base.partitions import keep_partitions_ahead
 from engine.model.attempt_log import attempt_log_classes
 from engine.model.limits import rate_bucket_classes
 from engine.model.registry import WorkflowInfo, registered_workflows, workflow_info
@@ -88,6 +89,8 @@ async def open_connection(
         infos = _one_per_table(i for i in candidates if i.table.fullname in existing)
     metadatas = [info.table.metadata for info in infos]
     attempt_log = await _mapped_in_database(engine, attempt_log_classes(), metadatas)
+    if attempt_log is not None:  # every process of every deployment opens one
+        await keep_partitions_ahead(engine, attempt_log.__table__)
     rate_bucket = await _mapped_in_database(engine, rate_bucket_classes(), metadatas)
     return WorkflowConnection(sessionmaker, engine, infos, attempt_log, rate_bucket)
 

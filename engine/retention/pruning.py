@@ -32,11 +32,14 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.base.clock import db_now
+from engine.base.partitions import keep_partitions_ahead
 from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
 from engine.base.sessions import SESSIONS_TABLE
 from engine.model.connection import WorkflowConnection
+from engine.retention.partitions import count_partition, drop_partition, split_partitioned
 from engine.retention.scans import (
     SESSIONS_KEPT_DAYS,
     Scan,
@@ -118,6 +121,30 @@ class Walk:
     cutoff: datetime
     after_at: datetime = BEGINNING
     after_key: Any = None  # None at the start: every key is after it
+    reported: str | None = None  # the partitioned table whose partition `scan` walks
+
+    @property
+    def table_name(self) -> str:
+        """The table the walk's rows are counted under."""
+        return self.reported or self.scan.table.name
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a prune does: partitions it drops, then walks it deletes batch by batch."""
+
+    walks: list[Walk]
+    drops: list[tuple[Walk, str]]  # a partition and the walk over its table it replaces
+    kept: tuple[str, ...]  # kinds kept for good
+    listed: list[Walk]  # the walks before partitions split them: every table they name
+
+    def tally(self) -> Tally:
+        """A tally listing every table, each with no rows yet."""
+        tally = Tally()
+        for walk in self.listed:
+            for table in walk_tables(walk):
+                tally.add(walk, table, 0)
+        return tally
 
 
 @dataclass
@@ -134,7 +161,7 @@ class Tally:
 
     def counts(self, walk: Walk, row: Any) -> int:
         """Add a statement's counts (`removed`, `companion_<n>`) for `walk`; their sum."""
-        found = [(walk.scan.table.name, int(row.removed))]
+        found = [(walk.table_name, int(row.removed))]
         found += [
             (column.table.name, int(row._mapping[f"companion_{n}"]))
             for n, column in enumerate(walk.scan.companions)
@@ -149,16 +176,16 @@ async def count_prunable(
 ) -> PruneResult:
     """Count, per table, what `prune` with the same settings would delete now (a dry run)."""
     started = time.monotonic()
-    walks, kept = await plan(connection, settings)
-    tally = Tally()
+    planned = await plan(connection, settings)
+    tally = planned.tally()  # every table listed, even with nothing to prune
     async with connection.autocommit.connect() as conn:
-        for walk in walks:
-            for table in walk_tables(walk):
-                tally.add(walk, table, 0)  # every table listed, even with nothing to prune
+        for walk, partition in planned.drops:
+            tally.add(walk, walk.table_name, await count_partition(conn, partition))
+        for walk in planned.walks:
             row = await conn.execute(count_statement(walk.scan), {"duly_cutoff": walk.cutoff})
             tally.counts(walk, row.one())
     return PruneResult(
-        False, tuple(tally.tables.values()), kept, seconds=time.monotonic() - started
+        False, tuple(tally.tables.values()), planned.kept, seconds=time.monotonic() - started
     )
 
 
@@ -174,18 +201,29 @@ async def prune(
     With `max_batches`, each walk makes at most that many batches (so no
     table waits for another's backlog, and the pass's length is bounded);
     the result says whether anything was left. `on_batch` is awaited after
-    each batch commits.
+    each batch commits. A partitioned table's partitions wholly past the cutoff are
+    detached and dropped first, each a batch; its partitions made ahead (as
+    `keep_partitions_ahead`) before that.
     """
     started = time.monotonic()
-    walks, kept = await plan(connection, settings)
-    tally = Tally()
-    for walk in walks:
-        for table in walk_tables(walk):
-            tally.add(walk, table, 0)
+    if connection.attempt_log is not None:
+        await keep_partitions_ahead(connection.engine, connection.attempt_log.__table__)
+    planned = await plan(connection, settings)
+    tally = planned.tally()
     batches = deleted = 0
     deleted_last = False
     complete = True
-    for walk in walks:
+    for walk, partition in planned.drops:
+        dropped = await drop_partition(connection, walk.table_name, partition)
+        if dropped is None:  # its table stayed locked: the next prune drops it
+            complete = False
+            continue
+        batches += 1
+        deleted += dropped
+        tally.add(walk, walk.table_name, dropped)
+        if on_batch is not None:
+            await on_batch(Batch(walk.scan.kind, walk.table_name, dropped, batches, deleted))
+    for walk in planned.walks:
         statement = batch_statement(walk.scan)
         made = 0
         while True:
@@ -209,7 +247,7 @@ async def prune(
             deleted += now_deleted
             deleted_last = now_deleted > 0
             if on_batch is not None:
-                table = walk.scan.table.name
+                table = walk.table_name
                 await on_batch(Batch(walk.scan.kind, table, now_deleted, batches, deleted))
             if row.chosen < settings.batch_size:
                 break  # the walk reached the cutoff
@@ -217,16 +255,14 @@ async def prune(
     return PruneResult(
         True,
         tuple(tally.tables.values()),
-        kept,
+        planned.kept,
         batches=batches,
         complete=complete,
         seconds=time.monotonic() - started,
     )
 
 
-async def plan(
-    connection: WorkflowConnection, settings: RetentionSettings
-) -> tuple[list[Walk], tuple[str, ...]]:
+async def plan(connection: WorkflowConnection, settings: RetentionSettings) -> Plan:
     """The walks to make, each with its cutoff from the database clock; the kinds kept.
 
     Seen signatures are walked whenever their table exists, up to now: past its
@@ -250,12 +286,33 @@ async def plan(
         cutoff = now - timedelta(days=SESSIONS_KEPT_DAYS)
         walks.append(Walk(sessions_scan(), SESSIONS_KEPT_DAYS, cutoff))
     kept = tuple(kind for kind in KINDS if settings.days_for(kind) is None)
-    return walks, kept
+    async with connection.autocommit.connect() as conn:
+        split, drops = await split_walks(conn, walks)
+    return Plan(split, drops, kept, walks)
+
+
+async def split_walks(
+    conn: AsyncConnection, walks: list[Walk]
+) -> tuple[list[Walk], list[tuple[Walk, str]]]:
+    """Each walk over a partitioned table split into its partitions to drop and its
+    partitions to walk (`engine.retention.partitions`); the others as they are."""
+    kept: list[Walk] = []
+    drops: list[tuple[Walk, str]] = []
+    for walk in walks:
+        split = await split_partitioned(conn, walk.scan, walk.cutoff)
+        if split is None:
+            kept.append(walk)
+            continue
+        partitions, scans = split
+        drops += [(walk, partition) for partition in partitions]
+        table = walk.scan.table.name
+        kept += [Walk(scan, walk.days, walk.cutoff, reported=table) for scan in scans]
+    return kept, drops
 
 
 def walk_tables(walk: Walk) -> Iterable[str]:
     """The tables a walk deletes from: its own, then its companions'."""
-    yield walk.scan.table.name
+    yield walk.table_name
     for column in walk.scan.companions:
         yield column.table.name
 
