@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,14 @@ def server_cpu(server: EmbeddedPostgres) -> dict[int, float]:
     found: dict[int, float] = {}
     if postmaster is None:
         return found
+    for pid, fields in children_of(postmaster):
+        found[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def children_of(parent: int) -> Iterator[tuple[int, list[str]]]:
+    """The pid and /proc stat fields (after the command, which may hold spaces) of each
+    live child of `parent`; nothing where there is no /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -201,10 +209,9 @@ def server_cpu(server: EmbeddedPostgres) -> dict[int, float]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # gone since the listing
-        fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
-        if int(fields[1]) == postmaster:  # fields[1] is the parent pid
-            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    return found
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == parent:  # fields[1] is the parent pid
+            yield int(entry.name), fields
 
 
 def cpu_since(server: EmbeddedPostgres, before: dict[int, float]) -> float:

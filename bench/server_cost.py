@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from bench.harness import children_of
 from infra.embedded import EmbeddedPostgres
 
 Connection = psycopg.AsyncConnection[Any]
@@ -67,15 +68,9 @@ def server_cpu_total(server: EmbeddedPostgres) -> float:
         total = cpu_of(Path(f"/proc/{postmaster}/stat").read_text(), with_children=True)
     except OSError:
         return 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone since the listing: its time is in the postmaster's children's
-        if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
-            total += cpu_of(stat)
+    # A backend gone since the listing has its time in the postmaster's children's.
+    for _, fields in children_of(postmaster):
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 

@@ -292,13 +292,26 @@ def write_schema_sql(metadata: Iterable[MetaData], out: TextIO, heading: str) ->
     an app's first revision would (duly's own tables IF NOT EXISTS): for an app with no
     revision yet, through SQLAlchemy's mock engine, so no database is needed."""
 
+    # A table's indexes come from a set, in no fixed order: written sorted by name, so
+    # the same schema always prints the same SQL.
+    indexes: list[tuple[str, str]] = []
+
+    def write_indexes() -> None:
+        out.writelines(text for _, text in sorted(indexes))
+        indexes.clear()
+
     def write(ddl: Any, *multiparams: Any, **params: Any) -> None:
         # duly's own as the first revision makes them (see _duly_tables_if_not_exists).
         if isinstance(ddl, CreateTable) and ddl.element.name in DULY_TABLES:
             ddl.if_not_exists = True
         if isinstance(ddl, CreateIndex) and getattr(ddl.element.table, "name", None) in DULY_TABLES:
             ddl.if_not_exists = True
-        out.write(f"{str(ddl.compile(dialect=engine.dialect)).strip()};\n\n")
+        text = f"{str(ddl.compile(dialect=engine.dialect)).strip()};\n\n"
+        if isinstance(ddl, CreateIndex):
+            indexes.append((str(ddl.element.name), text))
+            return
+        write_indexes()
+        out.write(text)
 
     engine = create_mock_engine(f"{DIALECT}://", write)
     for line in heading.splitlines():
@@ -306,6 +319,7 @@ def write_schema_sql(metadata: Iterable[MetaData], out: TextIO, heading: str) ->
     out.write("BEGIN;\n\n")
     for each in metadata:
         each.create_all(engine, checkfirst=False)
+    write_indexes()
     out.write("COMMIT;\n")
 
 

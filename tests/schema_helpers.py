@@ -45,3 +45,13 @@ def version(db: Database) -> list[str]:
 
 
 HEAD = "duly_0009"  # duly's newest own revision (the attempt log partitioned by day)
+
+
+def table_partitions(db: Database, table: str) -> list[str]:
+    """The partitions of `table`, by name."""
+    rows = db.sql(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
+        table,
+    )
+    return [str(name) for (name,) in rows]

@@ -44,6 +44,7 @@ from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from engine.testing import move_clock
 from tests.conftest import Database, Server, fresh_database
+from tests.schema_helpers import table_partitions
 
 LOG = "parted_attempts"
 Sessions = async_sessionmaker[AsyncSession]
@@ -66,12 +67,7 @@ def today(db: Database) -> date:
 
 def partitions(db: Database) -> list[str]:
     """The log's partitions, by name."""
-    rows = db.sql(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
-        LOG,
-    )
-    return [str(name) for (name,) in rows]
+    return table_partitions(db, LOG)
 
 
 def days_from(first: date, count: int) -> list[str]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from engine.base.partitions import DAYS_AHEAD, day_partition_name, default_partition_name
 from infra.migrate import migrations_for
 from tests.conftest import Database, Server, fresh_database
-from tests.schema_helpers import HEAD, schema, version
+from tests.schema_helpers import HEAD, schema, table_partitions, version
 
 EXAMPLES = "functions.examples"
 LOG = "workflow_attempt"
@@ -36,12 +36,8 @@ def rows(db: Database) -> list[tuple[object, ...]]:
 
 
 def partitions(db: Database) -> list[str]:
-    found = db.sql(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
-        LOG,
-    )
-    return [str(name) for (name,) in found]
+    """The log's partitions, by name."""
+    return table_partitions(db, LOG)
 
 
 def now(db: Database) -> datetime:

@@ -51,15 +51,19 @@ BUCKET = cast(Table, WorkflowRate.__table__)
 # The plain claim.
 
 
-async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
+async def filled_timer(db: Database) -> AsyncEngine:
+    """Many rows at rest (finished runs) and a few due: the due index holds only the due."""
     Session = await db.create(behaviour.Base.metadata)
-    # Many rows at rest (finished runs) and a few due: the index holds only the due.
     db.sql("INSERT INTO timer (fired) SELECT 1 FROM generate_series(1, 5000)")
     db.sql(
         "INSERT INTO timer (fired, next_step, next_args, wake_at) "
         "SELECT 0, 'fire', '{}'::json, now() FROM generate_series(1, 20)"
     )
-    engine = analyzed(db, Session, "timer")
+    return analyzed(db, Session, "timer")
+
+
+async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
+    engine = await filled_timer(db)
     with sent(engine) as seen:
         async with engine.connect() as conn:
             assert len(await claim_due(conn, workflow_info(Timer), 8, LEASE)) == 8
@@ -70,13 +74,7 @@ async def test_the_claim_uses_the_partial_due_index(db: Database) -> None:
 
 
 async def test_the_claim_from_a_floor_uses_the_partial_due_index(db: Database) -> None:
-    Session = await db.create(behaviour.Base.metadata)
-    db.sql("INSERT INTO timer (fired) SELECT 1 FROM generate_series(1, 5000)")
-    db.sql(
-        "INSERT INTO timer (fired, next_step, next_args, wake_at) "
-        "SELECT 0, 'fire', '{}'::json, now() FROM generate_series(1, 20)"
-    )
-    engine = analyzed(db, Session, "timer")
+    engine = await filled_timer(db)
     (floor,) = db.sql("SELECT now() - interval '1 second'")[0]
     with sent(engine) as seen:
         async with engine.connect() as conn:
