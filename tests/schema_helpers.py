@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from tests.conftest import Database
 
 # The schema as pg_catalog has it: every column (position, type, NOT NULL, default), every
@@ -55,3 +57,14 @@ def table_partitions(db: Database, table: str) -> list[str]:
         table,
     )
     return [str(name) for (name,) in rows]
+
+
+def insert_attempts(db: Database, table: str, workflow: str, *times: datetime) -> None:
+    """One attempt-log row of `workflow` in `table`, finished at each of `times`."""
+    for at in times:
+        db.sql(
+            f"INSERT INTO {table} (workflow, run_key, step, attempt, outcome, took_ms, "
+            "finished_at) VALUES (%s, '1', 'run', 1, 'ok', 1.0, %s)",
+            workflow,
+            at,
+        )

@@ -44,7 +44,7 @@ from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from engine.testing import move_clock
 from tests.conftest import Database, Server, fresh_database
-from tests.schema_helpers import table_partitions
+from tests.schema_helpers import insert_attempts, table_partitions
 
 LOG = "parted_attempts"
 Sessions = async_sessionmaker[AsyncSession]
@@ -72,16 +72,6 @@ def partitions(db: Database) -> list[str]:
 
 def days_from(first: date, count: int) -> list[str]:
     return [day_partition_name(LOG, first + timedelta(days=n)) for n in range(count)]
-
-
-def insert_at(db: Database, *times: datetime) -> None:
-    """One log row finished at each of `times`."""
-    for at in times:
-        db.sql(
-            f"INSERT INTO {LOG} (workflow, run_key, step, attempt, outcome, took_ms, "
-            "finished_at) VALUES ('w', '1', 'run', 1, 'ok', 1.0, %s)",
-            at,
-        )
 
 
 def where_rows_are(db: Database) -> dict[str, int]:
@@ -172,7 +162,7 @@ async def test_a_row_at_the_boundary_and_a_row_with_no_partition(db: Database) -
     first = today(db)
     tomorrow = midnight(first + timedelta(days=1))
     far = midnight(first + timedelta(days=DAYS_AHEAD + 30))
-    insert_at(db, tomorrow, tomorrow - timedelta(microseconds=1), far)
+    insert_attempts(db, LOG, "w", tomorrow, tomorrow - timedelta(microseconds=1), far)
     assert where_rows_are(db) == {
         day_partition_name(LOG, first): 1,
         day_partition_name(LOG, first + timedelta(days=1)): 1,
@@ -204,7 +194,7 @@ async def test_prune_drops_whole_days_and_deletes_the_straddling_remainder(
     straddling_new = cutoff + timedelta(hours=2)  # day -30, after it
     new = [cutoff + timedelta(days=d) for d in range(1, 4)]
     long_ago = cutoff - timedelta(days=400)  # no day's partition: the default one
-    insert_at(db, *old, straddling_old, straddling_new, *new, long_ago)
+    insert_attempts(db, LOG, "w", *old, straddling_old, straddling_new, *new, long_ago)
     dropped = set(days_from(cutoff.date() - timedelta(days=10), 10))  # days -40 to -31
     assert dropped <= set(partitions(db))
     past = len(old) + 2  # and straddling_old, long_ago
@@ -237,7 +227,9 @@ async def test_an_unpartitioned_log_keeps_the_delete_path(db: Database) -> None:
     assert partitions(db) == []
     [(now,)] = db.sql("SELECT now()")
     assert isinstance(now, datetime)
-    insert_at(db, *(now - timedelta(days=40 + n) for n in range(5)), now - timedelta(days=1))
+    insert_attempts(
+        db, LOG, "w", *(now - timedelta(days=40 + n) for n in range(5)), now - timedelta(days=1)
+    )
 
     engine = db.engine()
     async with engine.connect() as conn:

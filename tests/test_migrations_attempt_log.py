@@ -15,20 +15,11 @@ from datetime import UTC, datetime, timedelta
 from engine.base.partitions import DAYS_AHEAD, day_partition_name, default_partition_name
 from infra.migrate import migrations_for
 from tests.conftest import Database, Server, fresh_database
-from tests.schema_helpers import HEAD, schema, table_partitions, version
+from tests.schema_helpers import HEAD, insert_attempts, schema, table_partitions, version
 
 EXAMPLES = "functions.examples"
 LOG = "workflow_attempt"
 BEFORE = "duly_0008"
-
-
-def insert_rows(db: Database, *times: datetime) -> None:
-    for at in times:
-        db.sql(
-            f"INSERT INTO {LOG} (workflow, run_key, step, attempt, outcome, took_ms, "
-            "finished_at) VALUES ('lookup', '1', 'run', 1, 'ok', 1.0, %s)",
-            at,
-        )
 
 
 def rows(db: Database) -> list[tuple[object, ...]]:
@@ -51,7 +42,7 @@ async def test_the_upgrade_keeps_the_rows_in_one_partition(db: Database) -> None
     engine = db.engine()
     await migrations.upgrade(engine, BEFORE)
     at = now(db)
-    insert_rows(db, at - timedelta(days=40), at - timedelta(days=3), at)
+    insert_attempts(db, LOG, "lookup", at - timedelta(days=40), at - timedelta(days=3), at)
     before = rows(db)
     [(file,)] = db.sql(f"SELECT pg_relation_filenode('{LOG}')")
 
@@ -66,7 +57,7 @@ async def test_the_upgrade_keeps_the_rows_in_one_partition(db: Database) -> None
     assert db.sql(f"SELECT pg_relation_filenode('{old}')") == [(file,)]  # not rewritten
     days = [day_partition_name(LOG, tomorrow + timedelta(days=n)) for n in range(DAYS_AHEAD)]
     assert partitions(db) == sorted([old, default_partition_name(LOG), *days])
-    insert_rows(db, at + timedelta(days=1))
+    insert_attempts(db, LOG, "lookup", at + timedelta(days=1))
     [(where,)] = db.sql(f"SELECT tableoid::regclass::text FROM {LOG} ORDER BY id DESC LIMIT 1")
     assert where == day_partition_name(LOG, (at + timedelta(days=1)).astimezone(UTC).date())
     [(last,)] = db.sql(f"SELECT max(id) FROM {LOG}")
@@ -79,7 +70,7 @@ async def test_the_downgrade_gives_back_a_plain_table(db: Database, server: Serv
     engine = db.engine()
     await migrations.upgrade(engine)
     at = now(db)
-    insert_rows(db, at - timedelta(days=100), at, at + timedelta(days=2))
+    insert_attempts(db, LOG, "lookup", at - timedelta(days=100), at, at + timedelta(days=2))
     before = rows(db)
 
     assert await migrations.downgrade(engine, BEFORE) == (BEFORE,)
@@ -89,7 +80,7 @@ async def test_the_downgrade_gives_back_a_plain_table(db: Database, server: Serv
     async with fresh_database(server) as reference:
         await migrations_for(EXAMPLES, None, reference.url).upgrade(reference.engine(), BEFORE)
         assert schema(db) == schema(reference)
-    insert_rows(db, at)
+    insert_attempts(db, LOG, "lookup", at)
     [(last,)] = db.sql(f"SELECT max(id) FROM {LOG}")
     assert last == 4
     # And up again: the rows back in one partition.

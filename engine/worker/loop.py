@@ -199,7 +199,7 @@ class Worker:
     def kick(self, payload: str) -> None:
         """Wake the pass loop if `payload` names one of this worker's tables (or everyone)."""
         if payload == EVERYONE:
-            self._floors.forget()  # the test clock moved: what was below may be due
+            self._floors.forget()  # news for all (clock moved, a reconnect): read from the start
         if payload == EVERYONE or payload in self.tables:
             self._wakeup.set()
 
