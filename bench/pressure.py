@@ -31,14 +31,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
 
-from sqlalchemy import Table, func, insert, literal, select  # noqa: E402
-from sqlalchemy.dialects.postgresql import JSONB  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 
 from bench import pressure_faults as faults  # noqa: E402
 from bench import pressure_figures as figures  # noqa: E402
-from bench.harness import EMPTY_ARGS  # noqa: E402
-from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Probe  # noqa: E402
+from bench.pressure_app import ATTEMPTS_TABLE, TABLE, offer_probes  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402
 from bench.pressure_server import (  # noqa: E402
@@ -48,7 +45,6 @@ from bench.pressure_server import (  # noqa: E402
     prepare_server,
     server_settings,
 )
-from engine.base.notify import CHANNEL  # noqa: E402
 from engine.worker.options import LEASE  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
@@ -56,7 +52,8 @@ PHASES = ("clean", "held_xmin", "readers", "overload", "terminate", "idle_connec
 OVERLOAD = 1.5  # the overload phase offers this many times the capacity
 LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
 DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
-POLL_EVERY = 0.5  # seconds between two looks at the backlog and the recovery
+POLL_EVERY = 0.5  # seconds between two looks at the backlog, at least
+READ_SHARE = 0.05  # at most this share of the time goes to counting the backlog
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
 CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
@@ -77,6 +74,7 @@ class Settings:
     recovery_seconds: float = 60.0  # at most, after each phase's drain
     drain_seconds: float = DRAIN_SECONDS  # at most, for each phase's backlog and at the end
     lease_seconds: float | None = None  # the workers' lease; None: the engine's default (30 s)
+    start_many: bool = False  # the producer builds rows and calls start_many() (--start-many)
     phases: tuple[str, ...] = PHASES
 
     @property
@@ -99,6 +97,7 @@ class Bench:
         self.workers: list[Subprocess] = []
         self.caught_up_at: float | None = None  # time.time() the backlog was last seen drained
         self.on_backlog = False  # the last phase's backlog was not drained within its bound
+        self.count_took = 0.0  # seconds the last count of the backlog took
 
     @property
     def db(self) -> figures.Connection:
@@ -113,7 +112,7 @@ class Bench:
             Subprocess("bench.pressure_worker", self.url, *lease_option(self.settings))
             for _ in range(self.settings.workers)
         ]
-        producer = Producer(self.url)
+        producer = Producer(self.url, self.settings.start_many)
         async with contextlib.AsyncExitStack() as stack:
             self.conn = await stack.enter_async_context(await faults.connect(self.conninfo))
             for process in self.workers:
@@ -137,22 +136,13 @@ class Bench:
         return capacity
 
     async def drain_backlog(self, phase: str, runs: int) -> float:
-        """Insert `runs` runs due now in one announced statement; seconds until all ran."""
-        table = Probe.__table__
-        assert isinstance(table, Table)
-        rows = select(
-            literal(phase),
-            func.extract("epoch", func.now()),
-            literal("run"),
-            literal(EMPTY_ARGS, JSONB),
-            func.now(),
-        ).select_from(func.generate_series(1, runs))
+        """Insert `runs` runs due now in one announced statement; seconds from its commit until
+        the last one's step began."""
         engine = create_async_engine(self.url)
         try:
             async with engine.begin() as conn:
-                columns = ["phase", "offered_at", "next_step", "next_args", "wake_at"]
-                await conn.execute(insert(table).from_select(columns, rows))
-                await conn.execute(select(func.pg_notify(CHANNEL, table.name)))
+                for statement in offer_probes(phase, runs, offered_at=None):
+                    await conn.execute(statement)
         finally:
             await engine.dispose()
         began = time.time()
@@ -160,17 +150,30 @@ class Bench:
         left = await self.wait_for_backlog(0, deadline, CAPACITY_POLL)
         if left:
             raise RuntimeError(f"{left} of {runs} {phase} runs did not finish in time.")
-        return time.time() - began
+        # Until the last step began, as it recorded: not the coarser moment the count saw.
+        return float((await figures.one_row(self.db, figures.LAST_STARTED, phase))[0]) - began
 
     async def wait_for_backlog(
         self, at_most: int, deadline: float, every: float = POLL_EVERY
     ) -> int:
         """Poll until at most `at_most` runs are unfinished or `deadline`; the last count."""
         while True:
-            backlog = await figures.count(self.db, figures.BACKLOG)
+            backlog = await self.backlog()
             if backlog <= at_most or time.monotonic() > deadline:
                 return backlog
-            await asyncio.sleep(every)
+            await asyncio.sleep(self.pause(every))
+
+    async def backlog(self) -> int:
+        """Runs unfinished now, counted on the due index; how long that took is kept."""
+        began = time.monotonic()
+        found = await figures.count(self.db, figures.BACKLOG)
+        self.count_took = time.monotonic() - began
+        return found
+
+    def pause(self, every: float = POLL_EVERY) -> float:
+        """Seconds before the next count: `every`, or longer when counting is slow (a backlog
+        of a million runs), so the bench's own reads never take the workers' share."""
+        return max(every, self.count_took / READ_SHARE)
 
     def pressure(self, phase: str) -> AbstractAsyncContextManager[dict[str, Any]]:
         """What `phase` puts on the database while it lasts."""
@@ -193,7 +196,7 @@ class Bench:
             seconds = self.settings.clean_seconds
         drained_below = max(1, int(steady * DRAINED_WITHIN))
         started_on_backlog = self.on_backlog  # the last phase's backlog outlasted its bound
-        backlog_at_start = await figures.count(self.db, figures.BACKLOG)
+        backlog_at_start = await self.backlog()
         opened = time.monotonic()
         async with self.pressure(phase) as pressure:
             pressure["set_up_s"] = time.monotonic() - opened
@@ -207,7 +210,7 @@ class Bench:
             claims_after = await figures.claim_counters(self.db)
             wal_after = await figures.wal_counters(self.db)
             tables = await figures.relations(self.db)
-            backlog_at_end = await figures.count(self.db, figures.BACKLOG)
+            backlog_at_end = await self.backlog()
         completed = done_after - done_before
         wal = await figures.wal_between(self.db, wal_before, wal_after)
         if phase == "clean":
@@ -249,7 +252,7 @@ class Bench:
             until = began + seconds * tenth / figures.SLICES
             await asyncio.sleep(max(0.0, until - time.monotonic()))
             after = await figures.claim_counters(self.db)
-            backlog = await figures.count(self.db, figures.BACKLOG)
+            backlog = await self.backlog()
             claims = figures.claim_between(before, after)
             found.append({"slice": tenth, "backlog": backlog, **claims})
             before = after
@@ -259,39 +262,28 @@ class Bench:
         self, phase: str, ended: float, backlog: int, drained_below: int
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """After the phase, with offers back at the fraction: until its backlog is drained (at
-        most drain_seconds) and, for the phases after the clean one, until its after-runs are
-        picked up as in the clean phase (at most recovery_seconds after the drain)."""
+        most drain_seconds), then, for the phases after the clean one, recovery_seconds more,
+        after which its after-runs' pickup is compared with the clean phase's once (a scan of
+        the whole table, so not polled)."""
         done_at_end = await figures.count(self.db, figures.DONE)
         drain: dict[str, Any] = {"drained": backlog <= drained_below, "backlog": backlog}
         drain |= {"seconds": 0.0} if drain["drained"] else {}  # nothing to drain: no rate
         recovery: dict[str, Any] = {"recovered_after_s": None}
-        tracked = self.clean_p99_ms is not None and phase != "clean"
-        deadline = time.monotonic() + self.settings.drain_seconds
-        drained_at = time.monotonic() if drain["drained"] else None
-        while True:
-            if drained_at is None:
-                left = await figures.count(self.db, figures.BACKLOG)
-                drain["drained"] = left <= drained_below
-                if not drain["drained"] and time.monotonic() < deadline:
-                    await asyncio.sleep(POLL_EVERY)
-                    continue
-                done = await figures.count(self.db, figures.DONE) - done_at_end
-                took = time.time() - ended
-                drain |= {"seconds": took, "left": left, "completed_per_s": done / took}
-                drain["net_per_s"] = (backlog - left) / took  # the backlog's own fall
-                drain["of_capacity"] = drain["completed_per_s"] / self.capacity
-                if not drain["drained"]:
-                    break  # the after-runs wait behind the backlog: no recovery to see
-                drained_at = time.monotonic()
-            if tracked and recovery["recovered_after_s"] is None:
-                assert self.clean_p99_ms is not None
-                series = await figures.p99_by_second(self.db, f"{phase}/after", ended)
-                recovery["after_p99_ms_by_second"] = series
-                recovery["recovered_after_s"] = figures.recovered_after(series, self.clean_p99_ms)
-            looked_enough = time.monotonic() > drained_at + self.settings.recovery_seconds
-            if not tracked or recovery["recovered_after_s"] is not None or looked_enough:
-                break
-            await asyncio.sleep(POLL_EVERY)
+        if not drain["drained"]:
+            left = await self.wait_for_backlog(
+                drained_below, time.monotonic() + self.settings.drain_seconds
+            )
+            done = await figures.count(self.db, figures.DONE) - done_at_end
+            took = time.time() - ended
+            drain |= {"drained": left <= drained_below, "seconds": took, "left": left}
+            drain |= {"completed_per_s": done / took, "net_per_s": (backlog - left) / took}
+            drain["of_capacity"] = drain["completed_per_s"] / self.capacity
+        # The after-runs wait behind an undrained backlog: then there is no recovery to see.
+        if drain["drained"] and self.clean_p99_ms is not None and phase != "clean":
+            await asyncio.sleep(self.settings.recovery_seconds + 2 * figures.RECOVERY_BUCKET)
+            series = await figures.p99_by_second(self.db, f"{phase}/after", ended)
+            recovery["after_p99_ms_by_second"] = series
+            recovery["recovered_after_s"] = figures.recovered_after(series, self.clean_p99_ms)
         if drain["drained"]:
             self.caught_up_at = time.time()
         recovery["window_s"] = time.time() - ended
@@ -392,6 +384,9 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
         "--drain-seconds", type=float, default=DRAIN_SECONDS, help="at most, each backlog"
     )
     parser.add_argument("--lease", type=float, default=None, help="seconds (engine default)")
+    parser.add_argument(
+        "--start-many", action="store_true", help="offer through start_many(), as an app"
+    )
     parser.add_argument("--only", help=f"some of {','.join(PHASES)} (clean always first)")
     args = parser.parse_args(argv)
     phases: tuple[str, ...] = PHASES
@@ -411,6 +406,7 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
         recovery_seconds=args.recovery_seconds,
         drain_seconds=args.drain_seconds,
         lease_seconds=args.lease,
+        start_many=args.start_many,
         phases=phases,
     )
     return settings, Path(args.json)

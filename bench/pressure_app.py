@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import BigInteger, Float, Integer, String
+from sqlalchemy import BigInteger, Float, Integer, String, Table, func, insert, literal, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql import Executable
 
+from bench.harness import EMPTY_ARGS
 from engine import Workflow, declare_engine_tables, step
+from engine.base.notify import CHANNEL
 
 TABLE = "pressure_probe"
 ATTEMPTS_TABLE = "pressure_attempts"
@@ -45,3 +49,17 @@ class Probe(Base, Workflow):
     async def run(self) -> None:
         self.started_at = time.time()
         self.ran += 1
+
+
+def offer_probes(phase: str, runs: int, offered_at: float | None) -> tuple[Executable, Executable]:
+    """One INSERT … SELECT of `runs` probes due now, tagged `phase` and stamped `offered_at`
+    (`time.time()`; the server's clock when None), and the NOTIFY that announces them: what
+    start_many() costs the database, without building a row in Python."""
+    table = Probe.__table__
+    assert isinstance(table, Table)
+    stamp = func.extract("epoch", func.now()) if offered_at is None else literal(offered_at)
+    rows = select(
+        literal(phase), stamp, literal("run"), literal(EMPTY_ARGS, JSONB), func.now()
+    ).select_from(func.generate_series(1, runs))
+    columns = ["phase", "offered_at", "next_step", "next_args", "wake_at"]
+    return insert(table).from_select(columns, rows), select(func.pg_notify(CHANNEL, table.name))

@@ -59,8 +59,8 @@ class Subprocess:
 class Producer(Subprocess):
     """`bench.pressure_producer`: offers runs at the rate and under the phase it is told."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__("bench.pressure_producer", url)
+    def __init__(self, url: str, with_start_many: bool = False) -> None:
+        super().__init__("bench.pressure_producer", url, *(["--start-many"] * with_start_many))
         self.failed_batches: int | None = None
 
     async def offer(self, rate: float, phase: str) -> float:

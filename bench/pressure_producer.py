@@ -1,13 +1,19 @@
 """The pressure bench's producer process: starts Probe runs at a steady rate, in small batches.
 
-    python -m bench.pressure_producer URL
+    python -m bench.pressure_producer URL [--start-many]
 
 It reads commands from stdin, one a line: `offer RATE PHASE` (runs a second,
 and the phase the runs are tagged with; it answers `offering PHASE <time>`)
-and `stop`. The runs go in with `start_many`, a batch whenever at least one is
-owed by the rate (so about RATE x TICK rows a batch), each row stamped with
-`time.time()` just before its batch is sent. It prints `ready` first, and
-`failed <n>` (batches the database refused, retried) as it stops.
+and `stop`. A batch goes in whenever at least one run is owed by the rate (so
+about RATE x TICK rows a batch), each row stamped with `time.time()` just
+before its batch is sent. It prints `ready` first, and `failed <n>` (batches
+the database refused, retried) as it stops.
+
+A batch is one announced INSERT … SELECT (`offer_probes`): the producer stands
+for an app's web servers, which run on other machines, so on the bench's own
+cores it costs what their starts cost the database and little more.
+`--start-many` builds the rows in Python and starts them with `start_many`
+instead, as an app would, at the price of the workers' CPU.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from bench.pressure_app import Probe
+from bench.pressure_app import Probe, offer_probes
 from engine import connect_workflows, start_many
 
 TICK = 0.02  # seconds between two looks at what is owed
@@ -55,7 +61,7 @@ async def read_commands(offer: Offer, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def produce(url: str) -> int:
+async def produce(url: str, with_start_many: bool) -> int:
     """Offer runs as told until stopped; the number of batches the database refused."""
     engine = create_async_engine(
         url,
@@ -64,6 +70,17 @@ async def produce(url: str) -> int:
         connect_args={"application_name": PRODUCER_APPLICATION},
     )
     offer, stop, failed = Offer(), asyncio.Event(), 0
+
+    async def send(batch: int) -> None:
+        offered_at = time.time()
+        if with_start_many:
+            rows = [Probe(phase=offer.phase, offered_at=offered_at) for _ in range(batch)]
+            await start_many(rows, Probe.run)
+            return
+        async with engine.begin() as conn:
+            for statement in offer_probes(offer.phase, batch, offered_at):
+                await conn.execute(statement)
+
     commands = asyncio.create_task(read_commands(offer, stop))
     try:
         async with connect_workflows(async_sessionmaker(engine), workflows=[Probe]):
@@ -74,10 +91,8 @@ async def produce(url: str) -> int:
                     await asyncio.sleep(TICK)
                     continue
                 batch = min(owed, MAX_BATCH)
-                offered_at = time.time()
-                rows = [Probe(phase=offer.phase, offered_at=offered_at) for _ in range(batch)]
                 try:
-                    await start_many(rows, Probe.run)
+                    await send(batch)
                 except DBAPIError:
                     failed += 1  # not in the table, so not offered: counted, then sent again
                     await asyncio.sleep(RETRY_DELAY)
@@ -91,7 +106,7 @@ async def produce(url: str) -> int:
 
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)
-    failed = asyncio.run(produce(sys.argv[1]))
+    failed = asyncio.run(produce(sys.argv[1], "--start-many" in sys.argv[2:]))
     print(f"failed {failed}", flush=True)
 
 

@@ -1,8 +1,11 @@
 """The pressure bench's server and database: set up for the bench, and described in its report.
 
-The embedded server gets room for the idle connections and pg_stat_statements
-(the claim's cost is read from it), with a restart when either is missing; the
-database is made fresh with the probes' and the attempt log's tables.
+The embedded server gets room for the idle connections, pg_stat_statements
+(the claim's cost is read from it) and memory and WAL room as a team would give
+a server of its own (SIZED: PostgreSQL's defaults of 128 MB of shared buffers
+and 1 GB of WAL between checkpoints suit a laptop, and a backlog of millions
+of runs outgrows them), with a restart when any is missing; the database is
+made fresh with the probes' and the attempt log's tables.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from infra.embedded import EmbeddedPostgres
 DATABASE = "pressure"
 SPARE_CONNECTIONS = 200  # max_connections beyond the idle ones: workers, producer, bench
 STATEMENTS = "pg_stat_statements"  # the extension the claim's cost is read from
+SIZED = {"shared_buffers": "2GB", "max_wal_size": "4GB"}  # of this machine's 24 GB
 
 
 async def create_database(server: EmbeddedPostgres, url: str) -> None:
@@ -47,8 +51,9 @@ def setting(conn: psycopg.Connection[Any], name: str) -> str:
 
 
 def prepare_server(server: EmbeddedPostgres, idle: int) -> int:
-    """Room for the idle connections beside everything else, and pg_stat_statements loaded
-    (the claim's cost); restarts the server if either needs it. max_connections then."""
+    """Room for the idle connections beside everything else, pg_stat_statements loaded (the
+    claim's cost) and the SIZED settings; restarts the server if any needs it.
+    max_connections then."""
     wanted = idle + SPARE_CONNECTIONS
     with psycopg.connect(server.conninfo_for("postgres"), autocommit=True) as conn:
         current = int(setting(conn, "max_connections"))
@@ -57,6 +62,11 @@ def prepare_server(server: EmbeddedPostgres, idle: int) -> int:
         if current < wanted:
             conn.execute(f"ALTER SYSTEM SET max_connections = {wanted}")
             current, restart = wanted, True
+        for name, value in SIZED.items():
+            row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+            if row is None or row[0] != value:
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+                restart = True
         if STATEMENTS not in preloaded:
             libraries = ", ".join(filter(None, [preloaded, STATEMENTS]))
             conn.execute(f"ALTER SYSTEM SET shared_preload_libraries = '{libraries}'")
@@ -69,8 +79,17 @@ def prepare_server(server: EmbeddedPostgres, idle: int) -> int:
 async def server_settings(conn: psycopg.AsyncConnection[Any]) -> dict[str, str]:
     """The server's version and the settings its commits and connections depend on."""
     cursor = await conn.execute(
-        "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-        (["server_version", "fsync", "synchronous_commit", "max_connections", "autovacuum"],),
+        "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
+        (
+            [
+                "server_version",
+                "fsync",
+                "synchronous_commit",
+                "max_connections",
+                "autovacuum",
+                *SIZED,
+            ],
+        ),
     )
     return dict(await cursor.fetchall())
 

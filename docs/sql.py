@@ -176,6 +176,15 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 (True, False),
             ),
             built(
+                "next due of a worker that looks again itself: from the floor to the horizon",
+                next_due.next_due_statement,
+                (onboarding, lookup),
+                (None, None),
+                bucket,
+                (True, False),
+                True,
+            ),
+            built(
                 "the probe below the floors, beside the pass loop",
                 floors.probe_statement,
                 ((onboarding, None), (expense, ("escalate", "send"))),

@@ -22,7 +22,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.claims.claim import claim_due
-from engine.claims.floors import FLOOR_MARGIN, DueFloors
+from engine.claims.floors import FLOOR_HORIZON, FLOOR_MARGIN, DueFloors
+from engine.claims.next_due import NextDue, next_due
 from engine.model.registry import workflow_info
 from engine.worker import floor_keeper
 from engine.worker.running import run_workflows
@@ -101,6 +102,46 @@ async def test_a_floored_claim_reads_what_is_due_not_what_claims_left_behind(
     # From the first entry the claim visits each of the 40,000 versions left behind.
     assert from_start > 20 * floored, (from_start, floored)
     assert taken_floored == taken  # the same rows, oldest first
+
+
+async def next_due_buffers(
+    engine: AsyncEngine, floor: Any, looking_again: bool
+) -> tuple[int, NextDue | None]:
+    """What one floored next-due question reads, and its answer."""
+    with sent(engine) as seen:
+        async with engine.connect() as conn:
+            upcoming = await next_due(
+                conn, [workflow_info(Timer)], floors=[floor], looking_again=looking_again
+            )
+    plan = await plan_of(engine, the_one(seen, "min("), analyze=True, buffers=True)
+    return buffers(plan), upcoming
+
+
+async def test_a_worker_looking_again_reads_no_lease_ends_past_the_horizon(
+    db: Database,
+) -> None:
+    Session = await db.create(behaviour.Base.metadata)
+    fill_due(db, ROWS)
+    engine = analyzed(db, Session, "timer")
+    (now,) = db.sql("SELECT now()")[0]
+    with held_horizon(db):
+        # Claimed again and again (each lease's end within the next 30 s), then finished: the
+        # lease ends stay in the index, ahead of the one step still running.
+        for _ in range(MOVES):
+            db.sql("UPDATE timer SET wake_at = now() + random() * interval '30 seconds'")
+        db.sql("UPDATE timer SET wake_at = now() + interval '40 seconds' WHERE id = 1")
+        db.sql("UPDATE timer SET next_step = NULL, wake_at = NULL WHERE id <> 1")
+        floor = now - FLOOR_MARGIN
+        whole, exact = await next_due_buffers(engine, floor, looking_again=False)
+        bounded, again = await next_due_buffers(engine, floor, looking_again=True)
+        db.sql("UPDATE timer SET wake_at = now() + interval '300 ms' WHERE id = 1")
+        _, soon = await next_due_buffers(engine, floor, looking_again=True)
+    assert exact is not None and 39 < exact.seconds <= 40  # the running step's lease
+    # Nothing within the horizon: its end is the answer, the instant to look again.
+    assert again is not None and 0 < again.seconds <= FLOOR_HORIZON.total_seconds()
+    assert soon is not None and 0 < soon.seconds <= 0.3  # a row within it is the answer
+    # The whole question visits every lease end left behind; the bounded one a thirtieth.
+    assert whole > 10 * bounded, (whole, bounded)
 
 
 def claimed(*scheduled: Any) -> list[SimpleNamespace]:

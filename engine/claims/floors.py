@@ -25,6 +25,9 @@ from engine.model.registry import WorkflowInfo
 # A writer whose transaction began this long before a claim and commits after it may
 # leave a row due below the floor; the probe finds it (docs/architecture.md, "Floors").
 FLOOR_MARGIN = timedelta(milliseconds=100)
+# A floored next-due question of a worker nobody awaits reads no further than this past now:
+# beyond lie the lease ends of steps already committed, which a held horizon keeps too.
+FLOOR_HORIZON = timedelta(seconds=1)
 
 
 def floor_bound(name: str = "floor") -> Any:

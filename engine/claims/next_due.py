@@ -17,12 +17,12 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Table, false, func, select, true, union_all
+from sqlalchemy import Interval, Table, false, func, literal_column, select, true, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
-from engine.claims.floors import floor_bound
+from engine.claims.floors import FLOOR_HORIZON, floor_bound
 from engine.claims.limit_groups import ready_at
 from engine.model.due import scheduled
 from engine.model.registry import WorkflowInfo
@@ -43,12 +43,15 @@ async def next_due(
     steps: Sequence[tuple[str, ...] | None] | None = None,
     bucket: Table | None = None,
     floors: Sequence[datetime | None] | None = None,
+    looking_again: bool = False,
 ) -> NextDue | None:
     """When the earliest work of `infos` (of `steps`, per table) comes due, or None.
 
     Asked after a claim, work due now that was not taken came due since, or
     another transaction held it. A table's floor (`engine.claims.floors`), if
-    given, is where its due index is read from.
+    given, is where its due index is read from; `looking_again` (a worker that
+    passes again by itself) stops a floored table's reading FLOOR_HORIZON past
+    now, whose end is then the answer when nothing lies before it.
     """
     if not infos:
         return None
@@ -56,7 +59,7 @@ async def next_due(
     bounds = tuple(floors) if floors is not None else tuple(None for _ in infos)
     floored = tuple(bound is not None for bound in bounds)
     params = {f"floor_{i}": bound for i, bound in enumerate(bounds) if bound is not None}
-    statement = next_due_statement(tuple(infos), served, bucket, floored)
+    statement = next_due_statement(tuple(infos), served, bucket, floored, looking_again)
     row = (await conn.execute(statement, params)).one()
     return None if row.at is None else NextDue(row.at, float(row.seconds), bool(row.held))
 
@@ -67,12 +70,13 @@ def next_due_statement(
     steps: tuple[tuple[str, ...] | None, ...],
     bucket: Table | None,
     floored: tuple[bool, ...] | None = None,
+    looking_again: bool = False,
 ) -> Executable:
     """The earliest instant any of the tables has work, its distance, and whether held back."""
     bounded = floored if floored is not None else tuple(False for _ in infos)
     earliest = union_all(
         *(
-            _earliest(info, served, bucket, f"floor_{i}" if floor else None)
+            _earliest(info, served, bucket, f"floor_{i}" if floor else None, looking_again)
             for i, (info, served, floor) in enumerate(zip(infos, steps, bounded, strict=True))
         )
     ).subquery()
@@ -85,18 +89,29 @@ def next_due_statement(
 
 
 def _earliest(
-    info: WorkflowInfo, steps: tuple[str, ...] | None, bucket: Table | None, floor: str | None
+    info: WorkflowInfo,
+    steps: tuple[str, ...] | None,
+    bucket: Table | None,
+    floor: str | None,
+    looking_again: bool = False,
 ) -> Any:
     """One table's earliest instant with work, and whether a limit holds due work back.
 
-    `floor` names the bind a table without a limit reads its due index from.
+    `floor` names the bind a table without a limit reads its due index from;
+    `looking_again` ends that reading at the horizon, the answer if nothing is before it.
     """
     table = info.table
     mine = scheduled(table.c.next_step, steps)
     if info.limit is None:
+        earliest: Any = func.min(table.c.wake_at)
         if floor is not None:
             mine = mine & (table.c.wake_at >= floor_bound(floor))
-        return select(func.min(table.c.wake_at).label("at"), false().label("held")).where(mine)
+            if looking_again:
+                ahead = FLOOR_HORIZON.total_seconds()
+                horizon = db_now() + literal_column(f"interval '{ahead:g} seconds'", Interval)
+                mine = mine & (table.c.wake_at < horizon)
+                earliest = func.coalesce(earliest, horizon)
+        return select(earliest.label("at"), false().label("held")).where(mine)
     now = db_now()
     future = select(func.min(table.c.wake_at)).where(mine, table.c.wake_at > now)
     ready = ready_at(info, steps, bucket)

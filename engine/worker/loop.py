@@ -268,6 +268,7 @@ class Worker:
                     [self._served[i.name] for i in infos],
                     self._buckets,
                     [self._floors.floor(i.name) for i in infos],
+                    looking_again=not self._answer_awaited(),
                 )
             if self._stranded.watching:
                 await self._watch_stranded(conn, claimed, upcoming)
