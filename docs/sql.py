@@ -189,6 +189,12 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
                 floors.probe_statement,
                 ((onboarding, None), (expense, ("escalate", "send"))),
             ),
+            built(
+                "the probe of every second, near the floors",
+                floors.probe_statement,
+                ((onboarding, None), (expense, ("escalate", "send"))),
+                True,
+            ),
         ],
     )
     yield (

@@ -11,6 +11,7 @@ pass that someone waits for, and the test clock's news all reach it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -22,10 +23,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.claims.claim import claim_due
-from engine.claims.floors import FLOOR_HORIZON, FLOOR_MARGIN, DueFloors
+from engine.claims.floors import FLOOR_HORIZON, FLOOR_MARGIN, PROBE_NEAR, DueFloors
 from engine.claims.next_due import NextDue, next_due
 from engine.model.registry import workflow_info
 from engine.worker import floor_keeper
+from engine.worker.floor_keeper import FloorKeeper
 from engine.worker.running import run_workflows
 from tests.apps import behaviour
 from tests.apps.behaviour import Timer
@@ -207,6 +209,38 @@ async def test_a_row_written_due_below_a_floor_is_found_by_the_probe(db: Databas
         finally:
             stop.set()
             await feeding
+
+
+async def test_the_probe_reads_near_its_floors_each_time_and_all_below_as_its_cost_allows(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(floor_keeper, "DEEP_SHARE", 1e-9)  # any whole read is slow enough
+    Session = await db.create(behaviour.Base.metadata)
+    (now,) = db.sql("SELECT now()")[0]
+    near, far = now - PROBE_NEAR / 2, now - timedelta(minutes=1)
+    for at in (near, far):
+        db.sql(
+            "INSERT INTO timer (fired, next_step, next_args, wake_at) "
+            "VALUES (0, 'fire', '{}'::json, %s)",
+            at,
+        )
+    floors = DueFloors()
+    floors.after_claim("timer", claimed(now + FLOOR_MARGIN))  # the floor is `now`
+    kicks: list[None] = []
+    keeper = FloorKeeper(
+        analyzed(db, Session, "timer"),
+        floors,
+        lambda: [(workflow_info(Timer), None)],
+        lambda: kicks.append(None),
+    )
+    await keeper.probe(deep=False)  # the probe of every second sees only the near row
+    assert floors.floor("timer") == near - FLOOR_MARGIN and len(kicks) == 1
+    await keeper.probe(deep=True)
+    assert floors.floor("timer") == far - FLOOR_MARGIN and len(kicks) == 2
+    # That whole read "took" a billion times its share: the next one is far off, while
+    # the near probes go on every PROBE_EVERY.
+    assert keeper._deep_at > time.monotonic() + 3600
+    assert keeper.interval == floor_keeper.PROBE_EVERY
 
 
 async def test_run_until_idle_is_sure_nothing_lies_below_its_floor(db: Database) -> None:

@@ -15,7 +15,17 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import DateTime, Integer, bindparam, func, literal, select, union_all
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    Interval,
+    bindparam,
+    func,
+    literal,
+    literal_column,
+    select,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
@@ -28,6 +38,9 @@ FLOOR_MARGIN = timedelta(milliseconds=100)
 # A floored next-due question of a worker nobody awaits reads no further than this past now:
 # beyond lie the lease ends of steps already committed, which a held horizon keeps too.
 FLOOR_HORIZON = timedelta(seconds=1)
+# How far below its floor the probe of every second reads: a writer that committed late
+# began its transaction within it. The whole range below is read less often.
+PROBE_NEAR = timedelta(seconds=2)
 
 
 def floor_bound(name: str = "floor") -> Any:
@@ -75,11 +88,13 @@ class DueFloors:
 async def probe_below(
     conn: AsyncConnection,
     floored: Sequence[tuple[WorkflowInfo, tuple[str, ...] | None, datetime]],
+    near: bool = False,
 ) -> list[datetime | None]:
-    """For each (table, steps, floor), the earliest scheduled `wake_at` below the floor, if any."""
+    """For each (table, steps, floor), the earliest scheduled `wake_at` below the floor, if
+    any; `near`: only within PROBE_NEAR of it."""
     if not floored:
         return []
-    statement = probe_statement(tuple((info, steps) for info, steps, _ in floored))
+    statement = probe_statement(tuple((info, steps) for info, steps, _ in floored), near)
     params = {f"floor_{index}": floor for index, (_, _, floor) in enumerate(floored)}
     found: list[datetime | None] = [None] * len(floored)
     for row in await conn.execute(statement, params):
@@ -88,16 +103,23 @@ async def probe_below(
 
 
 @lru_cache(maxsize=256)
-def probe_statement(tables: tuple[tuple[WorkflowInfo, tuple[str, ...] | None], ...]) -> Executable:
-    """One statement asking every floored table for its earliest scheduled row below the floor."""
+def probe_statement(
+    tables: tuple[tuple[WorkflowInfo, tuple[str, ...] | None], ...], near: bool = False
+) -> Executable:
+    """One statement asking every floored table for its earliest scheduled row below the floor
+    (`near`: within PROBE_NEAR below it)."""
     parts = []
     for position, (info, steps) in enumerate(tables):
         table = info.table
         floor = floor_bound(f"floor_{position}")
+        below = [scheduled(table.c.next_step, steps), table.c.wake_at < floor]
+        if near:
+            reach = literal_column(f"interval '{PROBE_NEAR.total_seconds():g} seconds'", Interval)
+            below.append(table.c.wake_at >= floor - reach)
         parts.append(
             select(
                 literal(position, Integer).label("position"),
                 func.min(table.c.wake_at).label("at"),
-            ).where(scheduled(table.c.next_step, steps), table.c.wake_at < floor)
+            ).where(*below)
         )
     return union_all(*parts)
