@@ -56,6 +56,13 @@ def fill_due(db: Database, rows: int) -> None:
     )
 
 
+async def filled_timers(db: Database) -> AsyncEngine:
+    """The timer table with ROWS rows due an hour ago, analyzed; its engine."""
+    Session = await db.create(behaviour.Base.metadata)
+    fill_due(db, ROWS)
+    return analyzed(db, Session, "timer")
+
+
 def move_on(db: Database, times: int) -> None:
     """Each due row rescheduled `times` times, later each time, as claims and commits do.
 
@@ -93,9 +100,7 @@ async def claim_buffers(engine: AsyncEngine, floor: Any) -> tuple[int, list[int]
 async def test_a_floored_claim_reads_what_is_due_not_what_claims_left_behind(
     db: Database,
 ) -> None:
-    Session = await db.create(behaviour.Base.metadata)
-    fill_due(db, ROWS)
-    engine = analyzed(db, Session, "timer")
+    engine = await filled_timers(db)
     with held_horizon(db):
         move_on(db, MOVES)
         (earliest,) = db.sql("SELECT min(wake_at) FROM timer WHERE next_step IS NOT NULL")[0]
@@ -122,9 +127,7 @@ async def next_due_buffers(
 async def test_a_worker_looking_again_reads_no_lease_ends_past_the_horizon(
     db: Database,
 ) -> None:
-    Session = await db.create(behaviour.Base.metadata)
-    fill_due(db, ROWS)
-    engine = analyzed(db, Session, "timer")
+    engine = await filled_timers(db)
     (now,) = db.sql("SELECT now()")[0]
     with held_horizon(db):
         # Claimed again and again (each lease's end within the next 30 s), then finished: the
