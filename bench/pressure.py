@@ -56,6 +56,7 @@ POLL_EVERY = 0.5  # seconds between two looks at the backlog, at least
 READ_SHARE = 0.05  # at most this share of the time goes to counting the backlog
 CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
 CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
+CAPACITY_MIDDLE = (0.1, 0.9)  # the capacity is timed between these shares of its runs' starts
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
 SETTLE_MARGIN = 15.0  # seconds beyond two leases for a passed-over run to count as lost
 DRAIN_SECONDS = 600.0  # at most, for a phase's backlog to drain before the next phase
@@ -69,7 +70,7 @@ class Settings:
     clean_seconds: float | None = None  # the clean phase's own length (--long); else phase_seconds
     fraction: float = 0.5  # of the capacity, offered in every phase but the overload
     workers: int = 2
-    capacity_runs: int = 20_000
+    capacity_runs: int = 200_000
     idle_connections: int = 300
     recovery_seconds: float = 60.0  # at most, after each phase's drain
     drain_seconds: float = DRAIN_SECONDS  # at most, for each phase's backlog and at the end
@@ -124,20 +125,21 @@ class Bench:
             yield producer
 
     async def measure_capacity(self) -> float:
-        """No-op steps/s of the workers on a backlog of capacity_runs runs inserted at once,
+        """No-op steps/s the workers sustain on a backlog of capacity_runs runs inserted at once,
         after a tenth as many untimed (the workers' first connections and statement caches)."""
         runs = self.settings.capacity_runs
-        await self.drain_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
-        capacity = runs / await self.drain_backlog("capacity", runs)
+        await self.rate_on_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
+        capacity = await self.rate_on_backlog("capacity", runs)
         self.caught_up_at = time.time()  # nothing is left unfinished
         # The backlog's dead rows are the capacity's: vacuumed now, not during the clean phase.
         for table in (TABLE, ATTEMPTS_TABLE):
             await self.db.execute(f"VACUUM (ANALYZE) {table}")
         return capacity
 
-    async def drain_backlog(self, phase: str, runs: int) -> float:
-        """Insert `runs` runs due now in one announced statement; seconds from its commit until
-        the last one's step began."""
+    async def rate_on_backlog(self, phase: str, runs: int) -> float:
+        """Insert `runs` runs due now in one announced statement; once all have run, the rate
+        of their steps' starts between the CAPACITY_MIDDLE shares of them (the first tenth and
+        the last are the workers' ramp and tail, not what they sustain)."""
         engine = create_async_engine(self.url)
         try:
             async with engine.begin() as conn:
@@ -145,13 +147,14 @@ class Bench:
                     await conn.execute(statement)
         finally:
             await engine.dispose()
-        began = time.time()
         deadline = time.monotonic() + max(120.0, runs / 20)
         left = await self.wait_for_backlog(0, deadline, CAPACITY_POLL)
         if left:
             raise RuntimeError(f"{left} of {runs} {phase} runs did not finish in time.")
-        # Until the last step began, as it recorded: not the coarser moment the count saw.
-        return float((await figures.one_row(self.db, figures.LAST_STARTED, phase))[0]) - began
+        # As the steps recorded their starts: not the coarser moments the counts saw.
+        low, high = CAPACITY_MIDDLE
+        first, last = await figures.one_row(self.db, figures.STARTED_BETWEEN, low, high, phase)
+        return (high - low) * runs / max(float(last) - float(first), 1e-6)
 
     async def wait_for_backlog(
         self, at_most: int, deadline: float, every: float = POLL_EVERY

@@ -26,7 +26,8 @@ SLICES = 10  # equal slices of a phase, for drift within it
 PICKUP = f"""
     SELECT count(*), count(started_at),
            percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY started_at - offered_at),
-           max(started_at - offered_at), min(offered_at), max(offered_at)
+           max(started_at - offered_at), min(offered_at), max(offered_at),
+           count(DISTINCT offered_at)
       FROM {TABLE} WHERE phase = %s"""
 SLICED = f"""
     SELECT width_bucket(offered_at, %s, %s, {SLICES}) AS slice, count(*),
@@ -49,7 +50,10 @@ WAL_IO = "SELECT sum(writes), sum(fsyncs) FROM pg_stat_io WHERE object = 'wal'" 
 WAL_OLD = "SELECT wal_write, wal_sync FROM pg_stat_wal"  # before 18
 BACKLOG = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NOT NULL"
 DONE = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NULL"
-LAST_STARTED = f"SELECT max(started_at) FROM {TABLE} WHERE phase = %s"
+STARTED_BETWEEN = f"""
+    SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY started_at),
+           percentile_cont(%s) WITHIN GROUP (ORDER BY started_at)
+    FROM {TABLE} WHERE phase = %s"""
 UNFINISHED = f"SELECT count(*) FROM {TABLE} WHERE phase = ANY(%s) AND next_step IS NOT NULL"
 # Each run of `phases` by what became of it. Unfinished runs are lost when no claim will take
 # them (no wake_at) or when one passed them over: due (a claim moves wake_at to its lease's
@@ -91,8 +95,10 @@ async def count(conn: Connection, query: str, *params: Any) -> int:
 
 
 async def pickup(conn: Connection, phase: str) -> dict[str, Any]:
-    """Runs offered in `phase`, how many started, pickup p50/p99/max in milliseconds."""
-    offered, started, percentiles, longest, first, last = await one_row(conn, PICKUP, phase)
+    """Runs offered in `phase`, how many started, pickup p50/p99/max in milliseconds, and the
+    producer's batches a second (a batch's rows share their `offered_at`)."""
+    row = await one_row(conn, PICKUP, phase)
+    offered, started, percentiles, longest, first, last, batches = row
     p50, p99 = percentiles if percentiles else (None, None)
     return {
         "offered": offered,
@@ -101,6 +107,7 @@ async def pickup(conn: Connection, phase: str) -> dict[str, Any]:
         "pickup_p99_ms": None if p99 is None else p99 * 1000,
         "pickup_max_ms": None if longest is None else longest * 1000,
         "offered_per_s": offered / (last - first) if offered > 1 and last > first else None,
+        "batches_per_s": batches / (last - first) if batches > 1 and last > first else None,
     }
 
 

@@ -87,17 +87,17 @@ async def produce(url: str, with_start_many: bool) -> int:
             print("ready", flush=True)
             while not stop.is_set():
                 owed = int(offer.rate * (time.monotonic() - offer.since)) - offer.offered
-                if owed <= 0:
-                    await asyncio.sleep(TICK)
-                    continue
                 batch = min(owed, MAX_BATCH)
-                try:
-                    await send(batch)
-                except DBAPIError:
-                    failed += 1  # not in the table, so not offered: counted, then sent again
-                    await asyncio.sleep(RETRY_DELAY)
-                    continue
-                offer.offered += batch
+                if batch > 0:
+                    try:
+                        await send(batch)
+                    except DBAPIError:
+                        failed += 1  # not in the table, so not offered: counted, then sent again
+                        await asyncio.sleep(RETRY_DELAY)
+                        continue
+                    offer.offered += batch
+                if owed <= MAX_BATCH:  # caught up: the next batch is what a tick owes
+                    await asyncio.sleep(TICK)
     finally:
         commands.cancel()
         await engine.dispose()

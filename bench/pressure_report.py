@@ -40,6 +40,7 @@ ROWS: list[Row] = [
     ("seconds", lambda p: number(p["seconds"], 1)),
     ("offered/s (target)", lambda p: number(p["offered_rate"])),
     ("offered/s (measured)", lambda p: number(p["offered_per_s"])),
+    ("producer batches/s", lambda p: number(p["batches_per_s"])),
     ("completed/s", lambda p: number(p["completed_per_s"])),
     ("completed / capacity", lambda p: number(p["completed_of_capacity"], 2)),
     ("pickup p50 ms", lambda p: number(p["pickup_p50_ms"], 1)),

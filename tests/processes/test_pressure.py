@@ -22,6 +22,7 @@ import pytest
 from bench.pressure import PHASES, parse_settings
 from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base
 from bench.pressure_figures import invariants
+from bench.pressure_producer import TICK
 from tests.conftest import Database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,7 @@ PHASE_FIGURES = {
     "offered_rate",
     "offered",
     "offered_per_s",
+    "batches_per_s",
     "completed_per_s",
     "completed_of_capacity",
     "pickup_p50_ms",
@@ -55,6 +57,7 @@ PHASE_FIGURES = {
     "invariants",
 }
 DULY_TABLES = {"pressure_probe", "pressure_attempts", "pressure_probe_pkey"}  # among others
+BATCHES_PER_S = 1.5 / TICK  # the producer's pace, with room for a slow tick's catching up
 PASSED_OVER_S = 300.0  # the runs' due time before which an unfinished one counts as lost
 
 
@@ -81,6 +84,8 @@ def test_every_phase_starts_drained_reports_its_figures_and_loses_no_run(tmp_pat
         assert phase["completed_per_s"] > 0, name
         assert phase["offered"] > 0 and phase["pickup_p99_ms"] is not None, name
         assert phase["wal_bytes_per_step"] > 0, name
+        if name != "overload":  # offers it keeps up with: a tick's worth a batch, not a stream
+            assert phase["batches_per_s"] <= BATCHES_PER_S, name
         assert phase["claims"]["calls"] > 0 and phase["claims"]["mean_ms"] > 0, name
         assert len(phase["claim_slices"]) == 10, name
         assert phase["tables"].keys() >= DULY_TABLES, name
