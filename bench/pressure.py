@@ -373,18 +373,23 @@ async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, An
 
 def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phase-seconds", type=float, default=300.0)
+    default = Settings()  # the one place the defaults are written
+    parser.add_argument("--phase-seconds", type=float, default=default.phase_seconds)
     parser.add_argument("--long", action="store_true", help="an hour of the clean phase")
     parser.add_argument(
         "--json", default=str(DEFAULT_JSON), help="(default: bench/results/pressure.json)"
     )
-    parser.add_argument("--fraction", type=float, default=0.5, help="of the capacity offered")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--capacity-runs", type=int, default=20_000)
-    parser.add_argument("--idle-connections", type=int, default=300)
-    parser.add_argument("--recovery-seconds", type=float, default=60.0, help="at most")
     parser.add_argument(
-        "--drain-seconds", type=float, default=DRAIN_SECONDS, help="at most, each backlog"
+        "--fraction", type=float, default=default.fraction, help="of the capacity offered"
+    )
+    parser.add_argument("--workers", type=int, default=default.workers, help="worker processes")
+    parser.add_argument("--capacity-runs", type=int, default=default.capacity_runs)
+    parser.add_argument("--idle-connections", type=int, default=default.idle_connections)
+    parser.add_argument(
+        "--recovery-seconds", type=float, default=default.recovery_seconds, help="at most"
+    )
+    parser.add_argument(
+        "--drain-seconds", type=float, default=default.drain_seconds, help="at most, each backlog"
     )
     parser.add_argument("--lease", type=float, default=None, help="seconds (engine default)")
     parser.add_argument(

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.pressure import PHASES, parse_settings
+from bench.pressure import PHASES, Settings, parse_settings
 from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base
 from bench.pressure_figures import invariants
 from bench.pressure_producer import TICK
@@ -130,6 +130,12 @@ def test_only_runs_the_phases_named_after_the_clean_one() -> None:
     assert settings.phase_seconds == 300.0
     with pytest.raises(SystemExit):
         parse_settings(["--only", "clean,vacuum"])
+
+
+def test_the_command_line_without_options_runs_the_settings_defaults() -> None:
+    settings, _ = parse_settings([])
+    assert settings == Settings()
+    assert settings.capacity_runs == 200_000
 
 
 async def test_a_run_still_queued_is_not_lost_and_one_passed_over_is(db: Database) -> None:
