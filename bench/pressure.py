@@ -3,14 +3,15 @@
     python bench/pressure.py [--phase-seconds 300] [--json PATH] [--long] [--fraction 0.5]
                              [--workers 2] [--idle-connections 300] [--only clean,overload]
 
-It starts its own embedded PostgreSQL (fsync on), measures the workers' no-op
-capacity on a backlog, then offers runs at a fraction of it from a producer
-process through the phases of PHASES; after each, offers back at the fraction,
-it waits for the phase's backlog to drain (reporting how long and how fast)
-before the next. Per phase: completions, pickup, the claim's cost, dead tuples
-and size of every table and index, WAL per step, drain and recovery; at the
-end, every run finished, still queued, lost or run twice, from the database.
-Exit status 1 if any run was lost or ran twice (bench/README.md: the rules).
+It starts its own embedded PostgreSQL (fsync on), measures the no-op capacity
+of the pipeline kept full (the producer's starts and the workers' steps on the
+same server), then offers runs at a fraction of it through the phases of
+PHASES; after each, offers back at the fraction, it waits for the phase's
+backlog to drain (reporting how long and how fast) before the next. Per
+phase: completions, pickup, the claim's cost, dead tuples and size of every
+table and index, WAL per step, drain and recovery; at the end, every run
+finished, still queued, lost or run twice, from the database. Exit status 1
+if any run was lost or ran twice (bench/README.md: the rules).
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
 
-from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
-
 from bench import pressure_faults as faults  # noqa: E402
 from bench import pressure_figures as figures  # noqa: E402
-from bench.pressure_app import ATTEMPTS_TABLE, TABLE, offer_probes  # noqa: E402
+from bench.pressure_app import ATTEMPTS_TABLE, TABLE  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402
 from bench.pressure_server import (  # noqa: E402
@@ -45,6 +44,7 @@ from bench.pressure_server import (  # noqa: E402
     prepare_server,
     server_settings,
 )
+from bench.pressure_worker import CONCURRENCY  # noqa: E402
 from engine.worker.options import LEASE  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 
@@ -54,9 +54,9 @@ LONG_CLEAN_SECONDS = 3600.0  # --long: the clean phase, for drift
 DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "pressure.json"  # ignored by git
 POLL_EVERY = 0.5  # seconds between two looks at the backlog, at least
 READ_SHARE = 0.05  # at most this share of the time goes to counting the backlog
-CAPACITY_POLL = 0.02  # seconds between two counts of the capacity backlog
-CAPACITY_WARM_UP = 10  # a tenth of the capacity runs first, untimed
-CAPACITY_MIDDLE = (0.1, 0.9)  # the capacity is timed between these shares of its runs' starts
+FILL_TARGET = 2_000  # unfinished runs the producer keeps while the capacity is read
+CAPACITY_WARM_UP = 0.1  # of the capacity's seconds, first, untimed
+CAPACITY_SETTLE = 120.0  # seconds at most for the capacity's last runs to finish
 DRAINED_WITHIN = 0.5  # the backlog is drained when under this many seconds of offers
 SETTLE_MARGIN = 15.0  # seconds beyond two leases for a passed-over run to count as lost
 DRAIN_SECONDS = 600.0  # at most, for a phase's backlog to drain before the next phase
@@ -70,7 +70,8 @@ class Settings:
     clean_seconds: float | None = None  # the clean phase's own length (--long); else phase_seconds
     fraction: float = 0.5  # of the capacity, offered in every phase but the overload
     workers: int = 2
-    capacity_runs: int = 200_000
+    concurrency: int = CONCURRENCY  # each worker's max_concurrency
+    capacity_seconds: float = 60.0  # the pipeline kept full, timed
     idle_connections: int = 300
     recovery_seconds: float = 60.0  # at most, after each phase's drain
     drain_seconds: float = DRAIN_SECONDS  # at most, for each phase's backlog and at the end
@@ -110,51 +111,41 @@ class Bench:
         """A fresh database with the tables, the workers and the producer, stopped at the end."""
         await create_database(self.server, self.url)
         self.workers = [
-            Subprocess("bench.pressure_worker", self.url, *lease_option(self.settings))
+            Subprocess("bench.pressure_worker", self.url, *worker_options(self.settings))
             for _ in range(self.settings.workers)
         ]
         producer = Producer(self.url, self.settings.start_many)
         async with contextlib.AsyncExitStack() as stack:
             self.conn = await stack.enter_async_context(await faults.connect(self.conninfo))
+            # The bench's own counts read one core's worth, never both as parallel queries.
+            await self.conn.execute("SET max_parallel_workers_per_gather = 0")
             for process in self.workers:
                 stack.push_async_callback(process.stop)
             stack.push_async_callback(producer.finish)
             await asyncio.gather(*(process.start() for process in self.workers))
-            self.capacity = await self.measure_capacity()
             await producer.start()
+            self.capacity = await self.measure_capacity(producer)
             yield producer
 
-    async def measure_capacity(self) -> float:
-        """No-op steps/s the workers sustain on a backlog of capacity_runs runs inserted at once,
-        after a tenth as many untimed (the workers' first connections and statement caches)."""
-        runs = self.settings.capacity_runs
-        await self.rate_on_backlog("warm-up", max(1, runs // CAPACITY_WARM_UP))
-        capacity = await self.rate_on_backlog("capacity", runs)
+    async def measure_capacity(self, producer: Producer) -> float:
+        """No-op steps/s of the pipeline kept full: the producer tops the unfinished runs up to
+        FILL_TARGET every tick, so the capacity pays for the starts as every phase does. After
+        an untimed warm-up, the steps started in capacity_seconds ÷ those seconds."""
+        seconds = self.settings.capacity_seconds
+        await producer.fill(FILL_TARGET, "warm-up")
+        await asyncio.sleep(seconds * CAPACITY_WARM_UP)
+        began = await producer.fill(FILL_TARGET, "capacity")
+        await asyncio.sleep(seconds)
+        ended = await producer.offer(0.0, "capacity/after")
+        left = await self.wait_for_backlog(0, time.monotonic() + CAPACITY_SETTLE)
+        if left:
+            raise RuntimeError(f"{left} capacity runs did not finish in {CAPACITY_SETTLE:g} s.")
         self.caught_up_at = time.time()  # nothing is left unfinished
-        # The backlog's dead rows are the capacity's: vacuumed now, not during the clean phase.
+        started = await figures.count(self.db, figures.STARTED_IN, began, ended)
+        # The capacity's dead rows are its own: vacuumed now, not during the clean phase.
         for table in (TABLE, ATTEMPTS_TABLE):
             await self.db.execute(f"VACUUM (ANALYZE) {table}")
-        return capacity
-
-    async def rate_on_backlog(self, phase: str, runs: int) -> float:
-        """Insert `runs` runs due now in one announced statement; once all have run, the rate
-        of their steps' starts between the CAPACITY_MIDDLE shares of them (the first tenth and
-        the last are the workers' ramp and tail, not what they sustain)."""
-        engine = create_async_engine(self.url)
-        try:
-            async with engine.begin() as conn:
-                for statement in offer_probes(phase, runs, offered_at=None):
-                    await conn.execute(statement)
-        finally:
-            await engine.dispose()
-        deadline = time.monotonic() + max(120.0, runs / 20)
-        left = await self.wait_for_backlog(0, deadline, CAPACITY_POLL)
-        if left:
-            raise RuntimeError(f"{left} of {runs} {phase} runs did not finish in time.")
-        # As the steps recorded their starts: not the coarser moments the counts saw.
-        low, high = CAPACITY_MIDDLE
-        first, last = await figures.one_row(self.db, figures.STARTED_BETWEEN, low, high, phase)
-        return (high - low) * runs / max(float(last) - float(first), 1e-6)
+        return started / (ended - began)
 
     async def wait_for_backlog(
         self, at_most: int, deadline: float, every: float = POLL_EVERY
@@ -335,8 +326,9 @@ def per_step(value: int | None, steps: int) -> float | None:
     return None if value is None or not steps else value / steps
 
 
-def lease_option(settings: Settings) -> list[str]:
-    return [] if settings.lease_seconds is None else ["--lease", str(settings.lease_seconds)]
+def worker_options(settings: Settings) -> list[str]:
+    lease = [] if settings.lease_seconds is None else ["--lease", str(settings.lease_seconds)]
+    return [*lease, "--concurrency", str(settings.concurrency)]
 
 
 async def pressure(server: EmbeddedPostgres, settings: Settings) -> dict[str, Any]:
@@ -383,7 +375,12 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
         "--fraction", type=float, default=default.fraction, help="of the capacity offered"
     )
     parser.add_argument("--workers", type=int, default=default.workers, help="worker processes")
-    parser.add_argument("--capacity-runs", type=int, default=default.capacity_runs)
+    parser.add_argument(
+        "--concurrency", type=int, default=default.concurrency, help="each worker's steps at once"
+    )
+    parser.add_argument(
+        "--capacity-seconds", type=float, default=default.capacity_seconds, help="timed"
+    )
     parser.add_argument("--idle-connections", type=int, default=default.idle_connections)
     parser.add_argument(
         "--recovery-seconds", type=float, default=default.recovery_seconds, help="at most"
@@ -409,7 +406,8 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, Path]:
         clean_seconds=LONG_CLEAN_SECONDS if args.long else None,
         fraction=args.fraction,
         workers=args.workers,
-        capacity_runs=args.capacity_runs,
+        concurrency=args.concurrency,
+        capacity_seconds=args.capacity_seconds,
         idle_connections=args.idle_connections,
         recovery_seconds=args.recovery_seconds,
         drain_seconds=args.drain_seconds,

@@ -51,15 +51,14 @@ class Probe(Base, Workflow):
         self.ran += 1
 
 
-def offer_probes(phase: str, runs: int, offered_at: float | None) -> tuple[Executable, Executable]:
+def offer_probes(phase: str, runs: int, offered_at: float) -> tuple[Executable, Executable]:
     """One INSERT … SELECT of `runs` probes due now, tagged `phase` and stamped `offered_at`
-    (`time.time()`; the server's clock when None), and the NOTIFY that announces them: what
-    start_many() costs the database, without building a row in Python."""
+    (`time.time()`), and the NOTIFY that announces them: what start_many() costs the database,
+    without building a row in Python."""
     table = Probe.__table__
     assert isinstance(table, Table)
-    stamp = func.extract("epoch", func.now()) if offered_at is None else literal(offered_at)
     rows = select(
-        literal(phase), stamp, literal("run"), literal(EMPTY_ARGS, JSONB), func.now()
+        literal(phase), literal(offered_at), literal("run"), literal(EMPTY_ARGS, JSONB), func.now()
     ).select_from(func.generate_series(1, runs))
     columns = ["phase", "offered_at", "next_step", "next_args", "wake_at"]
     return insert(table).from_select(columns, rows), select(func.pg_notify(CHANNEL, table.name))

@@ -50,10 +50,7 @@ WAL_IO = "SELECT sum(writes), sum(fsyncs) FROM pg_stat_io WHERE object = 'wal'" 
 WAL_OLD = "SELECT wal_write, wal_sync FROM pg_stat_wal"  # before 18
 BACKLOG = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NOT NULL"
 DONE = f"SELECT count(*) FROM {TABLE} WHERE next_step IS NULL"
-STARTED_BETWEEN = f"""
-    SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY started_at),
-           percentile_cont(%s) WITHIN GROUP (ORDER BY started_at)
-    FROM {TABLE} WHERE phase = %s"""
+STARTED_IN = f"SELECT count(*) FROM {TABLE} WHERE started_at >= %s AND started_at < %s"
 UNFINISHED = f"SELECT count(*) FROM {TABLE} WHERE phase = ANY(%s) AND next_step IS NOT NULL"
 # Each run of `phases` by what became of it. Unfinished runs are lost when no claim will take
 # them (no wake_at) or when one passed them over: due (a claim moves wake_at to its lease's

@@ -65,8 +65,16 @@ class Producer(Subprocess):
 
     async def offer(self, rate: float, phase: str) -> float:
         """Offer `rate` runs a second tagged `phase` from now on; the time.time() it began."""
+        return await self.tell(f"offer {rate}", phase)
+
+    async def fill(self, target: int, phase: str) -> float:
+        """Keep `target` runs unfinished, topped up with runs tagged `phase`; when it began."""
+        return await self.tell(f"fill {target}", phase)
+
+    async def tell(self, command: str, phase: str) -> float:
+        """Send `command` for `phase`; the time.time() the producer began it."""
         assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.write(f"offer {rate} {phase}\n".encode())
+        self.process.stdin.write(f"{command} {phase}\n".encode())
         await self.process.stdin.drain()
         answer = await self.expect("offering", ANSWER_TIMEOUT)
         if answer[0] != phase:

@@ -3,11 +3,13 @@
     python -m bench.pressure_producer URL [--start-many]
 
 It reads commands from stdin, one a line: `offer RATE PHASE` (runs a second,
-and the phase the runs are tagged with; it answers `offering PHASE <time>`)
-and `stop`. A batch goes in whenever at least one run is owed by the rate (so
-about RATE x TICK rows a batch), each row stamped with `time.time()` just
-before its batch is sent. It prints `ready` first, and `failed <n>` (batches
-the database refused, retried) as it stops.
+and the phase the runs are tagged with; it answers `offering PHASE <time>`),
+`fill TARGET PHASE` (every tick, as many runs as bring the unfinished ones
+back to TARGET: the load of a pipeline kept full, which the capacity is
+read on; same answer) and `stop`. A batch goes in whenever at least one run
+is owed by the rate (so about RATE x TICK rows a batch), each row stamped
+with `time.time()` just before its batch is sent. It prints `ready` first,
+and `failed <n>` (batches the database refused, retried) as it stops.
 
 A batch is one announced INSERT … SELECT (`offer_probes`): the producer stands
 for an app's web servers, which run on other machines, so on the bench's own
@@ -24,10 +26,12 @@ import sys
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bench.pressure_app import Probe, offer_probes
+from bench.pressure_figures import BACKLOG
 from engine import connect_workflows, start_many
 
 TICK = 0.02  # seconds between two looks at what is owed
@@ -42,6 +46,7 @@ class Offer:
 
     rate: float = 0.0
     phase: str = "idle"
+    target: int = 0  # `fill`: the unfinished runs kept; 0 while offering at `rate`
     since: float = 0.0  # time.monotonic() when this offer began
     offered: int = 0
 
@@ -52,9 +57,10 @@ async def read_commands(offer: Offer, stop: asyncio.Event) -> None:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := (await reader.readline()).decode().split():
-        if line[0] == "offer":
-            offer.rate, offer.phase = float(line[1]), line[2]
-            offer.since, offer.offered = time.monotonic(), 0
+        if line[0] in ("offer", "fill"):
+            offer.phase, offer.since, offer.offered = line[2], time.monotonic(), 0
+            offer.rate = float(line[1]) if line[0] == "offer" else 0.0
+            offer.target = int(line[1]) if line[0] == "fill" else 0
             print(f"offering {offer.phase} {time.time()}", flush=True)
         elif line[0] == "stop":
             break
@@ -81,13 +87,21 @@ async def produce(url: str, with_start_many: bool) -> int:
             for statement in offer_probes(offer.phase, batch, offered_at):
                 await conn.execute(statement)
 
+    async def owed() -> int:
+        """Runs the offer owes now: by its rate, or what tops the unfinished up to its target."""
+        if not offer.target:
+            return int(offer.rate * (time.monotonic() - offer.since)) - offer.offered
+        async with engine.connect() as conn:
+            unfinished = (await conn.execute(text(BACKLOG))).scalar_one()
+        return max(0, offer.target - unfinished)
+
     commands = asyncio.create_task(read_commands(offer, stop))
     try:
         async with connect_workflows(async_sessionmaker(engine), workflows=[Probe]):
             print("ready", flush=True)
             while not stop.is_set():
-                owed = int(offer.rate * (time.monotonic() - offer.since)) - offer.offered
-                batch = min(owed, MAX_BATCH)
+                due = await owed()
+                batch = min(due, MAX_BATCH)
                 if batch > 0:
                     try:
                         await send(batch)
@@ -96,7 +110,7 @@ async def produce(url: str, with_start_many: bool) -> int:
                         await asyncio.sleep(RETRY_DELAY)
                         continue
                     offer.offered += batch
-                if owed <= MAX_BATCH:  # caught up: the next batch is what a tick owes
+                if due <= MAX_BATCH:  # caught up: the next batch is what a tick owes
                     await asyncio.sleep(TICK)
     finally:
         commands.cancel()

@@ -1,6 +1,7 @@
-"""One worker process of the pressure bench: `python -m bench.pressure_worker URL [--lease S]`.
+"""One worker process of the pressure bench: `python -m bench.pressure_worker URL [--lease S]
+[--concurrency N]`.
 
-Serves `Probe` with `run_workflows(max_concurrency=8)` on a pool whose
+Serves `Probe` with `run_workflows(max_concurrency=N)` (32 unless told) on a pool whose
 connections are named WORKER_APPLICATION (so the bench can terminate them)
 and pinged on checkout (a terminated connection is replaced, not used).
 Prints `ready <time.time()>` once its listener is up; stops on SIGTERM or
@@ -24,7 +25,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from bench.pressure_app import WORKER_APPLICATION, Probe
 from engine import run_workflows
 
-CONCURRENCY = 8  # steps at a time, as the other bench workers run
+# Steps at a time unless told: a worker process serving a steady stream, whose passes then
+# claim and whose commits flush up to this many rows at once (bench/README.md).
+CONCURRENCY = 32
 LISTEN_TIMEOUT = 10.0  # seconds to wait for the LISTEN connection before saying ready anyway
 
 
@@ -37,7 +40,7 @@ async def watch_stdin(stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def serve(url: str, lease_s: float | None) -> None:
+async def serve(url: str, lease_s: float | None, concurrency: int) -> None:
     engine = create_async_engine(
         url, pool_pre_ping=True, connect_args={"application_name": WORKER_APPLICATION}
     )
@@ -51,7 +54,7 @@ async def serve(url: str, lease_s: float | None) -> None:
         async with run_workflows(
             async_sessionmaker(engine, expire_on_commit=False),
             workflows=[Probe],
-            max_concurrency=CONCURRENCY,
+            max_concurrency=concurrency,
             **lease,
         ) as worker:
             if worker.listener is not None:
@@ -68,9 +71,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url")
     parser.add_argument("--lease", type=float, default=None, help="seconds (engine default)")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="steps at a time")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # terminated connections log warnings by design
-    asyncio.run(serve(args.url, args.lease))
+    asyncio.run(serve(args.url, args.lease, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.pressure import PHASES, Settings, parse_settings
+from bench.pressure import PHASES, Settings, parse_settings, worker_options
 from bench.pressure_app import ATTEMPTS_TABLE, TABLE, Base
-from bench.pressure_figures import invariants
+from bench.pressure_figures import BACKLOG, invariants
+from bench.pressure_processes import Producer
 from bench.pressure_producer import TICK
 from tests.conftest import Database
 
@@ -29,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHORT = [
     "--phase-seconds", "3",
     "--fraction", "0.2",
-    "--capacity-runs", "1000",
+    "--capacity-seconds", "2",
     "--idle-connections", "50",
     "--recovery-seconds", "1",
     "--lease", "5",
@@ -75,6 +76,8 @@ def test_every_phase_starts_drained_reports_its_figures_and_loses_no_run(tmp_pat
     assert finished.returncode == 0, finished.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert report["capacity_steps_per_s"] > 0
+    assert report["capacity_invariants"]["runs"] > 0  # the pipeline kept full, all finished
+    assert report["capacity_invariants"]["lost"] == report["capacity_invariants"]["ran_twice"] == 0
     assert report["phases_run"] == [phase["phase"] for phase in report["phases"]] == list(PHASES)
     assert report["claims_measured"], "pg_stat_statements is loaded on the embedded server"
     previous: dict[str, object] | None = None
@@ -135,7 +138,37 @@ def test_only_runs_the_phases_named_after_the_clean_one() -> None:
 def test_the_command_line_without_options_runs_the_settings_defaults() -> None:
     settings, _ = parse_settings([])
     assert settings == Settings()
-    assert settings.capacity_runs == 200_000
+    assert settings.capacity_seconds == 60.0 and settings.concurrency == 32
+    told, _ = parse_settings(["--concurrency", "8", "--capacity-seconds", "5"])
+    assert told.concurrency == 8 and told.capacity_seconds == 5.0
+    assert worker_options(told)[-2:] == ["--concurrency", "8"]
+
+
+@pytest.mark.timeout(60)
+async def test_the_producer_filling_keeps_the_unfinished_runs_at_its_target(db: Database) -> None:
+    await db.create(Base.metadata)
+    producer = Producer(db.url)
+    await producer.start()
+    try:
+        await producer.fill(50, "fill")  # no worker takes them: the table fills to 50, no more
+        for _ in range(100):
+            if db.sql(BACKLOG)[0][0] >= 50:
+                break
+            time.sleep(TICK)
+        time.sleep(10 * TICK)  # ten more ticks, each topping up to the target
+        assert db.sql(BACKLOG)[0][0] == 50
+        db.sql(f"UPDATE {TABLE} SET next_step = NULL WHERE id IN (SELECT id FROM {TABLE} LIMIT 20)")
+        for _ in range(100):
+            if db.sql(f"SELECT count(*) FROM {TABLE}")[0][0] == 70:
+                break
+            time.sleep(TICK)
+        time.sleep(10 * TICK)
+        assert db.sql(BACKLOG)[0][0] == 50  # the 20 finished ones were topped up
+        assert db.sql(f"SELECT count(*) FROM {TABLE}")[0][0] == 70
+        await producer.offer(0.0, "idle")
+    finally:
+        await producer.finish()
+    assert producer.failed_batches == 0
 
 
 async def test_a_run_still_queued_is_not_lost_and_one_passed_over_is(db: Database) -> None:
