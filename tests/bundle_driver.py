@@ -2,7 +2,7 @@
 
 Run as `python3.12 -I -S tests/bundle_driver.py BUNDLE RUNTIME COMMAND [EVENTS]`: the path is
 the bundle and RUNTIME (boto3, which Lambda provides) beside the standard library, nothing
-else; the working directory is the bundle, as /var/task is. `imports` imports the four
+else; the working directory is the bundle, as /var/task is. `imports` imports the five
 handlers and names every module loaded from outside the bundle, RUNTIME and the standard
 library; `invoke` creates the app's tables, then calls each [handler, event] of the EVENTS
 file in turn. Each prints one JSON line.
@@ -14,7 +14,7 @@ import os
 import sys
 import sysconfig
 
-HANDLERS = ("publish", "wake", "drain", "deliver")
+HANDLERS = ("publish", "wake", "drain", "deliver", "http")
 REMAINING_MS = 60_000  # what the fake context says is left of each invocation
 
 

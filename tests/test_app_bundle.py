@@ -4,8 +4,8 @@ Offline but for the package index: duly's wheel (`python -m build`), `duly init 
 into a temporary folder, `sam build` (aws-sam-cli in a venv of its own: DULY_SAM, else `sam`
 on PATH; it needs `python3.12` on PATH), then the bundle: its size, nothing of the project
 but `src/`, and in a clean interpreter (`python3.12 -I -S`, the bundle and boto3 alone) the
-four handlers import, a Function URL event starts a run, a Scheduler event wakes it and a
-direct invoke delivers to it, on the suite's PostgreSQL with moto as AWS; and
+five handlers import, a Function URL event (to `http`) starts a run, a Scheduler event wakes
+it and a direct invoke delivers to it, on the suite's PostgreSQL with moto as AWS; and
 `sam validate --lint` passes on duly's template and the app's.
 """
 
@@ -230,7 +230,7 @@ def test_a_url_event_starts_a_run_a_schedule_wakes_it_and_an_invoke_delivers_to_
     signup = {"where": {"email": "ada@example.com"}}
     start = {"row": {"email": "ada@example.com"}, "step": "welcome"}
     calls = [
-        ["publish", function_url_event("POST", "/workflows/signup/start", start, caller=CALLER)],
+        ["http", function_url_event("POST", "/workflows/signup/start", start, caller=CALLER)],
         ["wake", {"duly": "wake"}],  # what the safety-net schedule and every at() schedule send
         ["deliver", {"duly": "deliver", "workflow": "signup", **signup, "step": "confirm",
                      "args": {"code": "1234"}}],

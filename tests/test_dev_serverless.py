@@ -152,8 +152,9 @@ def test_serverless_without_moto_says_what_to_install(tmp_path: Path) -> None:
     )
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
-        "duly: duly dev --serverless needs moto's server, which duly's dev extra installs "
-        "(moto is missing): pip install 'duly[dev]' (or pip install 'moto[server]').\n"
+        "duly: duly dev --serverless needs boto3 and moto's server, which duly's dev extra "
+        "installs (moto is missing): pip install 'duly[dev]' (or pip install 'duly[aws]' "
+        "'moto[server]').\n"
     )
     assert not (tmp_path / "pgdata").exists(), "PostgreSQL was started before refusing"
 

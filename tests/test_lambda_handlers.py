@@ -104,13 +104,13 @@ async def test_the_same_through_function_url_events(db: Database, moto_endpoint:
     aws = Aws(moto_endpoint)
     async with function(settings_for(db, aws.group), aws=aws) as fn:
         body = {"event_type": SIGNUP, "event_id": "s-2", "payload": {"email": "bo@example.com"}}
-        answer = await fn.call(lambda_handlers.wake, function_url_event("POST", "/events", body))
+        answer = await fn.call(lambda_handlers.http, function_url_event("POST", "/events", body))
         assert answer["statusCode"] == 200, answer
         assert json.loads(answer["body"])["stored"] == ["s-2"]
         assert fn.invokes == 1, "POST /events kicked a wake"
 
         answer = await fn.call(
-            lambda_handlers.wake, function_url_event("POST", "/wake", query="timeout=10")
+            lambda_handlers.http, function_url_event("POST", "/wake", query="timeout=10")
         )
         assert (answer["statusCode"], json.loads(answer["body"])) == (200, {"caught_up": True})
         signup = await one_signup(Session)
@@ -119,7 +119,7 @@ async def test_the_same_through_function_url_events(db: Database, moto_endpoint:
         assert schedule["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
 
         await move_clock(Session, LATER + timedelta(seconds=1))
-        answer = await fn.call(lambda_handlers.wake, function_url_event("POST", "/wake"))
+        answer = await fn.call(lambda_handlers.http, function_url_event("POST", "/wake"))
         assert answer["statusCode"] == 200, answer
         signup = await one_signup(Session)
         assert signup.status == "nudged"
@@ -127,7 +127,7 @@ async def test_the_same_through_function_url_events(db: Database, moto_endpoint:
         assert moved["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
 
         # Reads go through the same app, on the same container's engine.
-        answer = await fn.call(lambda_handlers.publish, function_url_event("GET", "/healthz"))
+        answer = await fn.call(lambda_handlers.http, function_url_event("GET", "/healthz"))
         assert (answer["statusCode"], json.loads(answer["body"])) == (200, {"ok": True})
 
 

@@ -31,17 +31,17 @@ async def test_an_iam_caller_acts_with_the_roles_its_arn_has(
     await create_tables(db)
     async with function(settings_for(db)) as fn:
         read = await fn.call(
-            lambda_handlers.publish, function_url_event("GET", "/workflows", caller=READER)
+            lambda_handlers.http, function_url_event("GET", "/workflows", caller=READER)
         )
         assert read.get("statusCode") == 200, read
         refused = await fn.call(
-            lambda_handlers.publish, function_url_event("POST", "/events", SIGNUP, caller=READER)
+            lambda_handlers.http, function_url_event("POST", "/events", SIGNUP, caller=READER)
         )
         assert refused.get("statusCode") == 403, refused
         assert "needs the operator role" in json.loads(refused["body"])["detail"]
         assert READER in json.loads(refused["body"])["detail"]
         stored = await fn.call(
-            lambda_handlers.publish,
+            lambda_handlers.http,
             function_url_event("POST", "/events", SIGNUP, caller=OPS_SESSION),
         )
         assert stored.get("statusCode") == 200, stored
@@ -70,7 +70,7 @@ async def test_an_iam_caller_is_the_actor_of_a_graph_move(
             async def call(method: str, path: str, caller: str, body: object = None) -> object:
                 path, _, query = path.partition("?")
                 event = function_url_event(method, path, body, query, caller=caller)
-                answer = await fn.call(lambda_handlers.publish, event)
+                answer = await fn.call(lambda_handlers.http, event)
                 assert answer.get("statusCode") in (200, 201), answer
                 return json.loads(answer["body"])
 
@@ -98,7 +98,7 @@ async def test_an_iam_caller_is_the_actor_of_a_graph_move(
             forged = function_url_event(
                 "POST", f"/graphs/instances/{iid}/transitions", move, caller=READER
             )
-            refused = await fn.call(lambda_handlers.publish, forged)
+            refused = await fn.call(lambda_handlers.http, forged)
             assert refused.get("statusCode") == 403, refused
             moved = await call("POST", f"/graphs/instances/{iid}/transitions", OPS_SESSION, move)
             assert isinstance(moved, dict) and moved["moved"] is True

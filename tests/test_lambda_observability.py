@@ -115,7 +115,7 @@ async def test_a_start_whose_kick_cannot_reach_aws_answers_201_and_the_next_wake
     cut_off = Runtime(settings, clients=lambda service: aws_client(unreachable, service))
     start = {"row": {"email": "ada@example.com"}, "step": "welcome"}
     event = function_url_event("POST", "/workflows/lambda_signup/start", start, caller=OPS)
-    answer = await call_in_container(cut_off, lambda_handlers.publish, event)
+    answer = await call_in_container(cut_off, lambda_handlers.http, event)
     assert answer["statusCode"] == 201, answer
     assert (await one_signup(Session)).status == "new", "the run was committed, due now"
     out = capfd.readouterr().out

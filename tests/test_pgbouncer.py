@@ -182,7 +182,7 @@ async def test_function_url_events_and_drain_through_pgbouncer(
             ]
         }
         posted = function_url_event("POST", "/events", batch)
-        answer = await fn.call(lambda_handlers.publish, posted)
+        answer = await fn.call(lambda_handlers.http, posted)
         assert answer["statusCode"] == 200, answer
         assert json.loads(answer["body"])["stored"] == ["h-0", "h-1", "h-2"]
 
@@ -190,11 +190,11 @@ async def test_function_url_events_and_drain_through_pgbouncer(
         assert drained == {"routed": 3, "caught_up": True, "kicked": True}
 
         answer = await fn.call(
-            lambda_handlers.wake, function_url_event("POST", "/wake", query="timeout=10")
+            lambda_handlers.http, function_url_event("POST", "/wake", query="timeout=10")
         )
         assert (answer["statusCode"], json.loads(answer["body"])) == (200, {"caught_up": True})
         answer = await fn.call(
-            lambda_handlers.publish,
+            lambda_handlers.http,
             function_url_event("GET", "/workflows/lambda_signup/runs", query="next_step=nudge"),
         )
         assert answer["statusCode"] == 200, answer

@@ -52,7 +52,7 @@ async def test_a_public_url_with_no_credential_serves_nothing(
     await create_tables(db)
     async with function(settings_for(db)) as fn:
         with pytest.raises(ConfigurationError, match="each of them would act as the admin"):
-            await fn.call(lambda_handlers.publish, function_url_event("POST", "/events", SIGNUP))
+            await fn.call(lambda_handlers.http, function_url_event("POST", "/events", SIGNUP))
     assert db.sql("SELECT count(*) FROM lambda_outbox") == [(0,)]
 
 
@@ -66,12 +66,12 @@ async def test_a_public_url_with_a_key_asks_for_it(
     await create_tables(db)
     async with function(settings_for(db)) as fn:
         refused = await fn.call(
-            lambda_handlers.publish, function_url_event("POST", "/events", SIGNUP)
+            lambda_handlers.http, function_url_event("POST", "/events", SIGNUP)
         )
         assert refused["statusCode"] == 401, refused
         signed_in = function_url_event("POST", "/events", SIGNUP)
         signed_in["headers"]["authorization"] = f"Bearer {KEY}"
-        stored = await fn.call(lambda_handlers.publish, signed_in)
+        stored = await fn.call(lambda_handlers.http, signed_in)
         assert stored["statusCode"] == 200, stored
         assert json.loads(stored["body"])["stored"] == ["s-pub"]
 
@@ -83,5 +83,5 @@ async def test_an_unmarked_function_serves_as_before(
     monkeypatch.delenv("DULY_PUBLIC_URL", raising=False)
     await create_tables(db)
     async with function(settings_for(db)) as fn:
-        answer = await fn.call(lambda_handlers.publish, function_url_event("GET", "/workflows"))
+        answer = await fn.call(lambda_handlers.http, function_url_event("GET", "/workflows"))
         assert answer["statusCode"] == 200, answer

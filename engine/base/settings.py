@@ -49,6 +49,7 @@ class Setting(Generic[T]):
     parse: Callable[[str], T] = field(repr=False, compare=False)
     secret: bool = False  # never repeated in a message
     exact: bool = False  # read as written: not stripped of surrounding spaces
+    most: int = 0  # characters at most, when set
 
     def text(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The variable as set (stripped unless `exact`); None when unset or empty."""
@@ -63,6 +64,9 @@ class Setting(Generic[T]):
         value = self.text(environ)
         if value is None:
             return self.default
+        if self.most and len(value) > self.most:
+            refused = f"{self.name} must be at most {self.most} characters, not {len(value)}."
+            raise ConfigurationError(refused)
         try:
             return self.parse(value)
         except ConfigurationError as refused:
@@ -256,10 +260,9 @@ GC_TUNING = flag(
     "DULY_GC_TUNING", "a worker freezes what is loaded and collects young objects less often", True
 )
 STRANDED_AFTER_SECONDS = seconds(
-    "DULY_STRANDED_AFTER_SECONDS",
-    "a run due this long that no worker has taken is reported stranded",
-    900.0,
-)
+    "DULY_STRANDED_AFTER_SECONDS", "a run due this long that no worker has taken is reported "
+    "stranded", 900.0,
+)  # fmt: skip
 
 # `duly dev`, `duly migrate`.
 HOST = text("DULY_HOST", "the interface `duly dev` serves on", "127.0.0.1")
@@ -431,28 +434,24 @@ WAKE_MARGIN_SECONDS = seconds(
 )  # fmt: skip
 # Where the database is and how the functions log in: these win over the secret's fields.
 DATABASE_HOST = optional_text(
-    "DULY_DATABASE_HOST",
-    "the database's host, over the secret's: an RDS Proxy's endpoint, or the instance of an "
-    "RDS-managed secret (username and password only)",
-)
+    "DULY_DATABASE_HOST", "the database's host, over the secret's: an RDS Proxy's endpoint, or "
+    "the instance of an RDS-managed secret (username and password only)",
+)  # fmt: skip
 DATABASE_PORT = optional_port(
     "DULY_DATABASE_PORT", "the database's port, over the secret's", shown="the secret's, or 5432"
 )
 DATABASE_NAME = optional_text(
-    "DULY_DATABASE_NAME",
-    "the database's name, over the secret's",
+    "DULY_DATABASE_NAME", "the database's name, over the secret's",
     shown="the secret's, or postgres",
-)
+)  # fmt: skip
 DATABASE_USER = optional_text(
-    "DULY_DATABASE_USER",
-    "the user to log in as, over the secret's (with IAM auth, a user granted `rds_iam`)",
-    shown="the secret's",
-)
+    "DULY_DATABASE_USER", "the user to log in as, over the secret's (with IAM auth, a user "
+    "granted `rds_iam`)", shown="the secret's",
+)  # fmt: skip
 DATABASE_IAM_AUTH = flag(
-    "DULY_DATABASE_IAM_AUTH",
-    "log in with an IAM token made afresh for each connection, never a password",
-    False,
-)
+    "DULY_DATABASE_IAM_AUTH", "log in with an IAM token made afresh for each connection, never a "
+    "password", False,
+)  # fmt: skip
 DATABASE_SSLMODE = choice(
     "DULY_DATABASE_SSLMODE",
     "libpq's sslmode for the AWS functions' connections",
@@ -460,10 +459,13 @@ DATABASE_SSLMODE = choice(
     shown="require with IAM auth, else libpq's",
 )
 PUBLIC_URL = flag(
-    "DULY_PUBLIC_URL",
-    "this function's URL is public (auth type NONE): it serves nothing unless a credential is set",
-    False,
-)
+    "DULY_PUBLIC_URL", "this function's URL is public (auth type NONE): it serves nothing unless "
+    "a credential is set, and trusts no `requestContext.authorizer`", False,
+)  # fmt: skip
+DIRECT_INVOKE_PRINCIPAL = Setting(
+    "DULY_DIRECT_INVOKE_PRINCIPAL", "lambda:direct", "lambda:direct", "who a direct invoke of "
+    "publish or deliver acts as in the audit trail (no payload names it)", str, most=200,
+)  # fmt: skip
 
 # Tests and benchmarks.
 TEST_DATABASE_URL = optional_text(

@@ -1,12 +1,13 @@
-"""duly's four Lambda entries (template.yaml): publish, wake, drain and deliver.
+"""duly's Lambda entries: the four direct ones (publish, wake, drain, deliver) and `http`.
 
 A direct event runs its operation (`functions.lambdas.work`), whose results are
 publish `{"ids", "stored", "duplicates", "kicked"}`, wake `{"steps", "caught_up", "slot",
 "invoked"}` (and `"reason"` when it did not work), drain `{"routed", "caught_up",
-"kicked"}`, deliver `{"accepted", "workflow", "step"}`; a mistake in it answers `{"error",
-"type"}` and writes nothing. An HTTP event (Function URL, HTTP API 2.0) goes to the one app
-through `functions.lambdas.http_events`. On Lambda every invocation's log lines are JSON
-with its request id, and its metrics EMF lines (`functions.lambdas.observing`). Why:
+"kicked"}`, deliver `{"accepted", "workflow", "step"}`; a mistake in it, an HTTP request
+among them, answers `{"error", "type"}` and writes nothing. Only `http` serves HTTP events
+(Function URL, HTTP API) through `functions.lambdas.http_events`, and under DULY_PUBLIC_URL
+it drops the event's `requestContext.authorizer` first. Every invocation's log lines are
+JSON with its request id, and its metrics EMF lines (`functions.lambdas.observing`). Why:
 docs/architecture.md, "On AWS Lambda".
 """
 
@@ -19,12 +20,16 @@ from typing import Any
 from engine.base.errors import ConfigurationError
 from functions.lambdas import http_events, work
 from functions.lambdas.observing import invocation
+from functions.lambdas.public_url import checked_by_aws
 from functions.lambdas.runtime import Budget, Runtime, runtime
-from functions.requests.errors import refusal_of
+from functions.requests.errors import InputError, refusal_of, spelled
 
 log = logging.getLogger("duly.lambda")
 
 Operation = Callable[[Runtime, Any, Budget], Coroutine[Any, Any, dict[str, Any]]]
+# The keys only an HTTP request's event has (payload formats 2.0 and 1.0).
+HTTP_KEYS = frozenset({"requestContext", "httpMethod", "routeKey", "rawPath"})
+HTTP_ENTRY = "functions.lambdas.handlers.http"
 
 
 def publish(event: Any, context: Any) -> dict[str, Any]:
@@ -47,6 +52,19 @@ def deliver(event: Any, context: Any) -> dict[str, Any]:
     return handle(work.deliver, event, context)
 
 
+def http(event: Any, context: Any) -> dict[str, Any]:
+    """Answer an HTTP request with the app; any other event is refused as its input."""
+    rt = runtime()
+    start(rt, context)
+    with invocation(context, rt.settings.schedule_group):
+        if not is_http(event):
+            return refused(
+                "http",
+                InputError.at((), "The http function takes an HTTP request's event only."),
+            )
+        return http_events.answer(rt, checked_by_aws(event), context)
+
+
 def is_http(event: Any) -> bool:
     """Whether `event` is an HTTP request: a Function URL / HTTP API 2.0 (or 1.0) payload."""
     return (
@@ -56,22 +74,51 @@ def is_http(event: Any) -> bool:
     )
 
 
+def looks_like_http(event: Any) -> bool:
+    """Whether `event` carries any key only an HTTP request's event has."""
+    return isinstance(event, dict) and not HTTP_KEYS.isdisjoint(event)
+
+
 def handle(
     operation: Operation, event: Any, context: Any, rt: Runtime | None = None
 ) -> dict[str, Any]:
     """Run one invocation on the container's runtime; a client's mistake is answered, not raised."""
     rt = rt if rt is not None else runtime()
-    budget = Budget.of(context, rt.settings.wake_margin_seconds)
-    rt.budget = budget
-    rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
+    budget = start(rt, context)
+    name = getattr(operation, "__name__", "duly")
     with invocation(context, rt.settings.schedule_group):
-        if is_http(event):
-            return http_events.answer(rt, event, context)
         try:
+            if looks_like_http(event):  # refused before anything is read: no identity in it
+                raise InputError.at(
+                    ("requestContext",),
+                    f"The {name} function takes its own direct events, not an HTTP request: "
+                    f"HTTP is served by the function whose handler is {HTTP_ENTRY}.",
+                )
             return rt.run(operation(rt, event, budget))
         except ConfigurationError:
             raise  # the deployment's mistake, not the input's: failed, retried once fixed
         except work.CLIENT_ERRORS as exc:
-            said = refusal_of(exc)
-            log.info("%s refused its input: %s", getattr(operation, "__name__", "duly"), said)
-            return {"error": said, "type": type(exc).__name__}
+            return refused(name, exc)
+
+
+def start(rt: Runtime, context: Any) -> Budget:
+    """Note the invocation's budget and function on the runtime; the budget."""
+    budget = Budget.of(context, rt.settings.wake_margin_seconds)
+    rt.budget = budget
+    rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
+    return budget
+
+
+def refused(name: str, exc: Exception) -> dict[str, Any]:
+    """The answer to a refused input; the log says its kind and places, never its values."""
+    kind = type(exc).__name__
+    log.info("%s refused its input: %s at %s", name, kind, places_of(exc) or "the event")
+    return {"error": refusal_of(exc), "type": kind}
+
+
+def places_of(exc: BaseException) -> str:
+    """Where an input's refused values sit (`events[1].occurred_at, ...`), none of them shown."""
+    found = exc if isinstance(exc, InputError) else exc.__cause__
+    if not isinstance(found, InputError):
+        return ""
+    return ", ".join(spelled(problem.loc) or "the event" for problem in found.problems)

@@ -4,12 +4,14 @@ With no credential configured the guard lets every request act as the local
 admin (local development); behind an AWS_IAM Function URL AWS has checked the
 caller first, but behind one of auth type NONE nobody has. A function marked
 DULY_PUBLIC_URL (the template's console function) refuses to build its HTTP
-app then, so a deployment that forgot its keys is closed, not open.
+app then, so a deployment that forgot its keys is closed, not open; and since
+AWS checked nobody there, an event's `requestContext.authorizer` is dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
@@ -28,3 +30,15 @@ def refuse_an_open_public_url(environ: Mapping[str, str] | None = None) -> None:
             f"admin: set {variables.API_KEYS.name}, {variables.OIDC_ISSUER.name}, "
             f"{variables.API_TOKEN.name} or {variables.WEBHOOK_SECRET.name}."
         )
+
+
+def checked_by_aws(
+    event: dict[str, Any], environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """`event` as the app may read it: without `requestContext.authorizer` when DULY_PUBLIC_URL
+    is on (whoever sent it named that caller, AWS did not), else as it came."""
+    context = event.get("requestContext")
+    if not variables.PUBLIC_URL.read(environ) or not isinstance(context, dict):
+        return event
+    unchecked = {key: value for key, value in context.items() if key != "authorizer"}
+    return {**event, "requestContext": unchecked}

