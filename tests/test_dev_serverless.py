@@ -39,6 +39,11 @@ STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC"
 MOTO = re.compile(r"EventBridge Scheduler: moto at (http://127\.0\.0\.1:\d+) ")
 # Importing moto fails, as where only duly[local] is installed.
 WITHOUT_MOTO = "import sys; sys.modules['moto'] = None\nfrom functions.cli import main\nmain()"
+# A venv with duly but not its aws extra: boto3 and botocore cannot be imported.
+WITHOUT_BOTO3 = (
+    "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None\n"
+    "from functions.cli import main\nmain()"
+)
 
 
 def moto_schedule(output: Output) -> dict[str, Any]:
@@ -154,6 +159,24 @@ def test_serverless_without_moto_says_what_to_install(tmp_path: Path) -> None:
     assert result.stderr == (
         "duly: duly dev --serverless needs boto3 and moto's server, which duly's dev extra "
         "installs (moto is missing): pip install 'duly[dev]' (or pip install 'duly[aws]' "
+        "'moto[server]').\n"
+    )
+    assert not (tmp_path / "pgdata").exists(), "PostgreSQL was started before refusing"
+
+
+def test_serverless_without_boto3_says_what_to_install(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_BOTO3, "dev", "--serverless"],
+        cwd=tmp_path,
+        env=dev_env(tmp_path / "pgdata"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        "duly: duly dev --serverless needs boto3 and moto's server, which duly's dev extra "
+        "installs (boto3 is missing): pip install 'duly[dev]' (or pip install 'duly[aws]' "
         "'moto[server]').\n"
     )
     assert not (tmp_path / "pgdata").exists(), "PostgreSQL was started before refusing"
