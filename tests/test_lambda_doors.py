@@ -11,7 +11,8 @@
   cannot hold stops the deployment, not the input
   (test_direct_entries_record_the_configured_principal)
 - a refusal's log line says its kind and places, never the values sent
-  (test_a_refusal_logs_where_never_what)
+  (test_a_refusal_logs_where_never_what); nor does the migrate function's answer, which it
+  logs (test_the_migrate_function_answers_an_unknown_request_type_without_echoing_it)
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ async def test_direct_entries_record_the_configured_principal(
         monkeypatch.setenv("DULY_DIRECT_INVOKE_PRINCIPAL", "svc:webhooks")
         answer = await fn.call(lambda_handlers.deliver, {**delivery, "args": {"code": "7"}})
         assert answer["accepted"] == 1, answer
-    trail = db.sql("SELECT actor, via, action, workflow, count, subject FROM duly_audit ORDER BY id")
+    trail = db.sql(
+        "SELECT actor, via, action, workflow, count, subject FROM duly_audit ORDER BY id"
+    )
     assert trail == [
         ("lambda:direct", "lambda", "outbox.publish", "lambda_outbox", 1, {"event_ids": ["d-1"]}),
         (
@@ -183,3 +186,13 @@ async def test_a_refusal_logs_where_never_what(
     assert SECRET not in caplog.text
     assert "wake refused its input: InputError at duly" in lines[0], lines
     assert "deliver refused its input: InputError at requestContext" in lines[3], lines
+
+
+def test_the_migrate_function_answers_an_unknown_request_type_without_echoing_it() -> None:
+    from functions.lambdas.custom_resource import Request
+    from functions.lambdas.migrate import outcome_of
+    from functions.lambdas.runtime import Budget
+
+    request = Request(SECRET, "https://example.invalid/", "stack", "request", "Migrations", "id")
+    outcome = outcome_of(request, Budget.of(None, 5.0))
+    assert outcome.status == "FAILED" and SECRET not in outcome.reason, outcome

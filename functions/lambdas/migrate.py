@@ -93,7 +93,7 @@ def outcome_of(request: Request, budget: Budget) -> Outcome:
     if request.request_type == "Delete":
         return Outcome("SUCCESS", "Deleted: the database schema is left as it is.")
     if request.request_type not in ("Create", "Update"):
-        return Outcome("FAILED", f"Unknown RequestType {request.request_type!r}.")
+        return Outcome("FAILED", "RequestType is none of Create, Update and Delete.")
     return migrate_in_time(budget)
 
 
