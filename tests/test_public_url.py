@@ -65,9 +65,7 @@ async def test_a_public_url_with_a_key_asks_for_it(
     monkeypatch.setenv("DULY_API_KEYS", json.dumps([entry]))
     await create_tables(db)
     async with function(settings_for(db)) as fn:
-        refused = await fn.call(
-            lambda_handlers.http, function_url_event("POST", "/events", SIGNUP)
-        )
+        refused = await fn.call(lambda_handlers.http, function_url_event("POST", "/events", SIGNUP))
         assert refused["statusCode"] == 401, refused
         signed_in = function_url_event("POST", "/events", SIGNUP)
         signed_in["headers"]["authorization"] = f"Bearer {KEY}"

@@ -4,6 +4,9 @@ Lambda checks the SigV4 signature before the function runs and puts the
 caller in `requestContext.authorizer.iam`; mangum hands the event on as
 `scope["aws.event"]`. An assumed role's session ARN also names its role's
 ARN as a group, so DULY_ROLES can grant a role to everyone who assumes it.
+Only the `http` Lambda entry hands the app an event, and behind a public URL
+(DULY_PUBLIC_URL) it drops the authorizer first: the direct entries refuse
+HTTP events, so no payload a caller wrote names an IAM caller here.
 """
 
 from __future__ import annotations

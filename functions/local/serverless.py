@@ -1,8 +1,9 @@
 """`duly dev --serverless`: the AWS loop on this machine, with moto for EventBridge Scheduler.
 
 No worker runs in the HTTP app: its `app.state.wake`, `drain` and `kick` are a `Runtime`'s,
-as the `http` entry (`functions.lambdas.handlers.http`, the template's API) gives them. The wake entry runs in a second `Runtime` on a thread of its own, with the
-real `WakeScheduler` writing to moto. Kicks go to the local firer, which also reads the
+as the `http` entry (`functions.lambdas.handlers.http`, the template's API) gives them.
+The wake entry runs in a second `Runtime` on a thread of its own, with the real
+`WakeScheduler` writing to moto. Kicks go to the local firer, which also reads the
 registered schedule every `POLL_SECONDS` (moto never fires one) and invokes `wake` once its
 instant has passed on the database clock, once per registration, one wake at a time, with
 a fake context of `INVOCATION_SECONDS`. Why: docs/architecture.md, "On AWS Lambda".
