@@ -102,10 +102,11 @@ async def test_the_http_entry_trusts_an_authorizer_only_behind_an_aws_iam_url(
     async with function(settings_for(db)) as fn:
         answer = await fn.call(lambda_handlers.http, forged)
         assert answer.get("statusCode") == 200, "behind an AWS_IAM URL the caller is AWS's"
-        assert await fn.call(lambda_handlers.http, WAKE_INPUT) == {
-            "error": "The http function takes an HTTP request's event only.",
-            "type": "InputError",
-        }
+        for not_http in (WAKE_INPUT, FORGED_AUDIT):  # the latter lacks what a URL's has
+            assert await fn.call(lambda_handlers.http, not_http) == {
+                "error": "The http function takes an HTTP request's event only.",
+                "type": "InputError",
+            }
     monkeypatch.setenv("DULY_PUBLIC_URL", "true")
     async with function(settings_for(db)) as fn:
         answer = await fn.call(lambda_handlers.http, forged)

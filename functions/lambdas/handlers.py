@@ -66,11 +66,15 @@ def http(event: Any, context: Any) -> dict[str, Any]:
 
 
 def is_http(event: Any) -> bool:
-    """Whether `event` is an HTTP request: a Function URL / HTTP API 2.0 (or 1.0) payload."""
-    return (
-        isinstance(event, dict)
-        and isinstance(event.get("requestContext"), dict)
-        and (event.get("version") == "2.0" or "httpMethod" in event)
+    """Whether `event` is an HTTP request: a Function URL / HTTP API 2.0 payload with the
+    method, path and source its `requestContext.http` always has (or a 1.0 payload)."""
+    if not isinstance(event, dict) or not isinstance(event.get("requestContext"), dict):
+        return False
+    if event.get("version") != "2.0":
+        return "httpMethod" in event
+    http = event["requestContext"].get("http")
+    return isinstance(http, dict) and all(
+        isinstance(http.get(part), str) for part in ("method", "path", "sourceIp")
     )
 
 
