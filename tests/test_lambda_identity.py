@@ -27,7 +27,7 @@ SIGNUP = {"event_type": "user.signed_up", "event_id": "s-iam", "payload": {"emai
 async def test_an_iam_caller_acts_with_the_roles_its_arn_has(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DULY_ROLES", json.dumps({OPS: ["operator"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["operator"]}))
     await create_tables(db)
     async with function(settings_for(db)) as fn:
         read = await fn.call(
@@ -58,7 +58,7 @@ async def test_an_iam_caller_is_the_actor_of_a_graph_move(
     from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
     from tests.helpers import examples_configured
 
-    monkeypatch.setenv("DULY_ROLES", json.dumps({OPS: ["admin"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["admin"]}))
     Session = await db.create(examples.Base.metadata)
     async with Session() as session:
         claim = examples.ExpenseClaim(title="Trip", amount=250, submitted_by="sam")
