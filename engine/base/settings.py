@@ -362,7 +362,8 @@ API_KEYS = optional_text(
 )
 ROLES = optional_text(
     "DULY_ROLES",
-    'roles by user id, group or IAM ARN: a JSON object such as {"finance": ["operator"]}',
+    "roles by kinded name (user:ID, group:NAME, iam:ARN): a JSON object such as "
+    '{"group:finance": ["operator"]}',
 )
 DEFAULT_ROLE = text(
     "DULY_DEFAULT_ROLE",
