@@ -7,7 +7,8 @@
 - an entry without its kind (or of another kind) is refused at configuration with a sentence
   showing the kinded form: test_an_unkinded_entry_is_refused_with_its_kinded_form
 - a key named api-token, local or metrics (any case) is refused at configuration, and by
-  `duly keys new`; an issuer's token naming such a user is refused:
+  `duly keys new`; an issuer's token naming such a user, a signer's (signed:) or an ARN is
+  refused:
   test_the_names_of_dulys_own_principals_are_nobody_elses
 """
 
@@ -94,5 +95,6 @@ async def test_the_names_of_dulys_own_principals_are_nobody_elses(
         with pytest.raises(ConfigurationError, match="name the key after its holder"):
             new_entry(name, ["viewer"], [])
     checked = verifier(oidc_issuer, {})
-    with pytest.raises(CredentialRefused, match="a name duly keeps for its own"):
-        await checked.principal(oidc_issuer.mint("api-token"))
+    for user in ("api-token", "signed:webhook", SESSION_ARN):
+        with pytest.raises(CredentialRefused, match="a name duly keeps for its own principals"):
+            await checked.principal(oidc_issuer.mint(user))

@@ -189,7 +189,7 @@ class OidcVerifier:
         if not isinstance(user, str) or not user:
             raise CredentialRefused(f"The token has no {self.settings.user_claim} claim.")
         if reserved(user):
-            raise CredentialRefused("The token's user is a name duly keeps for its own tokens.")
+            raise CredentialRefused("The token's user is a name duly keeps for its own principals.")
         groups = _groups(claims.get(self.settings.groups_claim))
         name = next(
             (claims[k] for k in ("name", "email") if isinstance(claims.get(k), str) and claims[k]),

@@ -22,7 +22,7 @@ from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
 from engine.base.key_strength import key_refusal
 from engine.base.seen_signatures import record_signature
-from functions.identity.principal import Principal, Role, Via
+from functions.identity.principal import SIGNED_PREFIX, Principal, Role, Via
 from functions.identity.roles import MAX_NAME, CredentialRefused
 
 # A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
@@ -62,7 +62,7 @@ class SigningSecret:
     def principal(self) -> Principal:
         """Who a request signed with this secret acts as: an operator, held to its routes."""
         return Principal(
-            id=f"signed:{self.name}",
+            id=f"{SIGNED_PREFIX}{self.name}",
             roles=frozenset({Role.OPERATOR}),
             via=Via.SIGNATURE,
             routes=self.routes,
