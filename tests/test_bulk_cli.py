@@ -1,7 +1,8 @@
 """`duly bulk` and `duly audit` as an operator runs them: processes on a real database.
 
 The app is tests/apps/chores.py; failed runs are written from the test, and what the
-commands print and leave in the database (and its audit trail) is checked; on a
+commands print and leave in the database (and its audit trail, whose actor is the process's
+user id's name even when $LOGNAME and $USER say another) is checked; on a
 terminal an apply draws rich's progress bar, and off one it prints nothing on stderr.
 """
 

@@ -390,7 +390,9 @@ OIDC_JWKS_URL = optional_text(
     "where the issuer's signing keys are (unset: its discovery document says)",
 )
 OIDC_USER_CLAIM = text(
-    "DULY_OIDC_USER_CLAIM", "the claim that names the user (Cognito: `cognito:username`)", "sub"
+    "DULY_OIDC_USER_CLAIM",
+    "the claim that names the user: one the issuer assigns (`sub`), never a name people pick",
+    "sub",
 )
 OIDC_GROUPS_CLAIM = text(
     "DULY_OIDC_GROUPS_CLAIM",
