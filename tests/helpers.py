@@ -138,12 +138,13 @@ async def onboarding(Session: async_sessionmaker[AsyncSession], user_id: str) ->
 
 
 @asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Serve `app` with uvicorn on a free loopback port; a client for it."""
+async def serving(app: FastAPI, **options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Serve `app` with uvicorn on a free loopback port (`options`: more of uvicorn's
+    Config); a client for it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, ws="none", lifespan="on")
+    config = uvicorn.Config(app, log_config=None, ws="none", lifespan="on", **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -245,7 +245,7 @@ def test_a_url_event_starts_a_run_a_schedule_wakes_it_and_an_invoke_delivers_to_
         "DULY_WAKE_FUNCTION_ARN": wake_function,
         "DULY_SCHEDULE_GROUP": "shipping",
         "DULY_SCHEDULER_ROLE_ARN": "arn:aws:iam::123456789012:role/scheduler",
-        "DULY_ROLES": json.dumps({CALLER: ["operator"]}),
+        "DULY_ROLES": json.dumps({f"iam:{CALLER}": ["operator"]}),
         "AWS_ENDPOINT_URL": moto_endpoint,
         "AWS_DEFAULT_REGION": AWS["region_name"],
         "AWS_ACCESS_KEY_ID": "testing",

@@ -1,14 +1,16 @@
 """`duly bulk` and `duly audit` as an operator runs them: processes on a real database.
 
 The app is tests/apps/chores.py; failed runs are written from the test, and what the
-commands print and leave in the database (and its audit trail) is checked; on a
+commands print and leave in the database (and its audit trail, whose actor is the process's
+user id's name even when $LOGNAME and $USER say another) is checked; on a
 terminal an apply draws rich's progress bar, and off one it prints nothing on stderr.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
+import pwd
 import re
 from pathlib import Path
 
@@ -32,7 +34,9 @@ async def test_a_retry_is_a_dry_run_then_an_apply_the_audit_names(
 ) -> None:
     Session = await db.create(chores.Base.metadata)
     await add_failed(Session, 3)
-    env = env_for(db, tmp_path)
+    # $LOGNAME and $USER are anyone's to set: the audit names the process's user id's user.
+    env = {**env_for(db, tmp_path), "LOGNAME": "the-ceo", "USER": "the-ceo"}
+    me = pwd.getpwuid(os.getuid()).pw_name
     retry = ("bulk", "retry", "chore", "--step", "work", "--args", '{"label": "again"}')
     dry = run_duly(*retry, cwd=REPO_ROOT, env=env)
     assert dry.returncode == 0, dry.stderr
@@ -55,13 +59,13 @@ async def test_a_retry_is_a_dry_run_then_an_apply_the_audit_names(
     assert trail.returncode == 0, trail.stderr
     [entry] = json.loads(trail.stdout)
     assert (entry["actor"], entry["via"], entry["action"], entry["count"]) == (
-        getpass.getuser(), "cli", "bulk.run", 3,
+        me, "cli", "bulk.run", 3,
     )  # fmt: skip
     assert entry["subject"] == {"state": "failed"}
     searched = run_duly("bulk", "cancel", "chore", "--where", "id>=2", cwd=REPO_ROOT, env=env)
     assert "2 chore runs match" in searched.stdout, searched.stderr
     table = run_duly("audit", cwd=REPO_ROOT, env=env)
-    assert re.search(rf"{re.escape(getpass.getuser())} +cli +bulk\.run +chore +3", table.stdout)
+    assert re.search(rf"{re.escape(me)} +cli +bulk\.run +chore +3", table.stdout)
 
 
 async def test_bad_arguments_are_usage_errors_that_write_nothing(

@@ -168,7 +168,7 @@ def issuer_environ(issuer: LocalIssuer) -> dict[str, str]:
         "DULY_OIDC_ISSUER": issuer.issuer,
         "DULY_OIDC_CLIENT_ID": CLIENT_ID,
         "DULY_OIDC_CLIENT_SECRET": "client-secret-of-the-console",
-        "DULY_ROLES": json.dumps({"ops": ["operator"]}),
+        "DULY_ROLES": json.dumps({"group:ops": ["operator"]}),
     }
 
 

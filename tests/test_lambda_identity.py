@@ -2,6 +2,9 @@
 
 - the caller's ARN, and its assumed role's ARN, take roles from DULY_ROLES; a caller no entry
   names holds DULY_DEFAULT_ROLE (viewer): test_an_iam_caller_acts_with_the_roles_its_arn_has
+- wrong bearers are counted per Function URL `sourceIp`: a rotated X-Forwarded-For buys no
+  more guesses, and a fixed one locks no other address out:
+  test_wrong_bearers_are_counted_per_source_ip
 - an IAM caller submits a graph subject and, as an admin role, approves on another's behalf;
   the trail names its ARN: test_an_iam_caller_is_the_actor_of_a_graph_move
 """
@@ -9,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -27,7 +31,7 @@ SIGNUP = {"event_type": "user.signed_up", "event_id": "s-iam", "payload": {"emai
 async def test_an_iam_caller_acts_with_the_roles_its_arn_has(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DULY_ROLES", json.dumps({OPS: ["operator"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["operator"]}))
     await create_tables(db)
     async with function(settings_for(db)) as fn:
         read = await fn.call(
@@ -48,6 +52,30 @@ async def test_an_iam_caller_acts_with_the_roles_its_arn_has(
         assert json.loads(stored["body"])["stored"] == ["s-iam"]
 
 
+async def test_wrong_bearers_are_counted_per_source_ip(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DULY_API_TOKEN", "a-token-of-the-lambda-identity-tests")
+    await create_tables(db)
+
+    def guess(n: int, source: str) -> dict[str, Any]:
+        event = function_url_event("GET", "/workflows")
+        event["headers"]["authorization"] = f"Bearer wrong-{n}"
+        event["headers"]["x-forwarded-for"] = "198.51.100.9"  # the same "victim" each time
+        event["requestContext"]["http"]["sourceIp"] = source
+        return event
+
+    async with function(settings_for(db)) as fn:
+        statuses = []
+        for n in range(11):
+            event = guess(n, "203.0.113.5")
+            event["headers"]["x-forwarded-for"] = f"192.0.2.{n}"
+            statuses.append((await fn.call(lambda_handlers.publish, event)).get("statusCode"))
+        assert statuses == [401] * 10 + [429]
+        other = await fn.call(lambda_handlers.publish, guess(99, "203.0.113.77"))
+        assert other.get("statusCode") == 401  # another address still has its own tries
+
+
 async def test_an_iam_caller_is_the_actor_of_a_graph_move(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -58,7 +86,7 @@ async def test_an_iam_caller_is_the_actor_of_a_graph_move(
     from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
     from tests.helpers import examples_configured
 
-    monkeypatch.setenv("DULY_ROLES", json.dumps({OPS: ["admin"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["admin"]}))
     Session = await db.create(examples.Base.metadata)
     async with Session() as session:
         claim = examples.ExpenseClaim(title="Trip", amount=250, submitted_by="sam")

@@ -106,7 +106,7 @@ async def test_a_start_whose_kick_cannot_reach_aws_answers_201_and_the_next_wake
     capfd: pytest.CaptureFixture[str],
     on_lambda: io.StringIO,
 ) -> None:
-    monkeypatch.setenv("DULY_ROLES", json.dumps({OPS: ["operator"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["operator"]}))
     Session = await create_tables(db)
     aws = Aws(moto_endpoint)
     settings = settings_for(db, aws.group)

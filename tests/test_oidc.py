@@ -43,7 +43,7 @@ from tests.conftest import Database
 from tests.helpers import serving
 from tests.oidc_issuer import CLIENT_ID, LocalIssuer, new_key
 
-ROLES = RoleMap(by_name={"ops": frozenset({Role.OPERATOR})}, default=frozenset({Role.VIEWER}))
+ROLES = RoleMap(by_name={"group:ops": frozenset({Role.OPERATOR})}, default=frozenset({Role.VIEWER}))
 
 
 def verifier_of(issuer: LocalIssuer, **environ: str) -> OidcVerifier:
@@ -198,7 +198,7 @@ async def test_the_api_takes_the_issuers_tokens(
 ) -> None:
     monkeypatch.setenv("DULY_OIDC_ISSUER", oidc_issuer.issuer)
     monkeypatch.setenv("DULY_OIDC_AUDIENCE", "duly-api")
-    monkeypatch.setenv("DULY_ROLES", json.dumps({"ops": ["operator"]}))
+    monkeypatch.setenv("DULY_ROLES", json.dumps({"group:ops": ["operator"]}))
     Session = await db.create(examples.Base.metadata)
 
     def bearer(token: str) -> dict[str, str]:

@@ -9,12 +9,15 @@
   never repeated: test_a_bad_value_is_refused_naming_the_variable,
   test_a_secret_is_never_repeated
 - unset or empty is the default: test_unset_or_empty_is_the_default
+- a key of one letter repeated (or a few) is refused, unshown, with a sentence saying how
+  to make a random one: test_a_repetitive_key_is_refused_without_being_shown
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pytest
 from engine import ConfigurationError
 from engine.base import settings as variables
 from engine.base.settings import SETTINGS
+from functions.identity.signatures import parse_secrets
 from tests.helpers import REPO_ROOT
 
 READ_CHECKED = ("engine", "functions", "infra")  # no DULY_* read outside engine/base/settings.py
@@ -202,7 +206,19 @@ def test_a_short_key_is_refused_without_being_shown() -> None:
         ) as refused:
             setting.read({setting.name: "a"})
         assert "'a'" not in str(refused.value)
-        assert setting.read({setting.name: "k" * 16}) == "k" * 16
+        good = "a-key-of-sixteen-or-more"
+        assert setting.read({setting.name: good}) == good
+
+
+def test_a_repetitive_key_is_refused_without_being_shown() -> None:
+    for setting in (variables.API_TOKEN, variables.WEBHOOK_SECRET, variables.METRICS_TOKEN):
+        for weak in ("k" * 16, "ab" * 12, "abc" * 6):
+            with pytest.raises(ConfigurationError, match="repeats too few characters") as refused:
+                setting.read({setting.name: weak})
+            assert weak not in str(refused.value) and "token_urlsafe" in str(refused.value)
+    secrets_list = json.dumps([{"name": "s", "secret": "x" * 40, "routes": ["POST /events"]}])
+    with pytest.raises(ConfigurationError, match=r"\(s\)\.secret repeats too few"):
+        parse_secrets(secrets_list)
 
 
 def test_unset_or_empty_is_the_default() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from engine.base.errors import ConfigurationError
+from engine.base.key_strength import key_refusal
 
 T = TypeVar("T")
 
@@ -31,7 +32,6 @@ MAX_DAYS = 36_500  # a century: a cutoff further back leaves the calendar
 MAX_PORT = 65_535
 MAX_PRUNE_BATCH_SIZE = 100_000  # past it a batch is no longer a short transaction
 MAX_PAUSE_MS = 60_000  # a minute between batches at most
-MIN_KEY_LENGTH = 16  # characters of a token or signing secret: a guessable key is refused
 
 
 class RuleRefusal(ConfigurationError):
@@ -90,14 +90,13 @@ def optional_text(
 
 
 def key(name: str, meaning: str) -> Setting[str | None]:
-    """A secret key, read as written; None when unset; at least MIN_KEY_LENGTH characters."""
+    """A secret key, read as written; None when unset; at least MIN_KEY_LENGTH characters,
+    not too repetitive (`key_refusal`)."""
 
     def parse(raw: str) -> str:
-        if len(raw) < MIN_KEY_LENGTH:
-            raise RuleRefusal(
-                f"{name} must be at least {MIN_KEY_LENGTH} characters: a random key, such as "
-                "python -c 'import secrets; print(secrets.token_urlsafe(32))' prints."
-            )
+        refused = key_refusal(name, raw)
+        if refused is not None:
+            raise RuleRefusal(refused)
         return raw
 
     return Setting[str | None](name, None, "unset", meaning, parse, secret=True, exact=True)
@@ -366,7 +365,8 @@ API_KEYS = optional_text(
 )
 ROLES = optional_text(
     "DULY_ROLES",
-    'roles by user id, group or IAM ARN: a JSON object such as {"finance": ["operator"]}',
+    "roles by kinded name (user:ID, group:NAME, iam:ARN): a JSON object such as "
+    '{"group:finance": ["operator"]}',
 )
 DEFAULT_ROLE = text(
     "DULY_DEFAULT_ROLE",
@@ -393,7 +393,9 @@ OIDC_JWKS_URL = optional_text(
     "where the issuer's signing keys are (unset: its discovery document says)",
 )
 OIDC_USER_CLAIM = text(
-    "DULY_OIDC_USER_CLAIM", "the claim that names the user (Cognito: `cognito:username`)", "sub"
+    "DULY_OIDC_USER_CLAIM",
+    "the claim that names the user: one the issuer assigns (`sub`), never a name people pick",
+    "sub",
 )
 OIDC_GROUPS_CLAIM = text(
     "DULY_OIDC_GROUPS_CLAIM",

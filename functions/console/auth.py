@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -29,7 +30,7 @@ from functions.identity.access import PRINCIPAL_SCOPE, principal_in
 from functions.identity.authenticate import Credentials
 from functions.identity.keys import KeyRing
 from functions.identity.oidc import OidcVerifier
-from functions.identity.principal import Principal
+from functions.identity.principal import Principal, Via
 from functions.identity.throttle import Throttle
 
 CONSOLE_PREFIX = "/console"
@@ -104,10 +105,12 @@ class ConsoleAuth:
         return key.sha256 if key is not None else None
 
     def still_held(self, found: Session) -> Session | None:
-        """`found` while its credential is still configured (a key's roles as they are now);
-        None once its key is removed or rotated, or the token changed."""
+        """`found` while its credential is still configured, its roles as they are now: a
+        key's from its entry, an issuer's user's from DULY_ROLES by the user and groups its
+        token named. None once its key is removed or rotated, the token changed, the issuer
+        is gone, or its user holds no role any more."""
         if found.credential is None:
-            return found  # an issuer's login: good until it expires or ends
+            return self._issuer_held(found)
         if self.token is not None and hmac.compare_digest(
             found.credential, _token_digest(self.token)
         ):
@@ -116,6 +119,15 @@ class ConsoleAuth:
             if hmac.compare_digest(found.credential, key.sha256):
                 return Session(found.secret, session_principal(key.principal()), found.credential)
         return None
+
+    def _issuer_held(self, found: Session) -> Session | None:
+        if found.way != Via.OIDC or self.oidc is None:
+            return None
+        was = found.principal
+        roles = self.credentials.roles.user_roles(was.id, was.groups)
+        if not roles:
+            return None
+        return replace(found, principal=replace(was, roles=roles))
 
     async def session(self, scope: Any, headers: Mapping[str, str]) -> Session | None:
         """The request's good session, looked up once per request (kept in its scope)."""

@@ -4,7 +4,8 @@
 set) and a field for a named API key or DULY_API_TOKEN. The issuer's way
 goes to `/console/login/oidc`, which sends the person to the issuer with a
 flow kept in the short-lived `duly_oidc` cookie, and back to
-`/console/login/callback`. Wrong credentials are slowed per client address
+`/console/login/callback`, whose query (the one-time code and the state) the
+access log never shows. Wrong credentials are slowed per client address
 (`Throttle`). `POST /console/logout` ends the session on the server.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+from datetime import datetime
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -31,7 +34,12 @@ from functions.console.auth import (
     session_of,
     set_cookie,
 )
-from functions.console.sessions import SESSION_SECONDS, end_session, start_session
+from functions.console.sessions import (
+    SESSION_SECONDS,
+    SessionTooLate,
+    end_session,
+    start_session,
+)
 from functions.console.templating import templates
 from functions.http.guard import client_of
 from functions.identity.access import allow, principal_in
@@ -44,6 +52,23 @@ FLOW_SECONDS = 10 * 60  # how long a person may take at the issuer
 MAX_TYPED = 1000  # characters typed into the login form
 MAX_NEXT = 2000  # characters of the page to go on to
 
+ACCESS_LOGGER = "uvicorn.access"  # (client, method, path with query, version, status)
+
+
+class CallbackQueryHidden(logging.Filter):
+    """Logs the callback's path without its query: its code and state open a login."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) > 2 and isinstance(args[2], str):
+            path, mark, _ = args[2].partition("?")
+            if mark and path.endswith(CALLBACK_PATH):
+                record.args = (*args[:2], path, *args[3:])
+        return True
+
+
+# Whatever server runs the app (`duly dev`, uvicorn by hand), its access log hides them.
+logging.getLogger(ACCESS_LOGGER).addFilter(CallbackQueryHidden())
 router = APIRouter()
 
 
@@ -121,11 +146,11 @@ async def issuer_callback(
     if waiting is not None:
         return waiting
     try:
-        principal = await finish(verifier, LoginFlow(secret), state, code, _redirect_uri(request))
+        login = await finish(verifier, LoginFlow(secret), state, code, _redirect_uri(request))
     except CredentialRefused as refused:
         console_auth(request).throttle.failed(client_of(request.scope))
         return login_page(request, target, f"The login was refused. {refused}", 401)
-    response = await _signed_in(request, principal, target)
+    response = await _signed_in(request, login.principal, target, until=login.expires)
     drop_cookie(request, response, FLOW_COOKIE)
     return response
 
@@ -142,7 +167,11 @@ async def log_out(request: Request) -> Response:
 
 
 async def _signed_in(
-    request: Request, principal: Principal, target: str, credential: str | None = None
+    request: Request,
+    principal: Principal,
+    target: str,
+    credential: str | None = None,
+    until: datetime | None = None,
 ) -> Response:
     if not principal.roles:
         message = f"{principal.shown} holds no role here (DULY_ROLES, DULY_DEFAULT_ROLE)."
@@ -151,7 +180,11 @@ async def _signed_in(
     previous = session_of(request)
     if previous is not None:  # logging in again: the session this browser had ends
         await end_session(engine, previous.secret)
-    started = await start_session(engine, principal, credential)
+    try:
+        started = await start_session(engine, principal, credential, until)
+    except SessionTooLate:
+        message = "The issuer's ID token has expired already: log in again."
+        return login_page(request, target, message, status_code=401)
     response = RedirectResponse(target, status_code=303)
     set_cookie(request, response, SESSION_COOKIE, started.secret, SESSION_SECONDS)
     return response

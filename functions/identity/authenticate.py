@@ -17,11 +17,9 @@ from engine.base import settings as variables
 from functions.identity.iam import iam_caller, iam_principal
 from functions.identity.keys import KeyRing
 from functions.identity.oidc import OidcSettings, OidcVerifier
-from functions.identity.principal import Principal, Role, Via
+from functions.identity.principal import ADMIN_TOKEN_ID, METRICS_ID, Principal, Role, Via
 from functions.identity.roles import CredentialRefused, RoleMap
 
-ADMIN_TOKEN_ID = "api-token"  # who DULY_API_TOKEN acts as, in the audit trail
-METRICS_ID = "metrics"
 METRICS_ROUTES = frozenset({"GET /metrics"})
 UNKNOWN_BEARER = "The bearer token is not one this server knows."
 

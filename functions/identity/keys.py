@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
-from functions.identity.principal import Principal, Role, Via
+from functions.identity.principal import RESERVED_IDS, Principal, Role, Via, reserved
 from functions.identity.roles import MAX_NAME, roles_of
 
 KEY_PREFIX = "duly_"
@@ -104,6 +104,11 @@ def _key_of(entry: object, index: int) -> ApiKey:
     name, digest, groups = entry.get("name"), entry.get("sha256"), entry.get("groups", [])
     if not isinstance(name, str) or len(name) > MAX_NAME or not NAME.fullmatch(name):
         raise ConfigurationError(f"{where}.name must be letters, digits and ._@+- only.")
+    if reserved(name):
+        raise ConfigurationError(
+            f"{where}.name {name!r} is a name duly's own principals act as "
+            f"({', '.join(sorted(RESERVED_IDS))}): name the key after its holder."
+        )
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
         raise ConfigurationError(f"{where}.sha256 must be 64 lowercase hex digits.")
     if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):

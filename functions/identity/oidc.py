@@ -23,7 +23,7 @@ from jwt.algorithms import has_crypto
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
-from functions.identity.principal import Principal, Via
+from functions.identity.principal import Principal, Via, reserved
 from functions.identity.roles import CredentialRefused, RoleMap
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
@@ -188,6 +188,8 @@ class OidcVerifier:
         user = claims.get(self.settings.user_claim)
         if not isinstance(user, str) or not user:
             raise CredentialRefused(f"The token has no {self.settings.user_claim} claim.")
+        if reserved(user):
+            raise CredentialRefused("The token's user is a name duly keeps for its own principals.")
         groups = _groups(claims.get(self.settings.groups_claim))
         name = next(
             (claims[k] for k in ("name", "email") if isinstance(claims.get(k), str) and claims[k]),
@@ -195,7 +197,7 @@ class OidcVerifier:
         )
         return Principal(
             id=user,
-            roles=self.roles.roles_for(user, groups),
+            roles=self.roles.user_roles(user, groups),
             via=Via.OIDC,
             groups=groups,
             name=name,

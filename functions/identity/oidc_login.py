@@ -4,7 +4,8 @@ A flow's `state`, `nonce` and PKCE `code_verifier` are each an HMAC of one
 random secret, the one the browser's login cookie holds: the callback
 derives them again from the cookie, so nothing is stored on the server and
 no key needs sharing between processes (see docs/architecture.md, "The
-console"). `finish` trades the code for an ID token and verifies it.
+console"). `finish` trades the code for an ID token and verifies it: the
+login is its principal, good until the token's `exp`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hmac
 import secrets
 import urllib.parse
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from functions.identity.oidc import OidcVerifier, fetch_json
 from functions.identity.principal import Principal
@@ -63,6 +65,14 @@ class LoginFlow:
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
+@dataclass(frozen=True)
+class Login:
+    """A finished login: who the ID token names, and when the token expires."""
+
+    principal: Principal
+    expires: datetime
+
+
 async def authorization_url(verifier: OidcVerifier, redirect_uri: str, flow: LoginFlow) -> str:
     """Where to send the person: the issuer's authorization endpoint with this flow's values."""
     settings = verifier.settings
@@ -85,8 +95,8 @@ async def authorization_url(verifier: OidcVerifier, redirect_uri: str, flow: Log
 
 async def finish(
     verifier: OidcVerifier, flow: LoginFlow, state: str, code: str, redirect_uri: str
-) -> Principal:
-    """The principal of a callback's code: its state checked, the code traded, the ID token
+) -> Login:
+    """The login of a callback's code: its state checked, the code traded, the ID token
     verified (audience the client id, nonce this flow's); CredentialRefused saying why not."""
     settings = verifier.settings
     if not hmac.compare_digest(state.encode(), flow.state.encode()):
@@ -114,4 +124,5 @@ async def finish(
     nonce = claims.get("nonce")
     if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), flow.nonce.encode()):
         raise CredentialRefused("The ID token's nonce is not this login's.")
-    return verifier.principal_of(claims)
+    expires = datetime.fromtimestamp(float(claims["exp"]), UTC)  # required, and checked
+    return Login(verifier.principal_of(claims), expires)

@@ -97,5 +97,19 @@ class Principal:
         return self.name or self.id
 
 
+ADMIN_TOKEN_ID = "api-token"  # who DULY_API_TOKEN acts as, in the audit trail
+METRICS_ID = "metrics"  # who DULY_METRICS_TOKEN acts as
+LOCAL_ID = "local"  # everyone, when nothing asks for a credential
+SIGNED_PREFIX = "signed:"  # a signing secret's name acts as signed:<name>
+# The names duly's own principals act as: no key or issuer user may take one of them, nor
+# look like a signer's or an IAM caller's (an ARN).
+RESERVED_IDS = frozenset({ADMIN_TOKEN_ID, METRICS_ID, LOCAL_ID})
+RESERVED_PREFIXES = (SIGNED_PREFIX, "arn:")
+
 # With no credential configured anywhere (duly dev on loopback), everyone is this.
-LOCAL = Principal(id="local", roles=frozenset({Role.ADMIN}), via=Via.OPEN)
+LOCAL = Principal(id=LOCAL_ID, roles=frozenset({Role.ADMIN}), via=Via.OPEN)
+
+
+def reserved(name: str) -> bool:
+    """Whether `name` is one duly's own principals act as, or looks like one (any case)."""
+    return name.lower() in RESERVED_IDS or name.lower().startswith(RESERVED_PREFIXES)

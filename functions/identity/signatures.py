@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
+from engine.base.key_strength import key_refusal
 from engine.base.seen_signatures import record_signature
-from engine.base.settings import MIN_KEY_LENGTH
-from functions.identity.principal import Principal, Role, Via
+from functions.identity.principal import SIGNED_PREFIX, Principal, Role, Via
 from functions.identity.roles import MAX_NAME, CredentialRefused
 
 # A header number is ASCII digits only: str.isdigit() takes "²", which int() refuses.
@@ -62,7 +62,7 @@ class SigningSecret:
     def principal(self) -> Principal:
         """Who a request signed with this secret acts as: an operator, held to its routes."""
         return Principal(
-            id=f"signed:{self.name}",
+            id=f"{SIGNED_PREFIX}{self.name}",
             roles=frozenset({Role.OPERATOR}),
             via=Via.SIGNATURE,
             routes=self.routes,
@@ -173,11 +173,9 @@ def _secret_of(entry: object, index: int) -> SigningSecret:
     if not isinstance(name, str) or len(name) > MAX_NAME or not NAME.fullmatch(name):
         raise ConfigurationError(f"{where}.name must be letters, digits and ._@+- only.")
     where = f"{where} ({name})"
-    if not isinstance(secret, str) or len(secret) < MIN_KEY_LENGTH:
-        raise ConfigurationError(
-            f"{where}.secret must be at least {MIN_KEY_LENGTH} characters: a random key, such "
-            "as python -c 'import secrets; print(secrets.token_urlsafe(32))' prints."
-        )
+    refused = key_refusal(f"{where}.secret", secret if isinstance(secret, str) else "")
+    if refused is not None:
+        raise ConfigurationError(refused)
     if not isinstance(routes, list) or not routes:
         raise ConfigurationError(
             f'{where}.routes must list the routes it may sign, such as ["POST /events"].'

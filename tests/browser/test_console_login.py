@@ -42,7 +42,7 @@ def login_console(server: Server, issuer: LocalIssuer) -> Iterator[LiveConsole]:
     environ = {
         "DULY_OIDC_ISSUER": issuer.issuer,
         "DULY_OIDC_CLIENT_ID": CLIENT_ID,
-        "DULY_ROLES": json.dumps({"ops": ["operator"]}),
+        "DULY_ROLES": json.dumps({"group:ops": ["operator"]}),
         "DULY_API_KEYS": json.dumps(
             [{"name": "bot", "roles": ["viewer"], "sha256": digest_of(new_key())}]
         ),
