@@ -459,6 +459,12 @@ DATABASE_SSLMODE = choice(
     ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
     shown="require with IAM auth, else libpq's",
 )
+DATABASE_SECRET_MAX_AGE_SECONDS = seconds(
+    "DULY_DATABASE_SECRET_MAX_AGE_SECONDS",
+    "a warm function reads the database secret again once its copy is this old (rotation)",
+    900.0,
+    least=1.0,
+)
 PUBLIC_URL = flag(
     "DULY_PUBLIC_URL",
     "this function's URL is public (auth type NONE): it serves nothing unless a credential is set",
