@@ -484,6 +484,10 @@ CHAOS_KEEP = flag("DULY_CHAOS_KEEP", "bench/chaos.py keeps the soak's database t
 SAM = optional_text(
     "DULY_SAM", "the `sam` the bundle test builds with (.ci/run installs one); unset: PATH's"
 )
+CHECKOV = optional_text(
+    "DULY_CHECKOV",
+    "the `checkov` the template test scans with (.ci/run installs one); unset: PATH's",
+)
 
 # Every variable above, in the order declared (README's table follows it): a declaration is
 # the one place a variable is named.
