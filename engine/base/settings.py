@@ -439,20 +439,17 @@ DATABASE_PORT = optional_port(
     "DULY_DATABASE_PORT", "the database's port, over the secret's", shown="the secret's, or 5432"
 )
 DATABASE_NAME = optional_text(
-    "DULY_DATABASE_NAME",
-    "the database's name, over the secret's",
+    "DULY_DATABASE_NAME", "the database's name, over the secret's",
     shown="the secret's, or postgres",
-)
+)  # fmt: skip
 DATABASE_USER = optional_text(
-    "DULY_DATABASE_USER",
-    "the user to log in as, over the secret's (with IAM auth, a user granted `rds_iam`)",
-    shown="the secret's",
-)
+    "DULY_DATABASE_USER", shown="the secret's",
+    meaning="the user to log in as, over the secret's (with IAM auth, a user granted `rds_iam`)",
+)  # fmt: skip
 DATABASE_IAM_AUTH = flag(
     "DULY_DATABASE_IAM_AUTH",
-    "log in with an IAM token made afresh for each connection, never a password",
-    False,
-)
+    "log in with an IAM token made afresh for each connection, never a password", False,
+)  # fmt: skip
 DATABASE_SSLMODE = choice(
     "DULY_DATABASE_SSLMODE",
     "libpq's sslmode for the AWS functions' connections",
@@ -461,10 +458,8 @@ DATABASE_SSLMODE = choice(
 )
 DATABASE_SECRET_MAX_AGE_SECONDS = seconds(
     "DULY_DATABASE_SECRET_MAX_AGE_SECONDS",
-    "a warm function reads the database secret again once its copy is this old (rotation)",
-    900.0,
-    least=1.0,
-)
+    "a warm function reads the database secret again once its copy is this old", 900.0, least=1.0,
+)  # fmt: skip
 PUBLIC_URL = flag(
     "DULY_PUBLIC_URL",
     "this function's URL is public (auth type NONE): it serves nothing unless a credential is set",
@@ -484,10 +479,7 @@ CHAOS_KEEP = flag("DULY_CHAOS_KEEP", "bench/chaos.py keeps the soak's database t
 SAM = optional_text(
     "DULY_SAM", "the `sam` the bundle test builds with (.ci/run installs one); unset: PATH's"
 )
-CHECKOV = optional_text(
-    "DULY_CHECKOV",
-    "the `checkov` the template test scans with (.ci/run installs one); unset: PATH's",
-)
+CHECKOV = optional_text("DULY_CHECKOV", "the `checkov` the template test runs; unset: PATH's")
 
 # Every variable above, in the order declared (README's table follows it): a declaration is
 # the one place a variable is named.

@@ -40,8 +40,8 @@ from infra.aws_settings import AwsSettings, read_secret_string, resolve_database
 from infra.iam_auth import install_iam_auth
 from infra.kicks import survive_aws_call
 from infra.scheduler import WakeScheduler
-from infra.secret_login import RotatingSecret
 from infra.schema import load_app
+from infra.secret_login import RotatingSecret
 from infra.wake_slots import WakeSlots
 
 if TYPE_CHECKING:
