@@ -332,13 +332,19 @@ def test_only_their_function_urls_invoke_the_http_functions(
         for resource in resources.values()
         if resource["Type"] == "AWS::Lambda::Permission"
     ]
+    seen: dict[str, set[str]] = {name: set() for name in HTTP_FUNCTIONS}
     for properties in permissions:
         target = json.dumps(properties["FunctionName"])
+        for name in HTTP_FUNCTIONS:
+            if name in target:
+                seen[name].add(properties["Action"])
         if not any(name in target for name in HTTP_FUNCTIONS):
             continue
         if properties["Action"] != "lambda:InvokeFunctionUrl":
             assert properties["Action"] == "lambda:InvokeFunction", properties
             assert properties["InvokedViaFunctionUrl"] is True, properties
+    # The public URL's two (SAM's); the IAM URL's callers need a policy of their own.
+    assert seen == {"ApiFunction": set(), "ConsoleFunction": INVOKED_BY_URL}, seen
     # No role or policy of the template grants lambda:InvokeFunction but on wake.
     wake = "function:${AWS::StackName}-wake"
     for name, resource in resources.items():
@@ -352,6 +358,9 @@ def test_only_their_function_urls_invoke_the_http_functions(
     # The handlers the other functions' code answers hand-made events with.
     for function, handler in (HANDLERS | CONSOLE).items():
         assert resources[function]["Properties"]["Handler"] == handler
+
+
+INVOKED_BY_URL = {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
 
 
 def granted(resource: dict[str, Any]) -> list[dict[str, Any]]:
