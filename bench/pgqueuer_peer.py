@@ -25,8 +25,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
-from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
-from pgqueuer import __version__ as pgqueuer_version  # re-exported for the report
+from pgqueuer import (
+    AsyncpgDriver,
+    Job,
+    Queries,
+    QueueManager,
+    __version__ as pgqueuer_version,  # re-exported for the report
+)
 from pgqueuer.types import QueueExecutionMode
 
 if TYPE_CHECKING:

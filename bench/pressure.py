@@ -32,8 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # run as a script, Python puts bench/ on the path
 
-from bench import pressure_faults as faults  # noqa: E402
-from bench import pressure_figures as figures  # noqa: E402
+from bench import (  # noqa: E402
+    pressure_faults as faults,
+    pressure_figures as figures,
+)
 from bench.pressure_app import ATTEMPTS_TABLE, TABLE  # noqa: E402
 from bench.pressure_processes import Producer, Subprocess  # noqa: E402
 from bench.pressure_report import aims, format_report  # noqa: E402

@@ -32,8 +32,10 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench import measures  # noqa: E402
 from bench.claims import CLAIM_SIZE, measure_claim_cost  # noqa: E402
-from bench.console import TARGET_MS as CONSOLE_TARGET_MS  # noqa: E402
-from bench.console import measure_console  # noqa: E402
+from bench.console import (  # noqa: E402
+    TARGET_MS as CONSOLE_TARGET_MS,
+    measure_console,
+)
 from bench.graphs import measure_transitions  # noqa: E402
 from bench.harness import WORKER_CONCURRENCY, BenchDatabase  # noqa: E402
 from bench.lambdas import (  # noqa: E402
@@ -56,11 +58,15 @@ from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.pgqueuer_peer import measure_pgqueuer, pgqueuer_version  # noqa: E402
 from bench.prune import BASELINE_SECONDS, measure_prune  # noqa: E402
 from bench.report import Report, format_table, machine_info  # noqa: E402
-from bench.search import TARGET_MS as SEARCH_TARGET_MS  # noqa: E402
-from bench.search import measure_search  # noqa: E402
+from bench.search import (  # noqa: E402
+    TARGET_MS as SEARCH_TARGET_MS,
+    measure_search,
+)
 from bench.server_cost import beside_cost, cost_lines  # noqa: E402
-from bench.starts import BATCH as START_BATCH  # noqa: E402
-from bench.starts import measure_batch_starts  # noqa: E402
+from bench.starts import (  # noqa: E402
+    BATCH as START_BATCH,
+    measure_batch_starts,
+)
 from engine import EventSettings  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
 

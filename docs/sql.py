@@ -35,29 +35,46 @@ from engine import (  # noqa: E402
     testing,
 )
 from engine.base.clock import clock  # noqa: E402
-from engine.claims import claim as claims  # noqa: E402
-from engine.claims import floors, next_due, stranded  # noqa: E402
-from engine.claims import limited as limited_claims  # noqa: E402
+from engine.claims import (  # noqa: E402
+    claim as claims,
+    floors,
+    limited as limited_claims,
+    next_due,
+    stranded,
+)
 from engine.claims.claim import Claim  # noqa: E402
-from engine.commits import bulk as bulk_commits  # noqa: E402
-from engine.commits import typed as commits  # noqa: E402
+from engine.commits import (  # noqa: E402
+    bulk as bulk_commits,
+    typed as commits,
+)
 from engine.events import database, deliveries, views  # noqa: E402
 from engine.events.deliveries import delivery_shape  # noqa: E402
 from engine.events.records import tables_for  # noqa: E402
 from engine.events.views import OPEN_STORED  # noqa: E402
-from engine.graphs.moves import history as graph_history  # noqa: E402
-from engine.graphs.moves import locks, votes, write_statement, writes  # noqa: E402
-from engine.graphs.moves import runtime as graph_runtime  # noqa: E402
+from engine.graphs.moves import (  # noqa: E402
+    history as graph_history,
+    locks,
+    runtime as graph_runtime,
+    votes,
+    write_statement,
+    writes,
+)
 from engine.graphs.tables import graph_tables  # noqa: E402
 from engine.model import companions, connection  # noqa: E402
 from engine.model.registry import workflow_info  # noqa: E402
 from engine.model.steps import as_call  # noqa: E402
 from engine.retention.pruning import batch_statement, count_statement  # noqa: E402
 from engine.retention.scans import attempt_scan, event_scan  # noqa: E402
-from engine.runs import fanout, handles, history  # noqa: E402
-from engine.runs import start as runs  # noqa: E402
-from engine.views import activity  # noqa: E402
-from engine.views import runs as run_views  # noqa: E402
+from engine.runs import (  # noqa: E402
+    fanout,
+    handles,
+    history,
+    start as runs,
+)
+from engine.views import (  # noqa: E402
+    activity,
+    runs as run_views,
+)
 from engine.views.filters import ColumnCondition  # noqa: E402
 from engine.views.overview import overview_statement, recent_statement  # noqa: E402
 from engine.worker import leases, listener  # noqa: E402

@@ -23,6 +23,7 @@ from infra.settings import DEFAULT_APP, database_url
 
 DEFAULT_MAX_WAKES = variables.MAX_WAKES.default
 DEFAULT_WAKE_MARGIN_SECONDS = variables.WAKE_MARGIN_SECONDS.default
+DEFAULT_SECRET_MAX_AGE = variables.DATABASE_SECRET_MAX_AGE_SECONDS.default
 T = TypeVar("T")
 REQUIRED = (variables.WAKE_FUNCTION_ARN, variables.SCHEDULE_GROUP, variables.SCHEDULER_ROLE_ARN)
 
@@ -40,6 +41,7 @@ class AwsSettings:
     max_wakes: int = DEFAULT_MAX_WAKES
     wake_margin_seconds: float = DEFAULT_WAKE_MARGIN_SECONDS
     database: DatabaseLogin = field(default_factory=DatabaseLogin)  # over the secret's fields
+    secret_max_age: float = DEFAULT_SECRET_MAX_AGE  # seconds a warm copy of the secret is kept
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AwsSettings:
@@ -73,6 +75,7 @@ class AwsSettings:
             problems.append(str(error).rstrip("."))
         max_wakes = read(variables.MAX_WAKES)
         margin = read(variables.WAKE_MARGIN_SECONDS)
+        secret_max_age = read(variables.DATABASE_SECRET_MAX_AGE_SECONDS)
         if problems:
             raise ConfigurationError(
                 "duly's AWS functions cannot start: " + "; ".join(problems) + "."
@@ -87,6 +90,7 @@ class AwsSettings:
             max_wakes=max_wakes,
             wake_margin_seconds=margin,
             database=login,
+            secret_max_age=secret_max_age,
         )
 
 
@@ -103,6 +107,18 @@ def database_url_from_secret(secret_string: str, login: DatabaseLogin | None = N
     return (login or DatabaseLogin()).url(secret_fields(secret_string))
 
 
+def read_secret_string(settings: AwsSettings, client: Any) -> str:
+    """The SecretString of DULY_DATABASE_SECRET_ARN's secret (a ConfigurationError if none)."""
+    response = client.get_secret_value(SecretId=settings.database_secret_arn)
+    secret = response.get("SecretString")
+    if not isinstance(secret, str):
+        raise ConfigurationError(
+            f"The secret {settings.database_secret_arn} holds no SecretString: store the "
+            "database connection as JSON text."
+        )
+    return secret
+
+
 def resolve_database_url(settings: AwsSettings, secrets_client: Any | Callable[[], Any]) -> str:
     """DULY_DATABASE_URL, else the secret's URL, else the settings' (IAM auth). `secrets_client`
     is a boto3 `secretsmanager` client or a factory for one, called only when the secret is
@@ -113,11 +129,4 @@ def resolve_database_url(settings: AwsSettings, secrets_client: Any | Callable[[
     if settings.database_secret_arn is None:
         return login.url()  # IAM auth, the settings saying where (from_env checked them)
     client = secrets_client() if callable(secrets_client) else secrets_client
-    response = client.get_secret_value(SecretId=settings.database_secret_arn)
-    secret = response.get("SecretString")
-    if not isinstance(secret, str):
-        raise ConfigurationError(
-            f"The secret {settings.database_secret_arn} holds no SecretString: store the "
-            "database connection as JSON text."
-        )
-    return database_url_from_secret(secret, login)
+    return database_url_from_secret(read_secret_string(settings, client), login)

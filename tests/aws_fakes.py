@@ -27,13 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
 from engine.testing import drain as drain_steps
-from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import work as lambda_work
+from functions.lambdas import handlers as lambda_handlers, work as lambda_work
 from functions.lambdas.runtime import WAKE_INPUT, Runtime, Scheduler, install
 from infra.aws_settings import AwsSettings
 from infra.pytest_plugin import Database
-from infra.scheduler import WakeScheduler
-from infra.scheduler import metadata as schedule_metadata
+from infra.scheduler import WakeScheduler, metadata as schedule_metadata
 from tests.apps import serverless_app
 from tests.apps.serverless_app import Signup
 from tests.helpers import wait_until

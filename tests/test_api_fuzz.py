@@ -22,8 +22,7 @@ import httpx
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, status_code_conformance
 from schemathesis.core.failures import Failure, FailureGroup

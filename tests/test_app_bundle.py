@@ -37,9 +37,11 @@ from tests.helpers import DULY, REPO_ROOT
 pytestmark = pytest.mark.timeout(600)  # a wheel, the scaffold and a sam build (pip downloads)
 
 PACKAGE = "shipping"  # the scaffolded app's package
-# The four, the migrate function, and the console's own URL (built whether or not deployed).
+# The four, the HTTP API's, the migrate function, and the console's own URL (built whether or
+# not deployed).
 FUNCTIONS = (
     "PublishFunction",
+    "ApiFunction",
     "WakeFunction",
     "DrainFunction",
     "DeliverFunction",

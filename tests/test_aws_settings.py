@@ -38,11 +38,13 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine import ConfigurationError
 from infra.aws_settings import AwsSettings, database_url_from_secret, resolve_database_url
-from tests.aws_fakes import AWKWARD_PASSWORD
-from tests.aws_fakes import PROD_ENV as ENV
-from tests.aws_fakes import PROD_ROLE_ARN as ROLE_ARN
-from tests.aws_fakes import PROD_SECRET_ARN as SECRET_ARN
-from tests.aws_fakes import PROD_WAKE_ARN as WAKE_ARN
+from tests.aws_fakes import (
+    AWKWARD_PASSWORD,
+    PROD_ENV as ENV,
+    PROD_ROLE_ARN as ROLE_ARN,
+    PROD_SECRET_ARN as SECRET_ARN,
+    PROD_WAKE_ARN as WAKE_ARN,
+)
 from tests.conftest import Database
 
 

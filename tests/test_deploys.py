@@ -53,8 +53,7 @@ from engine.model.registry import workflow_info
 from engine.testing import drain, move_clock
 from tests.apps import deploy_new, deploy_old, limited
 from tests.apps.deploy_new import Order as NewOrder
-from tests.apps.deploy_old import Order as OldOrder
-from tests.apps.deploy_old import OrderAttempt
+from tests.apps.deploy_old import Order as OldOrder, OrderAttempt
 from tests.apps.limited import Render
 from tests.conftest import Database
 from tests.helpers import fetch, wait_until

@@ -44,8 +44,7 @@ from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot, TransitionOutcome
 from engine.graphs.tables import CONDITION, END, FORK, JOIN, START, STATE
 from engine.model.connection import session_engine
-from tests.apps import graphs as app
-from tests.apps import outbox as outbox_app
+from tests.apps import graphs as app, outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import FORKED, FORKED_EDGES, graph_of
 from tests.graph_world import (

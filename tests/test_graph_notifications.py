@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from sqlalchemy import event as sa_event
-from sqlalchemy import update
+from sqlalchemy import event as sa_event, update
 
 from engine import DatabaseEventRegistry, EventSettings, connect_workflows
 from engine.base.notify import CHANNEL
@@ -28,8 +27,7 @@ from engine.graphs.moves.conditions import ConditionRegistry
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.tables import END, START, STATE
 from engine.model.connection import session_engine
-from tests.apps import graphs as app
-from tests.apps import outbox as outbox_app
+from tests.apps import graphs as app, outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import escalating, graph_of
 from tests.graph_world import TABLES, World, make_world, node_id, one_connection, only_branch

@@ -111,8 +111,7 @@ from engine.graphs.tables import (
 )
 from engine.model.connection import session_engine
 from functions.http.errors import status_of
-from tests.apps import graphs as app
-from tests.apps import outbox as outbox_app
+from tests.apps import graphs as app, outbox as outbox_app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
 from tests.graph_world import (

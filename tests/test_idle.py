@@ -8,8 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event as sa_event
-from sqlalchemy import func, select, text
+from sqlalchemy import event as sa_event, func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 

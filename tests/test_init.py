@@ -25,9 +25,10 @@ HANDLERS = {
     "DrainFunction": "functions.lambdas.handlers.drain",
     "DeliverFunction": "functions.lambdas.handlers.deliver",
 }
-OPTIONAL_HANDLERS = {  # the migrate function, and the console's own URL (with PublicConsole)
+OPTIONAL_HANDLERS = {  # the HTTP API, the migrate function, the console's URL (PublicConsole)
+    "ApiFunction": "functions.lambdas.handlers.http",
     "MigrateFunction": "functions.lambdas.migrate.on_deploy",
-    "ConsoleFunction": "functions.lambdas.handlers.publish",
+    "ConsoleFunction": "functions.lambdas.handlers.http",
 }
 SCAFFOLD = {
     ".gitignore",

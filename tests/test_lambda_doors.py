@@ -35,7 +35,7 @@ pytestmark = pytest.mark.usefixtures("fresh_lambda_runtime")
 
 TOKEN = "admin-token-for-these-tests-0123456789"
 ADMINS = "arn:aws:sts::123456789012:assumed-role/admins/x"
-ROLES = {"arn:aws:iam::123456789012:role/admins": ["admin"], "ops-admins": ["admin"]}
+ROLES = {"iam:arn:aws:iam::123456789012:role/admins": ["admin"], "group:ops-admins": ["admin"]}
 DIRECT = [lambda_handlers.publish, lambda_handlers.wake, lambda_handlers.drain]
 DIRECT_ENTRIES: list[Entry] = [*DIRECT, lambda_handlers.deliver]
 # Exactly what the caller allowed only lambda:InvokeFunction sent.

@@ -20,8 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from engine import connect_workflows
-from engine.testing import drain as drain_steps
-from engine.testing import move_clock
+from engine.testing import drain as drain_steps, move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
 from infra.scheduler import round_up, schedule_expression

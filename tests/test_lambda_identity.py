@@ -70,9 +70,9 @@ async def test_wrong_bearers_are_counted_per_source_ip(
         for n in range(11):
             event = guess(n, "203.0.113.5")
             event["headers"]["x-forwarded-for"] = f"192.0.2.{n}"
-            statuses.append((await fn.call(lambda_handlers.publish, event)).get("statusCode"))
+            statuses.append((await fn.call(lambda_handlers.http, event)).get("statusCode"))
         assert statuses == [401] * 10 + [429]
-        other = await fn.call(lambda_handlers.publish, guess(99, "203.0.113.77"))
+        other = await fn.call(lambda_handlers.http, guess(99, "203.0.113.77"))
         assert other.get("statusCode") == 401  # another address still has its own tries
 
 

@@ -29,8 +29,7 @@ import pytest
 
 from engine.events.statuses import DEAD_LETTER
 from engine.model import telemetry
-from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import observing
+from functions.lambdas import handlers as lambda_handlers, observing
 from functions.lambdas.json_logs import JsonFormatter
 from functions.lambdas.metrics import NAMESPACE, EmbeddedMetrics
 from functions.lambdas.runtime import WAKE_INPUT, Runtime, install

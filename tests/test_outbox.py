@@ -98,8 +98,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import event as sa_event
-from sqlalchemy import func, select
+from sqlalchemy import event as sa_event, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 

@@ -39,8 +39,8 @@ from engine import (
     connect_workflows,
     declare_engine_tables,
     prune,
+    step as workflow_step,
 )
-from engine import step as workflow_step
 from engine.base.seen_signatures import record_signature
 from engine.model.connection import open_connection
 from functions.http.app import create_app

@@ -1,10 +1,14 @@
-"""Checks of the SAM template: cfn-lint clean, the functions wired up, migrations first, alarms,
+"""Checks of the SAM template: cfn-lint and checkov clean, the functions wired up, migrations
+first, the safeguards of every function, only Function URLs invoking the HTTP functions, alarms,
 and the options for the database (RDS Proxy, IAM auth), the VPC's endpoints and the console URL."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +17,28 @@ from cfnlint.api import lint_file
 from cfnlint.decode.cfn_yaml import load
 from samtranslator.translator.transform import transform
 
+from engine.base import settings as variables
+
 TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
 HANDLERS = {
     "PublishFunction": "functions.lambdas.handlers.publish",
+    "ApiFunction": "functions.lambdas.handlers.http",
     "WakeFunction": "functions.lambdas.handlers.wake",
     "DrainFunction": "functions.lambdas.handlers.drain",
     "DeliverFunction": "functions.lambdas.handlers.deliver",
     "MigrateFunction": "functions.lambdas.migrate.on_deploy",
 }
-SERVING = ("PublishFunction", "WakeFunction", "DrainFunction", "DeliverFunction")
-CONSOLE = {"ConsoleFunction": "functions.lambdas.handlers.publish"}  # only with PublicConsole
+SERVING = ("PublishFunction", "ApiFunction", "WakeFunction", "DrainFunction", "DeliverFunction")
+CONSOLE = {"ConsoleFunction": "functions.lambdas.handlers.http"}  # only with PublicConsole
+HTTP_FUNCTIONS = ("ApiFunction", "ConsoleFunction")  # invoked by their Function URLs only
+# Invoked asynchronously (Scheduler, a kick, CloudFormation, a caller's InvocationType Event).
+ASYNC_FUNCTIONS = (
+    "PublishFunction",
+    "WakeFunction",
+    "DrainFunction",
+    "DeliverFunction",
+    "MigrateFunction",
+)
 README = TEMPLATE.parent / "README.md"
 # The parameters "The database, the VPC and the console on AWS" documents in README.md.
 DATABASE_VPC_CONSOLE_PARAMETERS = (
@@ -42,6 +58,7 @@ DATABASE_VPC_CONSOLE_PARAMETERS = (
     "SecurityGroupIds",
     "CreateVpcEndpoints",
     "VpcId",
+    "RouteTableIds",
     "PublicConsole",
     "ApiKeys",
     "OidcIssuer",
@@ -72,10 +89,15 @@ def test_the_functions_with_their_handlers() -> None:
     assert functions == HANDLERS | CONSOLE
 
 
-def test_the_http_api_has_an_iam_function_url() -> None:
-    resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
-    url_config = resources["PublishFunction"]["Properties"]["FunctionUrlConfig"]
+def test_the_http_api_has_an_iam_function_url_and_publish_none() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    resources = template["Resources"]
+    url_config = resources["ApiFunction"]["Properties"]["FunctionUrlConfig"]
     assert url_config["AuthType"] == "AWS_IAM"
+    assert "FunctionUrlConfig" not in resources["PublishFunction"]["Properties"]
+    url = {"Fn::GetAtt": ["ApiFunctionUrl", "FunctionUrl"]}
+    assert template["Outputs"]["ApiUrl"]["Value"] == url
+    assert "PublishFunctionUrl" not in json.dumps(template)
 
 
 def test_every_handler_the_template_names_imports() -> None:
@@ -101,8 +123,8 @@ def test_the_serving_functions_wait_for_the_migrations_of_their_code() -> None:
     assert int(migrations["Properties"]["ServiceTimeout"]) > int(
         resources["MigrateFunction"]["Properties"]["Timeout"]
     ), "CloudFormation waits for the function's answer, not an hour"
-    for name in SERVING:
-        assert resources[name]["DependsOn"] == "Migrations", name
+    for name in (*SERVING, "ConsoleFunction"):
+        assert "Migrations" in resources[name]["DependsOn"], name
 
 
 class NoManagedPolicies:
@@ -143,22 +165,58 @@ def test_alarms_watch_the_metrics_the_functions_write_and_logs_are_kept_for_a_wh
     watched = set()
     for name, alarm in alarms.items():
         assert alarm["AlarmActions"]["Fn::If"][0] == "NotifiesAlarms", name
-        if "MetricName" not in alarm:  # the functions' errors, summed over the four
-            stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
-            assert {m["Dimensions"][0]["Value"]["Ref"] for m in stats} == set(SERVING)
+        if "MetricName" not in alarm:  # the functions' errors, summed over all that serve
+            assert functions_summed(alarm) == {*SERVING, "ConsoleFunction"}
+            continue
+        if alarm["Namespace"] == "AWS/SQS":  # asynchronous invocations that failed every retry
+            queue = {"Fn::GetAtt": ["FailedInvocationsQueue", "QueueName"]}
+            assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": queue}]
             continue
         assert alarm["Namespace"] == NAMESPACE and alarm["MetricName"] in written, name
         assert alarm["Dimensions"] == [{"Name": DEPLOYMENT, "Value": {"Ref": "ScheduleGroup"}}]
         watched.add(alarm["MetricName"])
     assert watched == {"StrandedRuns", "DeadLetters", "FailedKicks"}
     groups = {
-        resource["Properties"]["LogGroupName"]["Fn::Sub"]
-        for resource in resources.values()
+        resource["Properties"]["LogGroupName"]["Fn::Sub"]: name
+        for name, resource in resources.items()
         if resource["Type"] == "AWS::Logs::LogGroup"
     }
-    names = {resources[f]["Properties"]["FunctionName"]["Fn::Sub"] for f in HANDLERS}
-    assert groups == {f"/aws/lambda/{name}" for name in names}
+    for function in HANDLERS | CONSOLE:
+        properties = resources[function]["Properties"]
+        group = groups.pop(f"/aws/lambda/{properties['FunctionName']['Fn::Sub']}")
+        assert group in as_list(resources[function]["DependsOn"]), "made before Lambda makes it"
+        kept = resources[group]
+        assert kept.get("Condition") == resources[function].get("Condition"), group
+        assert kept["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        assert kept["Properties"]["KmsKeyId"] == WITH_KEY, group
+    assert groups == {}, "a log group of no function"
     assert template["Parameters"]["LogRetentionDays"]["Default"] == 30
+
+
+WITH_KEY = {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, {"Ref": "AWS::NoValue"}]}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def functions_summed(alarm: dict[str, Any]) -> set[str]:
+    """The functions whose Errors the alarm's expression sums, under any condition."""
+    summed: set[str] = set()
+    for metric in alarm["Metrics"]:
+        if "Fn::If" in metric:
+            condition, metric, otherwise = metric["Fn::If"]
+            assert (condition, otherwise) == ("MakeConsoleUrl", {"Ref": "AWS::NoValue"})
+        if "MetricStat" not in metric:
+            continue
+        stat = metric["MetricStat"]["Metric"]
+        assert (stat["Namespace"], stat["MetricName"]) == ("AWS/Lambda", "Errors")
+        summed.add(stat["Dimensions"][0]["Value"]["Ref"])
+    [expression] = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
+    condition, with_console, without = expression["Fn::If"]
+    assert condition == "MakeConsoleUrl" and "console" in with_console
+    assert "console" not in without and without.count(",") == with_console.count(",") - 1
+    return summed
 
 
 def test_the_public_console_url_is_made_only_when_asked_and_only_with_a_login() -> None:
@@ -212,17 +270,28 @@ def test_the_proxy_is_an_option_the_functions_then_connect_through() -> None:
 
 
 def test_the_vpc_endpoints_are_those_of_what_duly_calls() -> None:
-    resources: dict[str, Any] = load(str(TEMPLATE))["Resources"]
+    template: dict[str, Any] = load(str(TEMPLATE))
     endpoints = {
-        resource["Properties"]["ServiceName"]["Fn::Sub"]
-        for resource in resources.values()
+        resource["Properties"]["ServiceName"]["Fn::Sub"]: resource["Properties"]
+        for resource in template["Resources"].values()
         if resource["Type"] == "AWS::EC2::VPCEndpoint"
         and resource["Condition"] == "MakeVpcEndpoints"
     }
-    assert endpoints == {
+    assert set(endpoints) == {
         f"com.amazonaws.${{AWS::Region}}.{service}"
-        for service in ("secretsmanager", "scheduler", "lambda")
+        for service in ("secretsmanager", "scheduler", "lambda", "s3")
     }
+    # The migrate function answers CloudFormation by a PUT to a pre-signed S3 URL: a gateway
+    # endpoint on the subnets' route tables carries it out of a VPC with no NAT.
+    s3 = endpoints.pop("com.amazonaws.${AWS::Region}.s3")
+    assert s3["VpcEndpointType"] == "Gateway"
+    assert s3["RouteTableIds"] == {"Ref": "RouteTableIds"}
+    assert {e["VpcEndpointType"] for e in endpoints.values()} == {"Interface"}
+    rule = template["Rules"]["EndpointsHaveAVpc"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "CreateVpcEndpoints"}, "true"]}
+    asserted = json.dumps([assertion["Assert"] for assertion in rule["Assertions"]])
+    assert '{"Fn::EachMemberEquals": [{"Ref": "RouteTableIds"}, ""]}' in asserted
+    assert "S3" in template["Description"] and "CreateVpcEndpoints" in template["Description"]
 
 
 def test_the_database_vpc_and_console_parameters_are_documented() -> None:
@@ -237,3 +306,160 @@ def test_every_parameter_is_in_a_readme_table() -> None:
     parameters: dict[str, Any] = load(str(TEMPLATE))["Parameters"]
     readme = README.read_text()
     assert [p for p in parameters if f"| `{p}` |" not in readme] == []
+
+
+# -- what reaches the HTTP functions, and each function's safeguards --------------------------
+
+
+def transformed(**parameters: str) -> dict[str, Any]:
+    """The template as CloudFormation runs it, after the SAM transform, offline."""
+    template: dict[str, Any] = load(str(TEMPLATE))
+    template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/0f1e2d"  # as sam deploy has it
+    given = {"DatabaseSecretArn": "arn:aws:secretsmanager:us-east-1:1:secret:db", **parameters}
+    transformed: dict[str, Any] = transform(template, given, NoManagedPolicies())
+    return transformed
+
+
+def test_only_their_function_urls_invoke_the_http_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    resources = transformed(PublicConsole="true", ApiKeys='{"k": "0"}')["Resources"]
+    # Every permission on an HTTP function is its URL's: InvokeFunctionUrl, or InvokeFunction
+    # only as the URL's invocation (lambda:InvokedViaFunctionUrl), never a hand-made event.
+    permissions = [
+        resource["Properties"]
+        for resource in resources.values()
+        if resource["Type"] == "AWS::Lambda::Permission"
+    ]
+    seen: dict[str, set[str]] = {name: set() for name in HTTP_FUNCTIONS}
+    for properties in permissions:
+        target = json.dumps(properties["FunctionName"])
+        for name in HTTP_FUNCTIONS:
+            if name in target:
+                seen[name].add(properties["Action"])
+        if not any(name in target for name in HTTP_FUNCTIONS):
+            continue
+        if properties["Action"] != "lambda:InvokeFunctionUrl":
+            assert properties["Action"] == "lambda:InvokeFunction", properties
+            assert properties["InvokedViaFunctionUrl"] is True, properties
+    # The public URL's two (SAM's); the IAM URL's callers need a policy of their own.
+    assert seen == {"ApiFunction": set(), "ConsoleFunction": INVOKED_BY_URL}, seen
+    # No role or policy of the template grants lambda:InvokeFunction but on wake.
+    wake = "function:${AWS::StackName}-wake"
+    for name, resource in resources.items():
+        for statement in granted(resource):
+            actions = as_list(statement["Action"])
+            if not any(a.startswith("lambda:Invoke") or a == "lambda:*" for a in actions):
+                continue
+            assert actions == ["lambda:InvokeFunction"], (name, statement)
+            for target in map(json.dumps, as_list(statement["Resource"])):
+                assert wake in target or '["WakeFunction", "Arn"]' in target, (name, target)
+    # The handlers the other functions' code answers hand-made events with.
+    for function, handler in (HANDLERS | CONSOLE).items():
+        assert resources[function]["Properties"]["Handler"] == handler
+
+
+INVOKED_BY_URL = {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
+
+
+def granted(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Allow statements of a role's inline policies or a managed policy."""
+    properties = resource.get("Properties", {})
+    documents = [policy["PolicyDocument"] for policy in properties.get("Policies", [])]
+    if resource["Type"] == "AWS::IAM::ManagedPolicy":
+        documents.append(properties["PolicyDocument"])
+    statements = []
+    for document in documents:
+        for statement in as_list(document["Statement"]):
+            if "Fn::If" in statement:
+                statement = statement["Fn::If"][1]
+            if statement.get("Effect") == "Allow":
+                statements.append(statement)
+    return statements
+
+
+def test_every_function_is_bounded_and_keeps_its_failed_asynchronous_invocations() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    resources = template["Resources"]
+    for function in HANDLERS | CONSOLE:
+        properties = resources[function]["Properties"]
+        reserved = properties["ReservedConcurrentExecutions"]
+        if function == "MigrateFunction":
+            assert reserved == 1, "one migration at a time"
+            continue
+        parameter = template["Parameters"][reserved["Ref"]]
+        assert parameter["Type"] == "Number" and int(parameter["Default"]) >= 1, function
+    queue = {"Fn::GetAtt": ["FailedInvocationsQueue", "Arn"]}
+    for function in ASYNC_FUNCTIONS:
+        dead_letters = resources[function]["Properties"]["DeadLetterQueue"]
+        assert dead_letters == {"Type": "SQS", "TargetArn": queue}, function
+    queue_properties = resources["FailedInvocationsQueue"]["Properties"]
+    assert queue_properties["KmsMasterKeyId"] == WITH_KEY
+    assert queue_properties["SqsManagedSseEnabled"] == {
+        "Fn::If": ["HasKmsKey", {"Ref": "AWS::NoValue"}, True]
+    }
+    assert template["Globals"]["Function"]["KmsKeyArn"] == WITH_KEY
+    assert template["Conditions"]["HasKmsKey"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]
+    }
+    assert template["Parameters"]["KmsKeyArn"]["Default"] == ""
+
+
+# -- checkov ------------------------------------------------------------------------------------
+
+
+def find_checkov() -> str:
+    """DULY_CHECKOV, else checkov on PATH, else a skip saying so."""
+    named = variables.CHECKOV.read()
+    if named is not None and not os.access(named, os.X_OK):
+        pytest.fail(f"DULY_CHECKOV={named} is not an executable checkov")
+    found = named or shutil.which("checkov")
+    if found is None:
+        pytest.skip("checkov is not installed: set DULY_CHECKOV or put it on PATH (.ci/run does)")
+    return found
+
+
+def checkov_summary(checkov: str, template: Path) -> dict[str, Any]:
+    """checkov's CloudFormation checks of `template`, offline; its summary, failures named."""
+    done = subprocess.run(
+        [checkov, "-f", str(template), "--framework", "cloudformation", "-o", "json",
+         "--quiet", "--skip-download"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    failed = [
+        f"{check['check_id']} {check['resource']}" for check in report["results"]["failed_checks"]
+    ]
+    summary: dict[str, Any] = report["summary"]
+    assert summary["failed"] == 0 and failed == [], "\n".join(failed)
+    return summary
+
+
+@pytest.mark.timeout(600)
+def test_checkov_finds_nothing_and_every_skip_says_why(tmp_path: Path) -> None:
+    checkov = find_checkov()
+    summary = checkov_summary(checkov, TEMPLATE)
+    assert summary["parsing_errors"] == 0 and summary["passed"] > 0, summary
+    # checkov leaves out the resources whose condition is false with the defaults: the
+    # template again with the console, the endpoints and the key switched on.
+    template: dict[str, Any] = load(str(TEMPLATE))
+    for parameter, value in (
+        ("PublicConsole", "true"),
+        ("CreateVpcEndpoints", "true"),
+        ("KmsKeyArn", "arn:aws:kms:us-east-1:123456789012:key/duly"),
+    ):
+        template["Parameters"][parameter]["Default"] = value
+    everything = tmp_path / "everything.json"
+    everything.write_text(json.dumps(template))
+    all_on = checkov_summary(checkov, everything)
+    checked = all_on["passed"] + all_on["skipped"]
+    assert checked > summary["passed"] + summary["skipped"], "the conditional ones too"
+    skips = [
+        (name, skip)
+        for name, resource in template["Resources"].items()
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+    ]
+    assert skips, "the HTTP functions' dead-letter queue is skipped, and says why"
+    for name, skip in skips:
+        assert skip["id"].startswith("CKV_") and len(skip.get("comment", "").split()) >= 5, name

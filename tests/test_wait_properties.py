@@ -18,8 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from hypothesis import HealthCheck, event, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 

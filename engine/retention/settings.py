@@ -16,8 +16,7 @@ from typing import Any
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
-from engine.base.settings import MAX_DAYS, MAX_PAUSE_MS
-from engine.base.settings import MAX_PRUNE_BATCH_SIZE as MAX_BATCH_SIZE
+from engine.base.settings import MAX_DAYS, MAX_PAUSE_MS, MAX_PRUNE_BATCH_SIZE as MAX_BATCH_SIZE
 
 ATTEMPTS = "attempts"
 EVENTS = "events"

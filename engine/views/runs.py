@@ -39,11 +39,14 @@ from engine.base.errors import DulyError, NotFoundError
 from engine.base.shown import bounded_value, json_value, loads_shown
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.views.filters import MAX_FILTER_TEXT as MAX_FILTER_TEXT
-from engine.views.filters import ColumnCondition, typed_value
-from engine.views.filters import RunFilter as RunFilter
-from engine.views.filters import parse_filter as parse_filter
-from engine.views.filters import parse_key as parse_key
+from engine.views.filters import (
+    MAX_FILTER_TEXT as MAX_FILTER_TEXT,
+    ColumnCondition,
+    RunFilter as RunFilter,
+    parse_filter as parse_filter,
+    parse_key as parse_key,
+    typed_value,
+)
 from engine.views.overview import run_state
 
 RUN_ORDERS = ("newest", "soonest")

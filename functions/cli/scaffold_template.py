@@ -16,10 +16,10 @@ SCAFFOLD_TEMPLATE = Path(__file__).resolve().parent / "scaffold" / "template.yam
 # What in duly's template is duly's, and what an app's says instead ({{package}} filled in).
 CHANGES = (
     (
-        "  duly: durable workflows on PostgreSQL, run by four Lambda functions and woken\n"
-        "  by EventBridge Scheduler.\n",
-        "  {{package}}: durable workflows on duly, run by four Lambda functions and woken\n"
-        "  by EventBridge Scheduler.\n",
+        "  duly: durable workflows on PostgreSQL, run by Lambda functions and woken by\n"
+        "  EventBridge Scheduler.\n",
+        "  {{package}}: durable workflows on duly, run by Lambda functions and woken by\n"
+        "  EventBridge Scheduler.\n",
     ),
     (
         "    Default: functions.examples\n",

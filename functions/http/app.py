@@ -21,8 +21,10 @@ from engine import connect_workflows, run_workflows
 from engine.model.registry import registered_workflows
 from functions.console.auth import ConsoleAuth
 from functions.console.routes import console_router
-from functions.console.templating import STATIC_DIRECTORY as CONSOLE_STATIC
-from functions.console.templating import STATIC_URL as CONSOLE_STATIC_URL
+from functions.console.templating import (
+    STATIC_DIRECTORY as CONSOLE_STATIC,
+    STATIC_URL as CONSOLE_STATIC_URL,
+)
 from functions.http.errors import ServerErrors, install_handlers
 from functions.http.guard import Guard, GuardSettings
 from functions.http.headers import SecurityHeaders

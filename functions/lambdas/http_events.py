@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from engine.model.connection import activate
 from functions.lambdas.public_url import refuse_an_open_public_url
 from functions.lambdas.runtime import Budget, LambdaHandler, Runtime
-from functions.lambdas.work import drain as drain_outbox
-from functions.lambdas.work import http_wake
+from functions.lambdas.work import drain as drain_outbox, http_wake
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -36,11 +36,12 @@ from functions.app_config import (
     mapped_event_tables,
     registry_before_app,
 )
-from infra.aws_settings import AwsSettings, resolve_database_url
+from infra.aws_settings import AwsSettings, read_secret_string, resolve_database_url
 from infra.iam_auth import install_iam_auth
 from infra.kicks import survive_aws_call
 from infra.scheduler import WakeScheduler
 from infra.schema import load_app
+from infra.secret_login import RotatingSecret
 from infra.wake_slots import WakeSlots
 
 if TYPE_CHECKING:
@@ -257,7 +258,8 @@ class Runtime:
 
     async def _make_container(self) -> Container:
         settings = self.settings
-        url = self._database_url()
+        secret = self._rotating_secret()
+        url = secret.url() if secret is not None else self._database_url()
         options: dict[str, Any] = {
             "pool_size": POOL_SIZE,
             # The worker's steps, its claim, commit and lease upkeep each hold one at times.
@@ -270,6 +272,8 @@ class Runtime:
         engine = create_async_engine(url, **options)
         if settings.database.iam_auth:
             install_iam_auth(engine, lambda: self.client("rds"))
+        elif secret is not None:
+            secret.install(engine)  # a rotated password is read again, not failed on
         Session = async_sessionmaker(engine, expire_on_commit=False)
         app_module = settings.app_module
         before = registry_before_app()
@@ -286,6 +290,19 @@ class Runtime:
 
     def _database_url(self) -> str:
         return resolve_database_url(self.settings, lambda: self.client("secretsmanager"))
+
+    def _rotating_secret(self) -> RotatingSecret | None:
+        """The secret's login, kept fresh, when the password comes from DULY_DATABASE_SECRET_ARN."""
+        settings = self.settings
+        if settings.database_url or not settings.database_secret_arn:
+            return None
+        if settings.database.iam_auth:
+            return None  # a token per connection: the secret's password is never used
+
+        def read() -> str:
+            return read_secret_string(settings, self.client("secretsmanager"))
+
+        return RotatingSecret(read, settings.database, settings.secret_max_age)
 
     # -- waking ----------------------------------------------------------------------
 

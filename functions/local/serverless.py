@@ -34,12 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.base import settings as variables
 from engine.base.clock import db_now
-from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import http_events
+from functions.lambdas import handlers as lambda_handlers, http_events
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import DEFAULT_BIND_HOST, create_dev_app
-from infra import scheduler as scheduler_tables
-from infra import wake_slots as slot_tables
+from infra import scheduler as scheduler_tables, wake_slots as slot_tables
 from infra.aws_settings import AwsSettings
 from infra.scheduler import DEFAULT_NAME, WAKE_INPUT, error_code, wake_schedule
 from infra.settings import database_url

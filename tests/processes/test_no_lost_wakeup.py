@@ -30,12 +30,10 @@ from typing import Any
 import pytest
 
 from engine import configure_event_registry, connect_workflows
-from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas import work as lambda_work
+from functions.lambdas import handlers as lambda_handlers, work as lambda_work
 from functions.lambdas.runtime import WAKE_INPUT, Runtime
 from infra.aws_settings import AwsSettings
-from infra.scheduler import DEFAULT_NAME
-from infra.scheduler import metadata as schedule_metadata
+from infra.scheduler import DEFAULT_NAME, metadata as schedule_metadata
 from infra.wake_slots import WakeSlots
 from tests.apps import wakeups
 from tests.apps.wakeups import WAKE_ARN, Piece

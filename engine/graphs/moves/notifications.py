@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Select, Text, bindparam, select
-from sqlalchemy import event as sa_event
+from sqlalchemy import Select, Text, bindparam, event as sa_event, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from engine.base.errors import NotConnectedError

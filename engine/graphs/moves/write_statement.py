@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
-from typing import cast as typing_cast
+from typing import Any, cast as typing_cast
 
 from sqlalchemy import (
     LABEL_STYLE_NONE,

@@ -13,8 +13,7 @@ from fastapi.encoders import jsonable_encoder
 
 from engine.base.errors import NotFoundError
 from engine.events.records import EventTables
-from engine.views import run as run_view
-from engine.views import runs as run_views
+from engine.views import run as run_view, runs as run_views
 from engine.views.filters import MAX_FILTER_TEXT, parse_filter
 from engine.views.overview import overview as operator_overview
 from functions.http.refusals import not_found
