@@ -38,6 +38,7 @@ from functions.command_line import (
 )
 from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
+from functions.local.server import dev_config
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings
@@ -278,8 +279,7 @@ async def serve(
                     serverless.serverless(engine, url, app_module, host)
                 )
                 local, app = started, started.app
-            # log_config None: keep the format configure_logging set.
-            config = uvicorn.Config(app, host=host, port=port, log_level="info", log_config=None)
+            config = dev_config(app, host, port)
             print_banner(host, port, names, shown_url)
             if local is not None:
                 print_serverless(local)
