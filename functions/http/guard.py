@@ -136,8 +136,9 @@ class Guard:
     """Names each request's principal (`scope[PRINCIPAL_SCOPE]`) or refuses it; pure ASGI.
 
     A body is counted and timed as it arrives and never read past its limit;
-    only a signed request's body is read here (its signature covers it), and
-    a console write's (its CSRF token may be a form field).
+    only a signed request's body is read here (its signature covers it), once
+    its head holds (`_signed_head`), and a console write's (its CSRF token may
+    be a form field).
     """
 
     def __init__(
