@@ -220,6 +220,8 @@ async def test_a_405_allows_every_method_the_path_takes(client: httpx.AsyncClien
         assert reply.status_code == 405, (concrete, reply.text)
         allowed = {method.strip() for method in reply.headers["allow"].split(",")}
         assert allowed == taken, concrete
+    static = await client.options("/docs/assets/swagger-ui.css")  # static files: their own
+    assert (static.status_code, static.headers["allow"]) == (405, "GET, HEAD")
 
 
 def request_models() -> list[type[BaseModel]]:

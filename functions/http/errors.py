@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from engine.base.errors import (
     ConfigurationError,
@@ -138,15 +138,16 @@ async def unparsed_body(request: Request, exc: Exception) -> Response:
     if isinstance(exc.__cause__, RecursionError):
         problem = Problem((), TOO_DEEP, "json_too_deep")
         return JSONResponse({"detail": [problem_body(problem)]}, status_code=422)
-    if exc.status_code == 405:  # Starlette's Allow names the first route's methods only
-        headers = {**(exc.headers or {}), "Allow": allowed_methods(request)}
-        exc = HTTPException(405, exc.detail, headers)
+    allowed = allowed_methods(request) if exc.status_code == 405 else ""
+    if allowed:  # Starlette's Allow names the first route's methods only
+        exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": allowed})
     return await http_exception_handler(request, exc)
 
 
 def allowed_methods(request: Request) -> str:
-    """A 405's `Allow`: every method some route of the app takes at this request's path."""
-    routes = request.app.router.routes
+    """A 405's `Allow`: every method some route of the app takes at this request's path
+    ("" under a mount, static files, whose own Allow stands)."""
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
     return ", ".join(
         method
         for method in METHODS
