@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import select
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import psutil
 import pytest
 
 from functions.cli import build_parser
+from functions.local.server import HEAD_TIMEOUT
 from infra.schema import load_app
 from infra.settings import Settings
 from tests.helpers import (
@@ -88,6 +92,44 @@ def test_duly_dev_serves_runs_the_demo_and_stops_cleanly_on_ctrl_c(
     text = output.join()
     assert "Traceback" not in text, text
     assert process_gone(postmaster), "the embedded PostgreSQL outlived duly dev"
+
+
+def test_duly_dev_closes_a_connection_whose_request_head_is_late(
+    duly_dev: tuple[subprocess.Popen[str], Output, int, Path],
+) -> None:
+    """One socket sends nothing, another a request head a byte at a time: each is closed
+    within HEAD_TIMEOUT of connecting, and the server answers others meanwhile."""
+    process, output, port, _ = duly_dev
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=5) as client:
+        wait_healthy(process, output, client)
+        idle = socket.create_connection(("127.0.0.1", port))
+        slow = socket.create_connection(("127.0.0.1", port))
+        started = time.monotonic()
+        head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Never-Done: "
+        closed: dict[str, float] = {}
+        sent = 0
+        with idle, slow:
+            while len(closed) < 2 and time.monotonic() < started + HEAD_TIMEOUT + 5:
+                drip = head[sent % len(head) :][:1]
+                for name, sock, byte in (("idle", idle, b""), ("slow", slow, drip)):
+                    if name not in closed and not still_open(sock, byte):
+                        closed[name] = time.monotonic() - started
+                sent += 1
+                assert client.get("/healthz").json() == {"ok": True}
+                time.sleep(0.5)
+    assert set(closed) == {"idle", "slow"}, closed
+    assert all(HEAD_TIMEOUT - 1 < took < HEAD_TIMEOUT + 3 for took in closed.values()), closed
+
+
+def still_open(sock: socket.socket, drip: bytes) -> bool:
+    """Whether the server keeps `sock` open; a slow client's next byte sent first."""
+    try:
+        if drip:
+            sock.send(drip)
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable or sock.recv(1024) != b""
+    except OSError:  # reset: the server closed it
+        return False
 
 
 def test_duly_version_prints_the_version(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import pytest
 from engine.testing import move_clock
 from functions import examples
 from functions.http.app import create_app
-from functions.local.command import proxy_options
+from functions.local.server import proxy_options
 from tests.conftest import Database
 from tests.helpers import serving
 from tests.oidc_issuer import CLIENT_ID, TOKEN_SECONDS, LocalIssuer

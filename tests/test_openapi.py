@@ -21,7 +21,7 @@ from tests.conftest import Database
 from tests.helpers import serving
 
 EVERY_ROUTE_REFUSES = {"413"}  # the guard's body limit, whatever the route
-CREDENTIALED = {"401", "403", "421"}
+CREDENTIALED = {"401", "403", "411", "421"}
 TAKES_INPUT = {"400", "422"}
 
 

@@ -31,6 +31,11 @@ def too_large(limit: int) -> str:
     return f"The request body is larger than {limit} bytes (DULY_MAX_BODY_BYTES)."
 
 
+def too_large_signed(limit: int) -> str:
+    """The sentence of a signed request's 413: its body is read before the signer is known."""
+    return f"A signed request's body is larger than {limit} bytes: send larger ones with a token."
+
+
 def too_slow(seconds: float) -> str:
     """The sentence of a 408."""
     return f"The request body took longer than {seconds:g} s to arrive (DULY_BODY_TIMEOUT_SECONDS)."
@@ -45,6 +50,12 @@ class Limits:
         self.deadline = time.monotonic() + timeout
         self.size = 0
         self.complete = False
+        self.refusal = too_large(max_bytes)  # the 413's sentence
+
+    def narrow(self, max_bytes: int, refusal: str) -> None:
+        """A smaller size limit (a signed body's), refused with its own sentence."""
+        if max_bytes < self.max_bytes:
+            self.max_bytes, self.refusal = max_bytes, refusal
 
     async def next(self, receive: Receive) -> Message:
         """The client's next message; BodyRefused past either limit."""
@@ -60,7 +71,7 @@ class Limits:
             return message
         self.size += len(message.get("body", b""))
         if self.size > self.max_bytes:
-            raise BodyRefused(413, too_large(self.max_bytes))
+            raise BodyRefused(413, self.refusal)
         self.complete = not message.get("more_body", False)
         return message
 

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount
 
 from engine.base.errors import (
     ConfigurationError,
@@ -47,6 +48,7 @@ from functions.requests.nesting import TOO_DEEP
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")  # what a 405's Allow may name
 log = logging.getLogger("duly.http")
 
 SERVER_ERROR = "Internal server error: the traceback is in the server's log."
@@ -136,7 +138,23 @@ async def unparsed_body(request: Request, exc: Exception) -> Response:
     if isinstance(exc.__cause__, RecursionError):
         problem = Problem((), TOO_DEEP, "json_too_deep")
         return JSONResponse({"detail": [problem_body(problem)]}, status_code=422)
+    allowed = allowed_methods(request) if exc.status_code == 405 else ""
+    if allowed:  # Starlette's Allow names the first route's methods only
+        exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": allowed})
     return await http_exception_handler(request, exc)
+
+
+def allowed_methods(request: Request) -> str:
+    """A 405's `Allow`: every method some route of the app takes at this request's path
+    ("" under a mount, static files, whose own Allow stands)."""
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
+    return ", ".join(
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    )
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -19,12 +19,26 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 
 from engine.base import settings as variables
-from functions.http.bodies import BodyRefused, Limits, bounded, read_body, replayed, too_large
+from functions.http.bodies import (
+    BodyRefused,
+    Limits,
+    bounded,
+    read_body,
+    replayed,
+    too_large_signed,
+)
 from functions.identity.access import PRINCIPAL_SCOPE
 from functions.identity.authenticate import Credentials
 from functions.identity.principal import LOCAL, Principal
 from functions.identity.roles import CredentialRefused
-from functions.identity.signatures import DIGITS, SIGNATURE_HEADER, Signers
+from functions.identity.signatures import (
+    DIGITS,
+    MAX_SIGNED_BODY,
+    SIGNATURE_HEADER,
+    DatabaseClock,
+    Signers,
+    check_fresh,
+)
 from functions.identity.throttle import Throttle
 
 if TYPE_CHECKING:
@@ -33,6 +47,10 @@ if TYPE_CHECKING:
 FOREIGN_WRITE = (
     "Nothing here asks for a credential (no DULY_API_TOKEN, key, issuer or secret), so a page "
     "of another site may not write: this request's Origin is not this server."
+)
+UNDECLARED_LENGTH = (
+    "A signed request declares its body's length (Content-Length): it is read before its "
+    "sender is known."
 )
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC_PATHS = frozenset({"/healthz"})
@@ -118,8 +136,9 @@ class Guard:
     """Names each request's principal (`scope[PRINCIPAL_SCOPE]`) or refuses it; pure ASGI.
 
     A body is counted and timed as it arrives and never read past its limit;
-    only a signed request's body is read here (its signature covers it), and
-    a console write's (its CSRF token may be a form field).
+    only a signed request's body is read here (its signature covers it), once
+    its head holds (`_signed_head`), and a console write's (its CSRF token may
+    be a form field).
     """
 
     def __init__(
@@ -129,6 +148,7 @@ class Guard:
         self.settings = settings
         self.console = console
         self.throttle = Throttle()
+        self.clock = DatabaseClock()  # a signature's window, checked before its body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -166,9 +186,7 @@ class Guard:
         self, scope: Scope, headers: Mapping[str, str], receive: Receive, limits: Limits
     ) -> bytes | None:
         """Put the request's principal in its scope, or raise its Refusal; the body if read."""
-        length = headers.get("content-length", "").strip()
-        if DIGITS.fullmatch(length) and int(length) > limits.max_bytes:
-            raise Refusal(413, too_large(limits.max_bytes))
+        _check_length(headers, limits)
         settings, path = self.settings, scope["path"]
         if settings.open:
             if scope["method"] not in SAFE_METHODS and _from_another_site(headers):
@@ -199,6 +217,7 @@ class Guard:
         if caller is not None:
             return caller, None
         if SIGNATURE_HEADER in headers and self.settings.signers:
+            await self._signed_head(scope, headers, limits)
             body = await read_body(receive, limits)
             return await self._signed(scope, headers, body), body
         if self.console is not None and (
@@ -226,6 +245,22 @@ class Guard:
             self.throttle.failed(client)
             raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
 
+    async def _signed_head(self, scope: Scope, headers: Mapping[str, str], limits: Limits) -> None:
+        """A signed request's checks that need no body, cheapest first, before it is read."""
+        signers, method, path = self.settings.signers, scope["method"], scope["path"]
+        try:
+            timestamp = signers.check_head(method, path, headers)
+        except CredentialRefused as refused:
+            raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
+        if "content-length" not in headers and "transfer-encoding" in headers:
+            raise Refusal(411, UNDECLARED_LENGTH)
+        limits.narrow(MAX_SIGNED_BODY, too_large_signed(MAX_SIGNED_BODY))
+        _check_length(headers, limits)
+        try:
+            check_fresh(timestamp, await self.clock.now(scope["app"].state.connection.engine))
+        except CredentialRefused as refused:
+            raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
+
     async def _signed(self, scope: Scope, headers: Mapping[str, str], body: bytes) -> Principal:
         try:
             return await self.settings.signers.principal(
@@ -238,6 +273,13 @@ class Guard:
             )
         except CredentialRefused as refused:
             raise Refusal(401, str(refused), {"WWW-Authenticate": "Bearer"}) from None
+
+
+def _check_length(headers: Mapping[str, str], limits: Limits) -> None:
+    """413 when the Content-Length already says the body is past the size limit."""
+    length = headers.get("content-length", "").strip()
+    if DIGITS.fullmatch(length) and int(length) > limits.max_bytes:
+        raise Refusal(413, limits.refusal)
 
 
 def client_of(scope: Scope) -> str:

@@ -20,6 +20,7 @@ from pydantic.json_schema import models_json_schema
 from functions.http.guard import SAFE_METHODS
 from functions.http.hosts import UNCHECKED_PATHS
 from functions.identity.access import PUBLIC, declared_role
+from functions.identity.signatures import MAX_SIGNED_BODY
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -81,7 +82,7 @@ def document_refusals(schema: dict[str, Any], routes: Iterable[BaseRoute]) -> No
     """Add to each operation of `schema` the refusals its route can answer, with their bodies.
 
     By what the route is: the guard's 413 on every one, and 408 on a write (its
-    body read whole); 401, 403 and 429 on every route but a public one; 421 wherever
+    body read whole); 401, 403, 411 and 429 on every route but a public one; 421 wherever
     the Host is checked; 400 and 422 (the placed problems, replacing FastAPI's
     own model) wherever the request carries parameters or a body.
     """
@@ -113,7 +114,12 @@ def document_refusals(schema: dict[str, Any], routes: Iterable[BaseRoute]) -> No
 
 
 def _refusals(route: APIRoute, method: str, operation: dict[str, Any]) -> dict[str, Any]:
-    found = {"413": _answer("The request body is larger than DULY_MAX_BODY_BYTES")}
+    found = {
+        "413": _answer(
+            "The request body is larger than DULY_MAX_BODY_BYTES (a signed request's: "
+            f"{MAX_SIGNED_BODY} bytes)"
+        )
+    }
     if method not in SAFE_METHODS:  # the guard reads a write's body before the route
         found["408"] = _answer("The body did not arrive within DULY_BODY_TIMEOUT_SECONDS")
     if operation.get("parameters") or "requestBody" in operation:
@@ -137,6 +143,7 @@ def _refusals(route: APIRoute, method: str, operation: dict[str, Any]) -> dict[s
             f"The caller lacks {needed} or is held to other routes; or, with no "
             "credential configured, the request came from a page of another site"
         )
+        found["411"] = _answer("A signed request that does not declare its body's length")
         found["429"] = _answer("Too many wrong bearer tokens from this address: wait")
         found["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
     if route.path_format not in UNCHECKED_PATHS:

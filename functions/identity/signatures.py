@@ -9,16 +9,22 @@ signature within 5 minutes of its timestamp, and only once
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import cast
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.base import settings as variables
+from engine.base.clock import db_now
 from engine.base.errors import ConfigurationError
 from engine.base.key_strength import key_refusal
 from engine.base.seen_signatures import record_signature
@@ -32,6 +38,14 @@ SIGNATURE_WINDOW = 300  # seconds either side of now a signed request is taken
 TIMESTAMP_HEADER = "x-duly-timestamp"
 SIGNATURE_HEADER = "x-duly-signature"
 PREFIX = "sha256="
+SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
+STALE = (
+    f"The signature's timestamp is more than {SIGNATURE_WINDOW // 60} minutes from now: sign the "
+    "request again."
+)
+# A signed body is read before anyone is known: smaller than other bodies, its length declared.
+MAX_SIGNED_BODY = 256 * 1024
+CLOCK_TTL = 5.0  # seconds the database clock's offset is trusted before it is read again
 WEBHOOK = "webhook"  # the name DULY_WEBHOOK_SECRET signs as
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*")
 # "METHOD /path", `*` standing for any text; no `?` or `[`, which fnmatch would read as patterns.
@@ -106,17 +120,7 @@ class Signers:
         matching, a timestamp more than 5 minutes from the database's time, or a
         signature a request carried before (recorded on `engine`, in its own transaction).
         """
-        timestamp = headers.get(TIMESTAMP_HEADER, "").strip()
-        signature = headers.get(SIGNATURE_HEADER, "").strip()
-        if not timestamp or not signature:
-            raise CredentialRefused(
-                "Sign the request: X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the "
-                "timestamp, method, path, query and body)."
-            )
-        if not DIGITS.fullmatch(timestamp) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
-            raise CredentialRefused(
-                "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
-            )
+        timestamp, signature = signed_headers(headers)
         signer = self._signer(timestamp, method, path, query, body, signature)
         if signer is None:
             raise CredentialRefused(
@@ -126,16 +130,24 @@ class Signers:
         digest = hashlib.sha256(signature.encode()).digest()
         recorded = await record_signature(engine, digest, int(timestamp), SIGNATURE_WINDOW)
         if not recorded.in_window:
-            raise CredentialRefused(
-                f"The signature's timestamp is more than {SIGNATURE_WINDOW // 60} minutes "
-                "from now: sign the request again."
-            )
+            raise CredentialRefused(STALE)
         if not recorded.first:
             raise CredentialRefused(
                 "This signature was taken before: a signed request is taken once, so sign "
                 "each request anew."
             )
         return signer.principal()
+
+    def check_head(self, method: str, path: str, headers: Mapping[str, str]) -> int:
+        """The signed timestamp, once what needs no body holds: CredentialRefused saying why.
+
+        The two headers' shapes, and a secret that may sign `METHOD path`; the
+        timestamp's window is `check_fresh`'s (it needs the database's time).
+        """
+        timestamp, _ = signed_headers(headers)
+        if not any(signer.principal().route_allowed(method, path) for signer in self.secrets):
+            raise CredentialRefused(f"No signing secret may sign {method.upper()} {path}.")
+        return int(timestamp)
 
     def _signer(
         self, timestamp: str, method: str, path: str, query: str, body: bytes, signature: str
@@ -148,6 +160,52 @@ class Signers:
             if hmac.compare_digest(given, expected.encode()):
                 found = candidate
         return found
+
+
+def signed_headers(headers: Mapping[str, str]) -> tuple[str, str]:
+    """The timestamp and signature headers, each of its shape; CredentialRefused if not."""
+    timestamp = headers.get(TIMESTAMP_HEADER, "").strip()
+    signature = headers.get(SIGNATURE_HEADER, "").strip()
+    if not timestamp or not signature:
+        raise CredentialRefused(
+            "Sign the request: X-Duly-Timestamp and X-Duly-Signature (HMAC-SHA256 of the "
+            "timestamp, method, path, query and body)."
+        )
+    if not DIGITS.fullmatch(timestamp) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
+        raise CredentialRefused(
+            "X-Duly-Timestamp must be the time of signing in whole Unix seconds."
+        )
+    if not SIGNATURE.fullmatch(signature):
+        raise CredentialRefused(
+            "X-Duly-Signature must be sha256= and the HMAC-SHA256's 64 lowercase hex digits."
+        )
+    return timestamp, signature
+
+
+def check_fresh(timestamp: int, now: float) -> None:
+    """CredentialRefused when `timestamp` is out of the window around `now` (Unix seconds)."""
+    if abs(timestamp - now) > SIGNATURE_WINDOW:
+        raise CredentialRefused(STALE)
+
+
+class DatabaseClock:
+    """The database's time (its clock shift included) as this process reckons it: the
+    offset from this machine's clock, read again at most every CLOCK_TTL seconds."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.read_at: float | None = None
+        self.lock = asyncio.Lock()
+
+    async def now(self, engine: AsyncEngine) -> float:
+        """The database's time in Unix seconds, reading its clock if the offset is old."""
+        async with self.lock:  # one read at a time: a burst of requests waits for it
+            if self.read_at is None or time.monotonic() - self.read_at > CLOCK_TTL:
+                async with engine.connect() as conn:
+                    database = cast(datetime, (await conn.execute(select(db_now()))).scalar_one())
+                self.offset = database.timestamp() - time.time()
+                self.read_at = time.monotonic()
+        return time.time() + self.offset
 
 
 def parse_secrets(raw: str) -> list[SigningSecret]:

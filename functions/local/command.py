@@ -13,14 +13,13 @@ import contextlib
 import errno
 import ipaddress
 import logging
-import os
 import signal
 import socket
 import sys
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 from sqlalchemy import MetaData
@@ -39,6 +38,7 @@ from functions.command_line import (
 )
 from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
+from functions.local.server import dev_config
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings
@@ -53,7 +53,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOT_RUNNING = 1  # exit status of `duly db-url` when no embedded PostgreSQL runs
 # What `duly dev --serverless` needs: boto3 (the aws extra) and moto[server], both in the dev extra.
 SERVERLESS_MODULES = frozenset({"boto3", "botocore", "moto", "flask", "flask_cors", "werkzeug"})
-FORWARDED_ALLOW_IPS = "FORWARDED_ALLOW_IPS"  # uvicorn's: the proxies whose X-Forwarded-For counts
 
 
 class SetupError(Exception):
@@ -283,10 +282,7 @@ async def serve(
                     serverless.serverless(engine, url, app_module, host)
                 )
                 local, app = started, started.app
-            # log_config None: keep the format configure_logging set.
-            config = uvicorn.Config(
-                app, host=host, port=port, log_level="info", log_config=None, **proxy_options()
-            )
+            config = dev_config(app, host, port)
             print_banner(host, port, names, shown_url)
             if local is not None:
                 print_serverless(local)
@@ -294,16 +290,6 @@ async def serve(
             await DevServer(config).serve(sockets=[listener])
     finally:
         await engine.dispose()
-
-
-def proxy_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """uvicorn's proxy options for `duly dev`: X-Forwarded-For is believed only from the
-    addresses FORWARDED_ALLOW_IPS names, and from nobody when it is unset (uvicorn's own
-    default believes loopback, so any local process could name any client address)."""
-    allowed = (os.environ if environ is None else environ).get(FORWARDED_ALLOW_IPS)
-    if not allowed:
-        return {"proxy_headers": False}
-    return {"proxy_headers": True, "forwarded_allow_ips": allowed}
 
 
 def print_banner(host: str, port: int, workflows: list[str], shown_url: str) -> None:

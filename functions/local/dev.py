@@ -96,10 +96,14 @@ def create_dev_app(
     return app
 
 
+# As sent: a boolean is no number (pydantic would read false as 0), a number no text.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
 class ClockMove(BaseModel):
     """How far to move the database clock; every field defaults to 0."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     days: float = Field(0.0, allow_inf_nan=False)
     hours: float = Field(0.0, allow_inf_nan=False)
     minutes: float = Field(0.0, allow_inf_nan=False)
@@ -109,7 +113,7 @@ class ClockMove(BaseModel):
 class NewOnboarding(BaseModel):
     """Whom the example Onboarding run is for."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     user_id: str = Field(min_length=1, max_length=200)
     email: str = Field(min_length=1, max_length=320)
 
@@ -117,7 +121,7 @@ class NewOnboarding(BaseModel):
 class NewExpenseClaim(BaseModel):
     """An expense claim, the subject the example's approval graph runs on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     title: str = Field(min_length=1, max_length=200)
     amount: int = Field(ge=0, le=MAX_EXPENSE_ID)
     submitted_by: str = Field(min_length=1, max_length=200)
@@ -126,7 +130,7 @@ class NewExpenseClaim(BaseModel):
 class NewExpense(BaseModel):
     """An expense to submit: the example's handler starts its Expense run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     expense_id: int = Field(ge=1, le=MAX_EXPENSE_ID)
     amount: int = Field(ge=0, le=MAX_EXPENSE_ID)
 

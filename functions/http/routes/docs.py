@@ -66,7 +66,8 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
         if generic is not None:
             ref = generic["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             _name_the_runs(schemas[ref.rsplit("/", 1)[1]])
-    writable = [info for info in infos if not is_outbox(info)]
+    # The outbox and the engine's own tables (graph timers) take no starts: no paths of theirs.
+    writable = [info for info in infos if not is_outbox(info) and not info.engine_owned]
     models: list[tuple[Any, Literal["validation"]]] = []
     for info in writable:
         models.append((columns_of(info).model, "validation"))

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,7 +42,11 @@ async def healthz(request: Request) -> Any:
 
 @router.get(
     "/metrics",
-    responses=not_found("metrics: prometheus-client is not installed"),
+    response_class=PlainTextResponse,
+    responses={
+        200: {"description": "The metrics in Prometheus' text exposition format"},
+        **not_found("metrics: prometheus-client is not installed"),
+    },
     dependencies=[allow(Role.VIEWER)],
 )
 async def metrics() -> Response:
