@@ -20,6 +20,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    hold_position,
     record_batch,
 )
 from engine.events.database import replay_statement
@@ -122,9 +123,8 @@ def resume_replay(
 ) -> BulkProgress:
     """Where a replay stopped, from the `next` it answered; a DulyError for another filter."""
     progress = BulkProgress.decode(continuation, _digest(tables, filters))
-    if (progress.upto is not None and len(progress.upto) != 1) or (
-        progress.after is not None and len(progress.after) != 1
-    ):
+    keys = (progress.upto or (), progress.after or ())
+    if any(len(key) != 1 or not isinstance(key[0], str) for key in keys):
         raise BulkChangedError("This continuation is not a dead-letter replay's.")
     return progress
 
@@ -146,6 +146,7 @@ async def apply_replay(
         if progress.after is not None:
             where.append(outbox.c.event_id > str(progress.after[0]))
         async with connection.sessionmaker() as session, session.begin():
+            await hold_position(session, progress, actor, action=ACTION, workflow=outbox.name)
             window = select(outbox.c.event_id).where(*where).order_by(outbox.c.event_id)
             seen = list((await session.scalars(window.limit(BATCH_SIZE))).all())
             if not seen:

@@ -23,6 +23,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    hold_position,
     record_batch,
 )
 from engine.model.connection import WorkflowConnection
@@ -38,11 +39,12 @@ class BulkRun:
     """Run a step now on each run (what `retry` is, on the failed runs), replacing its schedule."""
 
     call: Call[Any]
+    retry: bool = False  # asked for as `retry`: the audit names it so
 
     @property
     def name(self) -> str:
-        """The audit's action."""
-        return "bulk.run"
+        """The audit's action, named as the command that asked for it."""
+        return "bulk.retry" if self.retry else "bulk.run"
 
     def described(self) -> dict[str, Any]:
         """The action as the audit's detail and the digest read it."""
@@ -217,7 +219,9 @@ async def _batch(
     actor: Actor,
 ) -> BulkProgress:
     """One batch, in the caller's transaction: read, lock what is free, act, record."""
-    assert progress.upto is not None
+    await hold_position(session, progress, actor, action=action.name, workflow=info.name)
+    if progress.upto is None:  # only a start with nothing matched: finished already
+        return replace(progress, finished=True)
     table = info.table
     keys = list(info.mapper.primary_key)
     where = _bounded(info, filters, progress.after, progress.upto)
