@@ -141,22 +141,22 @@ class BulkProgress:
 def _key(given: Any) -> tuple[Any, ...]:
     """A key of a continuation: a list of strings and numbers (a batch has read one)."""
     if not isinstance(given, list) or not given:
-        raise TypeError("a key is a list")
+        raise InvalidArgumentError("a key is a list")
     for value in given:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise TypeError("a key's value is a string or a number")
+            raise InvalidArgumentError("a key's value is a string or a number")
     return tuple(given)
 
 
 def _text(given: Any) -> str:
     if not isinstance(given, str):
-        raise TypeError("text")
+        raise InvalidArgumentError("text")
     return given
 
 
 def _count(given: Any) -> int:
     if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**63:
-        raise ValueError("a count")
+        raise InvalidArgumentError("a count")
     return given
 
 
