@@ -84,7 +84,8 @@ def may_send(request: Request, method: str, path: str) -> bool:
     principal = principal_in(request.scope)
     if principal is None:
         return False
-    scope = {"type": "http", "method": method, "path": unquote(path), "raw_path": path.encode()}
+    # Matched as encoded: a key's `%2F` stays inside its segment, as RawPathRoute keeps it.
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
     for context in iter_route_contexts(request.app.router.routes):
         route = context.route
         if not isinstance(route, APIRoute) or context.matches(scope)[0] is not Match.FULL:
