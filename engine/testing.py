@@ -51,8 +51,10 @@ async def move_clock(
 
 
 def move_clock_statement(by: timedelta) -> Executable:
-    """The clock's shift moved by `by` (the one row made if missing); the new shift, or no row
-    when it would pass MAX_CLOCK_SHIFT."""
+    """The clock's shift moved by `by` (the one row made if missing); the new shift.
+
+    No row comes back when the shift would pass MAX_CLOCK_SHIFT: nothing is moved.
+    """
     moved = clock.c.shift + literal(by)
     return (
         insert(clock)
