@@ -1,6 +1,7 @@
 """A bulk action's `next` over real HTTP: only the caller's last one goes on.
 
 - forged, altered, replayed, another principal's: test_only_the_callers_last_next_goes_on
+- a `next` whose window came back empty is spent too: test_an_empty_window_spends_its_next
 - malformed pieces are 400, never 500: test_malformed_continuations_are_400
 - each action audits under its command's name: test_each_action_audits_as_its_command
 """
@@ -108,13 +109,39 @@ async def test_only_the_callers_last_next_goes_on(
 
     second = await client.post(URL, json={**body, "next": given}, headers=a)
     assert (second.status_code, second.json()["done"]) == (200, 4), second.text
+    assert second.json()["next"] is None, "the walk's last batch knows it is the last"
     after = written(db)
     replayed = await client.post(URL, json={**body, "next": given}, headers=a)
     assert replayed.status_code == 409, replayed.text
     assert "newest `next`" in replayed.json()["detail"]
+    # The ended walk's position, rebuilt from what the answers and the audit show.
+    ended = decoded(given) | {"d": 4, "n": 2, "a": [4], "r": after[1][-1][0]}
+    reopened = await client.post(URL, json={**body, "next": encoded(ended)}, headers=a)
+    assert reopened.status_code == 409, reopened.text
     assert written(db) == after
     assert [r[1] for r in after[0]] == ["work"] * 4 + [None] * 3, "nothing past the dry run"
     assert {r[2]["bulk"] for r in after[1]} == {first.json()["bulk_id"]}
+
+
+async def test_an_empty_window_spends_its_next(
+    db: Database,
+    client: httpx.AsyncClient,
+    Session: async_sessionmaker[AsyncSession],
+    keys: dict[str, str],
+) -> None:
+    await add_failed(Session, 4)
+    a = bearer(keys["a"])
+    body = {**RETRY, "filter": {"error": "boom"}}
+    first = await client.post(URL, json={**body, "expected": 4, "upto": "4"}, headers=a)
+    given = first.json()["next"]
+    db.sql("UPDATE chore SET last_error = 'RuntimeError: other' WHERE id > 2")  # moved on
+    emptied = await client.post(URL, json={**body, "next": given}, headers=a)
+    assert (emptied.json()["done"], emptied.json()["next"]) == (2, None), emptied.text
+    db.sql("UPDATE chore SET last_error = 'RuntimeError: boom' WHERE id > 2")  # match again
+    replayed = await client.post(URL, json={**body, "next": given}, headers=a)
+    assert replayed.status_code == 409, replayed.text
+    assert [r[1] for r in written(db)[0]] == ["work", "work", None, None]
+    assert [(r[4], r[5]["batch"]) for r in await audit(db)] == [(2, 1), (0, 2)]
 
 
 async def test_malformed_continuations_are_400(

@@ -148,8 +148,9 @@ async def apply_replay(
         async with connection.sessionmaker() as session, session.begin():
             await hold_position(session, progress, actor, action=ACTION, workflow=outbox.name)
             window = select(outbox.c.event_id).where(*where).order_by(outbox.c.event_id)
-            seen = list((await session.scalars(window.limit(BATCH_SIZE))).all())
-            if not seen:
+            read = list((await session.scalars(window.limit(BATCH_SIZE + 1))).all())
+            seen = read[:BATCH_SIZE]
+            if not seen and progress.record is None:
                 progress = replace(progress, finished=True)
                 yield progress
                 return
@@ -170,8 +171,8 @@ async def apply_replay(
                 actor,
                 read=len(seen),
                 done=len(replayed),
-                after=(seen[-1],),
-                last=len(seen) < BATCH_SIZE,
+                after=(seen[-1],) if seen else progress.after,
+                last=len(read) <= BATCH_SIZE,
                 action=ACTION,
                 workflow=outbox.name,
                 subject=filters.subject(),

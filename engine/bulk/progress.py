@@ -80,8 +80,10 @@ class BulkProgress:
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     def seal(self) -> str:
-        """What the audit record of the batch that reached this progress keeps of it."""
-        raw = json.dumps(self._document(), separators=(",", ":"), sort_keys=True).encode()
+        """What the audit record of the batch that reached this progress keeps of it (a walk's
+        end too, so its last position cannot be gone on from)."""
+        sealed = self._document() | {"f": self.finished}
+        raw = json.dumps(sealed, separators=(",", ":"), sort_keys=True).encode()
         return hashlib.sha256(b"duly bulk " + raw).hexdigest()[:32]
 
     def _document(self) -> dict[str, Any]:
@@ -226,7 +228,7 @@ async def record_batch(
     *,
     read: int,
     done: int,
-    after: tuple[Any, ...],
+    after: tuple[Any, ...] | None,
     last: bool,
     action: str,
     workflow: str,
@@ -236,7 +238,7 @@ async def record_batch(
     """One batch's progress and its audit record, in the caller's transaction.
 
     The batch read `read` rows up to the key `after` and acted on `done` of them (the rest
-    are skipped); `last` when its window came back short, so the walk is over. The record
+    are skipped); `last` when no row is left past its window, so the walk is over. The record
     names `action` (the caller's, never a continuation's text), with `{bulk, batch,
     skipped}` and `detail` as its detail.
     """

@@ -225,10 +225,12 @@ async def _batch(
     table = info.table
     keys = list(info.mapper.primary_key)
     where = _bounded(info, filters, progress.after, progress.upto)
-    # The next rows of the walk by key, unlocked: the batch's extent, and the skipped count's base.
-    window = select(*keys).where(*where).order_by(*keys).limit(BATCH_SIZE)
-    seen = [tuple(row) for row in (await session.execute(window)).all()]
-    if not seen:
+    # The next rows of the walk by key, unlocked: the batch's extent, and the skipped count's
+    # base; one more is read to know whether the walk ends here.
+    window = select(*keys).where(*where).order_by(*keys).limit(BATCH_SIZE + 1)
+    read = [tuple(row) for row in (await session.execute(window)).all()]
+    seen = read[:BATCH_SIZE]
+    if not seen and progress.record is None:
         return replace(progress, finished=True)
     in_window = _keys(info).in_([_key_value(key) for key in seen])
     # Of those, the rows no worker holds: a live lease is skipped (its step may commit),
@@ -256,8 +258,9 @@ async def _batch(
         actor,
         read=len(seen),
         done=done,
-        after=seen[-1],
-        last=len(seen) < BATCH_SIZE,
+        # A continuation's window that came back empty is recorded too: its `next` is spent.
+        after=seen[-1] if seen else progress.after,
+        last=len(read) <= BATCH_SIZE,
         action=action.name,
         workflow=info.name,
         subject=filter_subject(filters),
