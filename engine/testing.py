@@ -17,29 +17,53 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
 from engine.base.clock import clock
+from engine.base.errors import InvalidArgumentError
 from engine.base.notify import EVERYONE, notify
+from engine.base.settings import MAX_DAYS
 from engine.model.connection import activate, open_connection, session_engine
 from engine.worker.loop import Worker
 from engine.worker.options import WorkerOptions
+
+# How far the clock may be from PostgreSQL's own time, in total: every instant duly computes
+# from it (a due time, a cutoff, a search's reach back) stays on the calendar.
+MAX_CLOCK_SHIFT = timedelta(days=MAX_DAYS)
 
 
 async def move_clock(
     Session: async_sessionmaker[AsyncSession],
     by: timedelta,
 ) -> timedelta:
-    """Move the database clock forward by `by` (backward if negative); return the new shift."""
+    """Move the database clock forward by `by` (backward if negative); return the new shift.
+
+    An InvalidArgumentError, nothing moved, when the shift would pass MAX_CLOCK_SHIFT.
+    """
     async with session_engine(Session).begin() as conn:
-        shift: timedelta = (await conn.execute(move_clock_statement(by))).scalar_one()
+        shift: timedelta | None = None
+        if abs(by) <= MAX_CLOCK_SHIFT:
+            shift = (await conn.execute(move_clock_statement(by))).scalar()
+        if shift is None:
+            raise InvalidArgumentError(
+                f"Moving the clock by {by} would take it more than {MAX_DAYS} days from "
+                "PostgreSQL's own time: move it less, or reset it."
+            )
         await conn.execute(notify(EVERYONE))
     return shift
 
 
 def move_clock_statement(by: timedelta) -> Executable:
-    """The clock's shift moved by `by` (the one row made if missing); the new shift."""
+    """The clock's shift moved by `by` (the one row made if missing); the new shift.
+
+    No row comes back when the shift would pass MAX_CLOCK_SHIFT: nothing is moved.
+    """
+    moved = clock.c.shift + literal(by)
     return (
         insert(clock)
         .values(id=1, shift=literal(by))
-        .on_conflict_do_update(index_elements=["id"], set_={"shift": clock.c.shift + literal(by)})
+        .on_conflict_do_update(
+            index_elements=["id"],
+            set_={"shift": moved},
+            where=moved.between(literal(-MAX_CLOCK_SHIFT), literal(MAX_CLOCK_SHIFT)),
+        )
         .returning(clock.c.shift)
     )
 

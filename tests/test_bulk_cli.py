@@ -59,13 +59,13 @@ async def test_a_retry_is_a_dry_run_then_an_apply_the_audit_names(
     assert trail.returncode == 0, trail.stderr
     [entry] = json.loads(trail.stdout)
     assert (entry["actor"], entry["via"], entry["action"], entry["count"]) == (
-        me, "cli", "bulk.run", 3,
+        me, "cli", "bulk.retry", 3,
     )  # fmt: skip
     assert entry["subject"] == {"state": "failed"}
     searched = run_duly("bulk", "cancel", "chore", "--where", "id>=2", cwd=REPO_ROOT, env=env)
     assert "2 chore runs match" in searched.stdout, searched.stderr
     table = run_duly("audit", cwd=REPO_ROOT, env=env)
-    assert re.search(rf"{re.escape(me)} +cli +bulk\.run +chore +3", table.stdout)
+    assert re.search(rf"{re.escape(me)} +cli +bulk\.retry +chore +3", table.stdout)
 
 
 async def test_bad_arguments_are_usage_errors_that_write_nothing(

@@ -87,8 +87,8 @@ async def test_a_retry_is_dry_run_confirmed_and_applied_with_continuations(
     assert len({a["bulk_id"] for a in answers}) == 1
     assert await steps(Session) == ["work"] * 5
     trail = await audit(db)
-    assert [(r[0], r[1], r[2], r[4]) for r in trail] == [("local", "http", "bulk.run", 2)] * 2 + [
-        ("local", "http", "bulk.run", 1)
+    assert [(r[0], r[1], r[2], r[4]) for r in trail] == [("local", "http", "bulk.retry", 2)] * 2 + [
+        ("local", "http", "bulk.retry", 1)
     ]
     other = await client.post(
         "/workflows/chore/bulk", json={**RETRY, "args": {}, "next": body["next"]}
@@ -175,7 +175,13 @@ async def test_a_viewer_is_refused_and_an_operator_is_named_in_the_audit(
         assert done.status_code == 200, done.text
         assert (done.json()["done"], done.json()["finished"]) == (1, True)
     [(actor, via, action, workflow, count, _)] = await audit(db)
-    assert (actor, via, action, workflow, count) == ("key-operator", "http", "bulk.run", "chore", 1)
+    assert (actor, via, action, workflow, count) == (
+        "key-operator",
+        "http",
+        "bulk.retry",
+        "chore",
+        1,
+    )
 
 
 @pytest.mark.usefixtures("failing_registry")

@@ -14,7 +14,7 @@ from functions.http.app import create_app
 from functions.local.command import exposure_warning
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
-from tests.helpers import onboarding, serving, wait_until
+from tests.helpers import csrf_of, onboarding, serving, wait_until
 
 SETTLE = 5.0  # seconds a run may take to reach a state before the test fails
 FAST_WORKER = {"workflows": [Onboarding], "max_idle_interval": timedelta(seconds=0.5)}
@@ -62,6 +62,29 @@ async def test_dev_clock_refuses_bad_moves(db: Database) -> None:
         )
     assert statuses == [422, 422, 400, 422]
     assert not_json.status_code == 422
+
+
+async def test_the_clock_moves_at_most_a_century_in_total(db: Database) -> None:
+    Session = await db.create(examples.Base.metadata)
+    century = {"days": -36_500}
+    async with serving(create_dev_app(Session, run_worker=False)) as client:
+        assert (
+            await client.post("/dev/onboarding", json={"user_id": "u", "email": "e"})
+        ).is_success
+        replies = [await client.post("/dev/clock", json=century) for _ in range(75)]
+        token = csrf_of(await client.get("/console"))
+        form = {"csrf_token": token, "amount": "1", "unit": "days", "direction": "back"}
+        console = await client.post("/console/clock", data=form)
+        pages = [
+            (await client.get(path)).status_code
+            for path in ("/console", "/console/runs/onboarding", "/runs/onboarding", "/overview")
+        ]
+        assert await read_clock_shift(Session) == timedelta(days=-36_500), "nothing moved"
+        assert (await client.post("/dev/clock", json={"days": 36_500})).status_code == 200
+    assert [r.status_code for r in replies] == [200] + [400] * 74
+    assert "more than 36500 days from PostgreSQL's own time" in replies[1].json()["detail"]
+    assert console.status_code == 400 and "more than 36500 days" in console.text
+    assert pages == [200] * 4
 
 
 async def test_dev_onboarding_starts_a_run_once(db: Database) -> None:

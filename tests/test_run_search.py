@@ -276,3 +276,31 @@ async def test_duly_runs_where_takes_the_same_language(db: Database, tmp_path: P
                         env=env)  # fmt: skip
         assert done.returncode == 2, (where, done.stdout, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, (where, done.stderr)
+
+
+async def test_a_duration_past_the_calendar_is_refused_at_every_door(
+    db: Database, tmp_path: Path
+) -> None:
+    Session = await filled(db)
+    huge = "since:99999999999d"
+    async with serving(create_app(Session, run_worker=False)) as client:
+        api = await client.get(URL, params={"q": huge})
+        relative = await client.get(URL, params={"q": "created_at>=-99999999999d"})
+        console = await client.get("/console/runs/payment", params={"q": huge})
+        bulk = await client.post(
+            "/workflows/payment/bulk", json={"action": "cancel", "filter": {"q": huge}}
+        )
+    said = "'99999999999d' is longer than a search reaches back: at most 36500d."
+    assert (api.status_code, relative.status_code, console.status_code) == (400, 400, 400)
+    assert said in api.json()["detail"] and said in html.unescape(console.text)
+    # A bulk body places its problems, as for every mistake in its `filter.q`.
+    assert bulk.status_code == 422 and bulk.json()["detail"][0]["msg"] == said, bulk.text
+    done = run_duly("runs", "payment", "--where", huge, cwd=REPO_ROOT, env=env_for(db, tmp_path))
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+    ninety_nine_years = await client_keys(Session, "since:36135d")
+    assert len(ninety_nine_years) == RUNS, "a long reach that fits is answered"
+
+
+async def client_keys(Session: async_sessionmaker[AsyncSession], q: str) -> list[str]:
+    async with serving(create_app(Session, run_worker=False)) as client:
+        return await keys_of(client, q=q, limit=RUNS)

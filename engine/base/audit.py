@@ -107,8 +107,9 @@ async def record_action(
     subject: Any,
     count: int | None = None,
     detail: Mapping[str, Any] | None = None,
-) -> None:
-    """Record that `actor` did `action`, in the session's transaction (it commits with it)."""
+) -> int:
+    """Record that `actor` did `action`, in the session's transaction (it commits with it);
+    the record's id."""
     for name, value in (("actor", actor), ("via", via), ("action", action)):
         if not value or len(value) > MAX_NAME:
             raise InvalidArgumentError(f"An audit record's {name} is 1 to {MAX_NAME} characters.")
@@ -122,7 +123,9 @@ async def record_action(
         "count": count,
         "detail": None if detail is None else _stored(dict(detail)),
     }
-    await session.execute(insert(audit).values(values))
+    return int(
+        (await session.execute(insert(audit).values(values).returning(audit.c.id))).scalar_one()
+    )
 
 
 def _stored(value: Any) -> Any:

@@ -20,6 +20,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    hold_position,
     record_batch,
 )
 from engine.events.database import replay_statement
@@ -122,9 +123,8 @@ def resume_replay(
 ) -> BulkProgress:
     """Where a replay stopped, from the `next` it answered; a DulyError for another filter."""
     progress = BulkProgress.decode(continuation, _digest(tables, filters))
-    if (progress.upto is not None and len(progress.upto) != 1) or (
-        progress.after is not None and len(progress.after) != 1
-    ):
+    keys = (progress.upto or (), progress.after or ())
+    if any(len(key) != 1 or not isinstance(key[0], str) for key in keys):
         raise BulkChangedError("This continuation is not a dead-letter replay's.")
     return progress
 
@@ -146,9 +146,11 @@ async def apply_replay(
         if progress.after is not None:
             where.append(outbox.c.event_id > str(progress.after[0]))
         async with connection.sessionmaker() as session, session.begin():
+            await hold_position(session, progress, actor, action=ACTION, workflow=outbox.name)
             window = select(outbox.c.event_id).where(*where).order_by(outbox.c.event_id)
-            seen = list((await session.scalars(window.limit(BATCH_SIZE))).all())
-            if not seen:
+            read = list((await session.scalars(window.limit(BATCH_SIZE + 1))).all())
+            seen = read[:BATCH_SIZE]
+            if not seen and progress.record is None:
                 progress = replace(progress, finished=True)
                 yield progress
                 return
@@ -169,8 +171,8 @@ async def apply_replay(
                 actor,
                 read=len(seen),
                 done=len(replayed),
-                after=(seen[-1],),
-                last=len(seen) < BATCH_SIZE,
+                after=(seen[-1],) if seen else progress.after,
+                last=len(read) <= BATCH_SIZE,
                 action=ACTION,
                 workflow=outbox.name,
                 subject=filters.subject(),

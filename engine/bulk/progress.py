@@ -1,6 +1,7 @@
 """What a bulk action reports and how it goes on: its start, confirmed against the dry run's
 count; its progress after each batch; the continuation a caller hands back to take it up
-where a time budget stopped it."""
+where a time budget stopped it, honoured only when it is the last one the audit trail
+sealed for the same principal (`hold_position`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, FromClause, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.base.audit import record_action
+from engine.base.audit import audit, record_action
 from engine.base.errors import BulkChangedError, InvalidArgumentError
 from engine.base.shown import json_value
 from engine.model.connection import WorkflowConnection
@@ -48,6 +49,9 @@ class BulkProgress:
     upto: tuple[Any, ...] | None  # the snapshot bound: no row past this key is touched
     digest: str  # what the action and its filter are, so a continuation cannot change them
     finished: bool = False
+    # The audit record of the last batch, whose detail holds this progress's seal; None only
+    # for a start just confirmed against its dry run (a continuation always names one).
+    record: int | None = None
 
     @classmethod
     def started(
@@ -71,8 +75,19 @@ class BulkProgress:
         }
 
     def encode(self) -> str:
-        """The continuation as URL-safe text."""
-        document = {
+        """The continuation as URL-safe text: the document and its audit record."""
+        raw = json.dumps(self._document() | {"r": self.record}, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def seal(self) -> str:
+        """What the audit record of the batch that reached this progress keeps of it (a walk's
+        end too, so its last position cannot be gone on from)."""
+        sealed = self._document() | {"f": self.finished}
+        raw = json.dumps(sealed, separators=(",", ":"), sort_keys=True).encode()
+        return hashlib.sha256(b"duly bulk " + raw).hexdigest()[:32]
+
+    def _document(self) -> dict[str, Any]:
+        return {
             "b": self.bulk_id,
             "x": self.action,
             "d": self.done,
@@ -83,8 +98,6 @@ class BulkProgress:
             "u": None if self.upto is None else [json_value(k) for k in self.upto],
             "h": self.digest,
         }
-        raw = json.dumps(document, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
     def decode(cls, text: str, digest: str) -> BulkProgress:
@@ -93,15 +106,16 @@ class BulkProgress:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
             d = json.loads(raw)
             progress = cls(
-                bulk_id=str(d["b"]),
-                action=str(d["x"]),
-                done=int(d["d"]),
-                skipped=int(d["s"]),
-                total=int(d["t"]),
-                batches=int(d["n"]),
+                bulk_id=_text(d["b"]),
+                action=_text(d["x"]),
+                done=_count(d["d"]),
+                skipped=_count(d["s"]),
+                total=_count(d["t"]),
+                batches=_count(d["n"]),
                 after=_key(d["a"]),
                 upto=_key(d["u"]),
-                digest=str(d["h"]),
+                digest=_text(d["h"]),
+                record=_count(d["r"]),
             )
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise InvalidArgumentError(
@@ -126,13 +140,61 @@ class BulkProgress:
         )
 
 
-def _key(given: Any) -> tuple[Any, ...] | None:
-    """A key of a continuation: a JSON list, or null."""
-    if given is None:
-        return None
-    if not isinstance(given, list):
+def _key(given: Any) -> tuple[Any, ...]:
+    """A key of a continuation: a list of strings and numbers (a batch has read one)."""
+    if not isinstance(given, list) or not given:
         raise InvalidArgumentError("a key is a list")
+    for value in given:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InvalidArgumentError("a key's value is a string or a number")
     return tuple(given)
+
+
+def _text(given: Any) -> str:
+    if not isinstance(given, str):
+        raise InvalidArgumentError("text")
+    return given
+
+
+def _count(given: Any) -> int:
+    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < 2**63:
+        raise InvalidArgumentError("a count")
+    return given
+
+
+async def hold_position(
+    session: AsyncSession, progress: BulkProgress, actor: Actor, *, action: str, workflow: str
+) -> None:
+    """Before a batch, in its transaction: a BulkChangedError unless `progress` is a start, or
+    the last position this bulk action reached, sealed in its audit record for `actor`.
+
+    The bulk's own lock (a transaction's advisory lock) keeps two callers from going on
+    from the same position at once: the second one finds the first one's record.
+    """
+    if progress.record is None:
+        return
+    lock = func.hashtextextended(f"duly bulk {progress.bulk_id}", 0)
+    await session.execute(select(func.pg_advisory_xact_lock(lock)))
+    sealed = select(audit.c.actor, audit.c.action, audit.c.workflow, audit.c.detail).where(
+        audit.c.id == progress.record
+    )
+    row = (await session.execute(sealed)).first()
+    later = (
+        select(audit.c.id)
+        .where(audit.c.workflow == workflow, audit.c.id > progress.record)
+        .where(audit.c.action == action, audit.c.detail["bulk"].astext == progress.bulk_id)
+        .limit(1)
+    )
+    if (
+        row is None
+        or (row.actor, row.action, row.workflow) != (actor.id, action, workflow)
+        or progress.seal() not in json.dumps(row.detail)
+        or (await session.execute(later)).first() is not None
+    ):
+        raise BulkChangedError(
+            "This continuation is not the last one this bulk action gave you: go on from the "
+            "newest `next` you were given, or dry-run again."
+        )
 
 
 async def confirm_count(
@@ -166,7 +228,7 @@ async def record_batch(
     *,
     read: int,
     done: int,
-    after: tuple[Any, ...],
+    after: tuple[Any, ...] | None,
     last: bool,
     action: str,
     workflow: str,
@@ -176,14 +238,15 @@ async def record_batch(
     """One batch's progress and its audit record, in the caller's transaction.
 
     The batch read `read` rows up to the key `after` and acted on `done` of them (the rest
-    are skipped); `last` when its window came back short, so the walk is over. The record
+    are skipped); `last` when no row is left past its window, so the walk is over. The record
     names `action` (the caller's, never a continuation's text), with `{bulk, batch,
     skipped}` and `detail` as its detail.
     """
     skipped = read - done
     moved = replace(progress.moved(done, skipped, after), finished=last)
-    counts = {"bulk": progress.bulk_id, "batch": moved.batches, "skipped": skipped}
-    await record_action(
+    # The seal first: a detail too long to keep whole keeps its beginning.
+    counts = {"seal": moved.seal(), "bulk": progress.bulk_id, "batch": moved.batches}
+    record = await record_action(
         session,
         actor=actor.id,
         via=actor.via,
@@ -191,9 +254,9 @@ async def record_batch(
         workflow=workflow,
         subject=subject,
         count=done,
-        detail=counts | (detail or {}),
+        detail=counts | {"skipped": skipped} | (detail or {}),
     )
-    return moved
+    return replace(moved, record=record)
 
 
 def digest_of(*parts: Any) -> str:

@@ -23,6 +23,7 @@ from engine.bulk.progress import (
     BulkProgress,
     confirm_count,
     digest_of,
+    hold_position,
     record_batch,
 )
 from engine.model.connection import WorkflowConnection
@@ -38,11 +39,12 @@ class BulkRun:
     """Run a step now on each run (what `retry` is, on the failed runs), replacing its schedule."""
 
     call: Call[Any]
+    retry: bool = False  # asked for as `retry`: the audit names it so
 
     @property
     def name(self) -> str:
-        """The audit's action."""
-        return "bulk.run"
+        """The audit's action, named as the command that asked for it."""
+        return "bulk.retry" if self.retry else "bulk.run"
 
     def described(self) -> dict[str, Any]:
         """The action as the audit's detail and the digest read it."""
@@ -217,14 +219,18 @@ async def _batch(
     actor: Actor,
 ) -> BulkProgress:
     """One batch, in the caller's transaction: read, lock what is free, act, record."""
-    assert progress.upto is not None
+    await hold_position(session, progress, actor, action=action.name, workflow=info.name)
+    if progress.upto is None:  # only a start with nothing matched: finished already
+        return replace(progress, finished=True)
     table = info.table
     keys = list(info.mapper.primary_key)
     where = _bounded(info, filters, progress.after, progress.upto)
-    # The next rows of the walk by key, unlocked: the batch's extent, and the skipped count's base.
-    window = select(*keys).where(*where).order_by(*keys).limit(BATCH_SIZE)
-    seen = [tuple(row) for row in (await session.execute(window)).all()]
-    if not seen:
+    # The next rows of the walk by key, unlocked: the batch's extent, and the skipped count's
+    # base; one more is read to know whether the walk ends here.
+    window = select(*keys).where(*where).order_by(*keys).limit(BATCH_SIZE + 1)
+    read = [tuple(row) for row in (await session.execute(window)).all()]
+    seen = read[:BATCH_SIZE]
+    if not seen and progress.record is None:
         return replace(progress, finished=True)
     in_window = _keys(info).in_([_key_value(key) for key in seen])
     # Of those, the rows no worker holds: a live lease is skipped (its step may commit),
@@ -252,8 +258,9 @@ async def _batch(
         actor,
         read=len(seen),
         done=done,
-        after=seen[-1],
-        last=len(seen) < BATCH_SIZE,
+        # A continuation's window that came back empty is recorded too: its `next` is spent.
+        after=seen[-1] if seen else progress.after,
+        last=len(read) <= BATCH_SIZE,
         action=action.name,
         workflow=info.name,
         subject=filter_subject(filters),

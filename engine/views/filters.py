@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, DateTime, and_, func, literal
 
 from engine.base.errors import DulyError, InvalidArgumentError
+from engine.base.settings import MAX_DAYS
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.views.overview import RUN_STATES, state_condition
 
@@ -210,14 +211,20 @@ def since_condition(info: WorkflowInfo, text: str) -> ColumnCondition:
 
 
 def parse_duration(text: str) -> timedelta:
-    """`1h30m`, `15m`, `2d`, `90s` as a timedelta; a InvalidArgumentError for anything else."""
+    """`1h30m`, `15m`, `2d`, `90s` as a timedelta of at most MAX_DAYS; an InvalidArgumentError
+    for anything else (a longer one reaches past the calendars Python and PostgreSQL keep)."""
     found = DURATION.fullmatch(text)
     if not text or found is None:
         raise InvalidArgumentError(
-            f"{text!r} is not a duration: write it as 90s, 15m, 1h, 1h30m or 2d."
+            f"{text[:40]!r} is not a duration: write it as 90s, 15m, 1h, 1h30m or 2d."
         )
     days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds  # whole seconds: no overflow
+    if total > MAX_DAYS * 86_400:
+        raise InvalidArgumentError(
+            f"{text[:40]!r} is longer than a search reaches back: at most {MAX_DAYS}d."
+        )
+    return timedelta(seconds=total)
 
 
 def parse_key(info: WorkflowInfo, key: str) -> tuple[Any, ...]:

@@ -1,7 +1,7 @@
 """How a console page answers: its template with what every page needs, or a refusal as a page.
 
 `render` adds the context every page shares (the CSRF token, whether this
-visitor may write, the dev clock control) and the headers every page
+visitor may write, `may` for each form's route, the dev clock control) and the headers every page
 sends: no caching, no framing (a confirmation page in another site's frame
 could be clicked through), and a content security policy that lets only
 the console's own scripts run. `ConsolePage` is the route class of the
@@ -14,16 +14,20 @@ format what pages show: times relative to the database's clock (which
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
+from starlette.routing import Match
 
 from engine.base.errors import ConfigurationError, DulyError
 from engine.base.shown import json_value
@@ -32,6 +36,8 @@ from functions.console.templating import templates
 from functions.http.errors import message_of, status_of
 from functions.http.segments import RawPathRoute, sent_path
 from functions.http.state import connection_of
+from functions.identity.access import PUBLIC, declared_role, principal_in, refusal
+from functions.identity.principal import Role
 from functions.requests.errors import problems_of
 
 __all__ = ["connection_of"]  # the pages' way to the workflow connection, beside render
@@ -55,6 +61,7 @@ def render(
     auth = console_auth(request)
     shared = {
         "writable": can_write(request),
+        "may": functools.partial(may_send, request),
         "login_required": auth.login_required,
         "dev_clock": bool(getattr(request.app.state, "console_clock", False)),
         "path": sent_path(request.scope),  # as sent: a key's encoded `/` kept
@@ -68,6 +75,26 @@ def render(
     response.headers["Referrer-Policy"] = "same-origin"
     remember_browser(request, response)  # its forms' CSRF token, before any session
     return response
+
+
+def may_send(request: Request, method: str, path: str) -> bool:
+    """Whether this visitor may send `method path` (as a form's URL encodes it): the least role
+    the route declares (its `allow`), judged by the rule the route itself applies, so a page
+    offers only the forms its visitor may use."""
+    principal = principal_in(request.scope)
+    if principal is None:
+        return False
+    # Matched as encoded: a key's `%2F` stays inside its segment, as RawPathRoute keeps it.
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    for context in iter_route_contexts(request.app.router.routes):
+        route = context.route
+        if not isinstance(route, APIRoute) or context.matches(scope)[0] is not Match.FULL:
+            continue
+        role = declared_role(route)
+        if role is None or role == PUBLIC:
+            return role == PUBLIC
+        return refusal(principal, Role(role), method, unquote(path)) is None
+    return False
 
 
 def error_page(request: Request, status: int, message: str) -> HTMLResponse:

@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import NotFoundError, WorkflowEvent, connect_workflows
+from engine import InvalidArgumentError, NotFoundError, WorkflowEvent, connect_workflows
 from engine.base import settings as variables
 from engine.events.routing import maybe_await
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import activate_template, active_template_id, save_design
-from engine.testing import move_clock, reset_clock
+from engine.testing import MAX_CLOCK_SHIFT, move_clock, reset_clock
 from functions.console.auth import require_reader
 from functions.console.overview_pages import clock_of
 from functions.console.rendering import ConsolePage, error_page, render, shift_text
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("duly.dev")
 
 DEFAULT_BIND_HOST = variables.HOST.default  # what `duly dev` serves on unless told
-MAX_CLOCK_MOVE = timedelta(days=36_500)  # per request: far enough, and far from overflow
+MAX_CLOCK_MOVE = MAX_CLOCK_SHIFT  # per request, as in total (engine.testing): far from overflow
 EXAMPLES_MODULE = "functions.examples"  # named, not imported: the dev app serves any app
 DEMO_USER = "demo"
 DEMO_EMAIL = "demo@example.com"
@@ -144,7 +144,10 @@ async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
         by = None
     if by is None or abs(by) > MAX_CLOCK_MOVE:
         raise HTTPException(400, f"Move the clock by at most {MAX_CLOCK_MOVE.days} days at once.")
-    shift = await move_clock(request.app.state.Session, by)
+    try:
+        shift = await move_clock(request.app.state.Session, by)
+    except InvalidArgumentError as exc:  # past the total shift the clock may have
+        raise HTTPException(400, str(exc)) from None
     return {"shift_seconds": shift.total_seconds()}
 
 

@@ -131,7 +131,7 @@ def run_action(info: WorkflowInfo, body: BulkRunsRequest) -> RunAction:
         return BulkCancel()
     if body.step is None:
         raise InputError.at(("step",), f"{body.action} needs the step to run.")
-    return BulkRun(build_call(find_step(info, body.step), body.args))
+    return BulkRun(build_call(find_step(info, body.step), body.args), retry=body.action == "retry")
 
 
 async def bulk_runs(

@@ -3,7 +3,8 @@
 A body without `expected` is a dry run; with the dry run's `expected` and `upto` it
 applies for a few seconds (a Lambda's request must end) and answers its progress and
 `next`, which the same body sends back to go on. 409 when the filter now matches more
-than was confirmed, or `next` belongs to another body.
+than was confirmed, or `next` is not the caller's newest for this body (forged, altered,
+replayed, another principal's); 400 when `next` is not a continuation at all.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from functions.requests.bulk import BulkReplayRequest, BulkRunsRequest
 from functions.requests.lookup import event_tables, find_writable
 
 LAMBDA_MARGIN = 2.0  # seconds of a Lambda invocation kept for the answer after the batches
-CHANGED = conflict("The filter matches more than the dry run counted, or `next` is another's")
+CHANGED = conflict(
+    "The filter matches more than the dry run counted, or `next` is not the newest this body's "
+    "bulk action gave the caller (forged, altered, replayed, or another principal's)"
+)
 
 router = APIRouter()
 
