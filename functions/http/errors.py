@@ -22,6 +22,7 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from engine.base.errors import (
+    AlreadyVotedError,
     ConfigurationError,
     DulyError,
     NotAllowedError,
@@ -29,6 +30,7 @@ from engine.base.errors import (
     RunBusyError,
     StateWorkflowError,
     TemplateInvalidError,
+    TemplateNotActiveError,
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
     WorkflowTransitionError,
@@ -60,6 +62,8 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (RunBusyError, 409),
     (WorkflowAlreadyCompletedError, 409),
     (WorkflowSubmissionError, 409),
+    (TemplateNotActiveError, 409),
+    (AlreadyVotedError, 409),
     (TemplateInvalidError, 400),
     (StateWorkflowError, 400),
     (WorkflowTransitionError, 400),
