@@ -497,6 +497,7 @@ async def test_load_returns_the_stored_layout_while_it_matches(engine: AsyncEngi
         "description": "Expense approval",
         "state_choices": VOCABULARY,
         "forbid_self_approval": False,
+        "submitters": "any",
         "version": 2,
         "is_latest": True,
         "is_active": False,

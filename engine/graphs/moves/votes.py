@@ -9,6 +9,7 @@ while its voter is listed, or when their credential's groups admitted them.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -62,23 +63,38 @@ def counts_votes(threshold: str) -> bool:
 THROUGH_GROUPS = "through_groups"  # an APPROVAL's mark: its voter came by their credential
 
 
-@lru_cache(maxsize=64)
-def tally_statement(tables: GraphTables) -> Select[int, Any]:
-    """At :visit_id, the votes for :target_id by others who count (listed in :eligible, or
-    admitted by their credential's groups when they voted), and whether :approver voted."""
-    votes, history = tables.table("vote"), tables.table("history")
-    approver = bindparam("approver", type_=Text())
-    by_credential = exists().where(
+def by_credential(tables: GraphTables, votes: Any) -> Any:
+    """Whether a cast vote's voter was admitted by their credential's groups (its APPROVAL
+    says so): such a vote counts though the directory does not list its voter."""
+    history = tables.table("history")
+    return exists().where(
         history.c.instance_id == votes.c.instance_id,
         history.c.visit_id == votes.c.visit_id,
         history.c.actor == votes.c.approver,
         history.c.action_type == APPROVAL,
         history.c["metadata"][THROUGH_GROUPS].as_boolean(),
     )
+
+
+def counted_voters(cast: Iterable[tuple[str, bool]], listed: Collection[str]) -> list[str]:
+    """The voters whose votes count, of (voter, admitted by credential) pairs: those the
+    directory lists now, and those their credential admitted (`tally_statement`'s rule)."""
+    return [voter for voter, through in cast if through or voter in listed]
+
+
+@lru_cache(maxsize=64)
+def tally_statement(tables: GraphTables) -> Select[int, Any]:
+    """At :visit_id, the votes for :target_id by others who count (listed in :eligible, or
+    admitted by their credential's groups when they voted), and whether :approver voted."""
+    votes = tables.table("vote")
+    approver = bindparam("approver", type_=Text())
     counted = and_(
         votes.c.target_node_id == bindparam("target_id", type_=Uuid()),
         votes.c.approver != approver,
-        or_(votes.c.approver == func.any(array_parameter("eligible", Text())), by_credential),
+        or_(
+            votes.c.approver == func.any(array_parameter("eligible", Text())),
+            by_credential(tables, votes),
+        ),
     )
     return select(
         func.count().filter(counted),
@@ -122,6 +138,45 @@ def voted_statement(tables: GraphTables) -> Select[Any]:
             visits.c.is_current,
         )
     )
+
+
+@lru_cache(maxsize=64)
+def current_votes_statement(tables: GraphTables) -> Select[Any]:
+    """The votes cast at the current visits of :instance_id, each with whether its voter's
+    credential admitted them, by voter."""
+    visits, votes = tables.table("visit"), tables.table("vote")
+    return (
+        select(
+            visits.c.branch_id,
+            votes.c.target_node_id,
+            votes.c.approver,
+            by_credential(tables, votes).label("through_groups"),
+        )
+        .join(visits, votes.c.visit_id == visits.c.id)
+        .where(
+            votes.c.instance_id == bindparam("instance_id", type_=Uuid()),
+            visits.c.is_current,
+            votes.c.status == APPROVED,  # a cast vote; pending ones are not votes yet
+            votes.c.target_node_id.is_not(None),
+        )
+        .order_by(votes.c.approver)
+    )
+
+
+CastVotes = dict[uuid.UUID, dict[uuid.UUID, list[tuple[str, bool]]]]
+
+
+async def current_votes(
+    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
+) -> CastVotes:
+    """The votes cast at each branch's current visit: branch to target node to (voter,
+    admitted by credential) pairs, for `counted_voters`."""
+    rows = await conn.execute(current_votes_statement(tables), {"instance_id": instance_id})
+    cast: CastVotes = {}
+    for row in rows:
+        voters = cast.setdefault(row.branch_id, {}).setdefault(row.target_node_id, [])
+        voters.append((row.approver, bool(row.through_groups)))
+    return cast
 
 
 async def voted_branches(
