@@ -165,12 +165,16 @@ async def _branches(
             listed = await effective_assignees(
                 runtime.directory, node.assignee_users, node.assignee_groups
             )
+        cast = votes.get(branch.id, {})
         shown.append(
             {
                 "branch": branch,
                 "node": node,
                 "assignees": admitted(listed, node.assignee_groups if node else (), actor),
-                "tally": _tally(graph, node, listed, votes.get(branch.id, {})),
+                "listed": len(listed),  # whom the threshold counts, whoever looks
+                "voted": actor is not None
+                and any(voter == actor.user for pairs in cast.values() for voter, _ in pairs),
+                "tally": _tally(graph, node, listed, cast),
                 "choices": [c for c in choices if c.branch_id == branch.id],
             }
         )
