@@ -46,7 +46,7 @@ from engine.events.deliveries import delivery_shape  # noqa: E402
 from engine.events.records import tables_for  # noqa: E402
 from engine.events.views import OPEN_STORED  # noqa: E402
 from engine.graphs.moves import history as graph_history  # noqa: E402
-from engine.graphs.moves import locks, votes, write_statement, writes  # noqa: E402
+from engine.graphs.moves import locks, submits, votes, write_statement, writes  # noqa: E402
 from engine.graphs.moves import runtime as graph_runtime  # noqa: E402
 from engine.graphs.tables import graph_tables  # noqa: E402
 from engine.model import companions, connection  # noqa: E402
@@ -348,8 +348,11 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             built("one branch", locks.branch_statement, graphs),
             built("the instance's branches", locks.instance_branches_statement, graphs),
             built("a state to state move, written", write_statement.write_statement, graphs, move),
-            built("votes toward a target", votes.others_for_target_statement, graphs),
-            built("the active version of a name", graph_runtime.active_template_statement, graphs),
+            built("votes toward a target, and the voter's own", votes.tally_statement, graphs),
+            built("the votes at the current visits", votes.current_votes_statement, graphs),
+            built("where a person has voted", votes.voted_statement, graphs),
+            built("the active version of a name", submits.active_template_statement, graphs),
+            built("a version a submit names", submits.version_statement, graphs),
             built("an instance", graph_runtime.instance_statement, graphs),
             built("an instance's history", graph_history.history_statement, graphs),
         ],

@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from engine.base.errors import AlreadyVotedError, StateWorkflowError
-from engine.graphs.moves.actors import Actor
 from engine.graphs.design.model import Graph
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.moves.votes import required_approvals

@@ -60,7 +60,12 @@ from engine.graphs.moves.refusals import (
 from engine.graphs.moves.snapshots import AvailableTransition, InstanceSnapshot, TransitionOutcome
 from engine.graphs.moves.states import BranchState, InstanceState
 from engine.graphs.moves.subjects import show_state, state_column, subject_ref
-from engine.graphs.moves.submits import refuse_submitter, self_approver, submitted_version
+from engine.graphs.moves.submits import (
+    owned,
+    refuse_submitter,
+    self_approver,
+    submitted_version,
+)
 from engine.graphs.moves.timers import escalate_visit, register_escalation
 from engine.graphs.moves.unit import Unit
 from engine.graphs.moves.votes import Tally, vote, voted_branches
@@ -443,6 +448,8 @@ class GraphRuntime:
         template forbids self-approval; None where it does not (the subject left unread)."""
         if not unit.graph.forbid_self_approval:
             return None
+        if not owned(unit.instance.subject_type):
+            return unit.instance.submitted_by
         return self_approver(unit.instance.submitted_by, await unit.subject())
 
     async def _guard_allows(self, unit: Unit, edge: Edge) -> bool:

@@ -7,6 +7,7 @@ its transaction before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from functools import lru_cache
 from typing import Any
@@ -22,7 +23,7 @@ from engine.base.errors import (
 )
 from engine.graphs.design.model import Graph
 from engine.graphs.moves.actors import Actor
-from engine.graphs.moves.subjects import subject_owner, subject_ref
+from engine.graphs.moves.subjects import subject_class, subject_owner, subject_ref
 from engine.graphs.tables import ANY_SUBMITTER, OWNER_SUBMITS, SUBMITTER_ROLES, GraphTables
 
 
@@ -98,6 +99,13 @@ def refuse_submitter(graph: Graph, subject: Any, actor: Actor | None) -> None:
         return
     if rule not in SUBMITTER_ROLES or actor is None or rule not in actor.roles:
         raise SubmitterNotAllowedError(f"{graph.name!r} takes submits from the {rule!r} role only.")
+
+
+def owned(subject_type: str) -> bool:
+    """Whether the subject class mapped on `subject_type` names an owner column."""
+    with contextlib.suppress(NotFoundError):
+        return bool(getattr(subject_class(subject_type), "__graph_owner_column__", None))
+    return False
 
 
 def self_approver(submitted_by: str | None, subject: Any) -> str | None:

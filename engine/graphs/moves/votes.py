@@ -84,8 +84,11 @@ def counted_voters(cast: Iterable[tuple[str, bool]], listed: Collection[str]) ->
 
 @lru_cache(maxsize=64)
 def tally_statement(tables: GraphTables) -> Select[int, Any]:
-    """At :visit_id, the votes for :target_id by others who count (listed in :eligible, or
-    admitted by their credential's groups when they voted), and whether :approver voted."""
+    """At :visit_id, the other votes for :target_id that count, and whether :approver voted.
+
+    A vote counts when its voter is in :eligible (the directory's assignees now)
+    or was admitted by their credential's groups when they voted.
+    """
     votes = tables.table("vote")
     approver = bindparam("approver", type_=Text())
     counted = and_(
@@ -142,8 +145,10 @@ def voted_statement(tables: GraphTables) -> Select[Any]:
 
 @lru_cache(maxsize=64)
 def current_votes_statement(tables: GraphTables) -> Select[Any]:
-    """The votes cast at the current visits of :instance_id, each with whether its voter's
-    credential admitted them, by voter."""
+    """The votes cast at the current visits of :instance_id, by voter.
+
+    Each says whether its voter's credential admitted them (`counted_voters`).
+    """
     visits, votes = tables.table("visit"), tables.table("vote")
     return (
         select(
