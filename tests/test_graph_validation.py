@@ -46,6 +46,8 @@ People and predicates
   state without deadline; two escalations: test_s20_deadline_without_escalation,
   test_s20_deadline_must_be_positive, test_s20_escalation_without_deadline,
   test_s20_two_escalations
+- S21 who may submit is none of any, owner or a role; each of those is fine:
+  test_s21_who_may_submit
 
 The shape of the answer
 - problems come in code order, then node order: test_problems_are_in_code_then_node_order
@@ -56,6 +58,7 @@ The shape of the answer
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Iterable, Mapping
@@ -551,6 +554,13 @@ def test_s20_two_escalations() -> None:
         ("chief", "done"),
     ]
     assert small(nodes, edges) == ["S20"]
+
+
+def test_s21_who_may_submit() -> None:
+    graph = graph_of(line(), LINE)
+    assert codes(dataclasses.replace(graph, submitters="nobody")) == ["S21"]
+    for rule in ("any", "owner", "viewer", "operator", "designer", "admin"):
+        assert codes(dataclasses.replace(graph, submitters=rule)) == []
 
 
 # The shape of the answer.
