@@ -145,8 +145,9 @@ class GraphRuntime:
     ) -> InstanceSnapshot:
         """Start the active version of `template_name` (or `template_id`) on `subject`.
 
-        Joins `session`'s transaction when given (never committing it),
-        else commits a transaction of its own.
+        Any other version is TemplateNotActiveError; a user the template does
+        not take submits from, SubmitterNotAllowedError. Joins `session`'s
+        transaction when given (never committing it), else commits its own.
         """
         subject_ref(subject)  # refused now: not a subject, or not flushed yet
         state_column(type(subject))  # a subject without its state column is refused now
@@ -258,8 +259,9 @@ class GraphRuntime:
 
         `source_node_id`, when given, is the state the user saw the branch on:
         if it has moved on since, the transition is refused saying so. A user
-        who is not an assignee is refused (StateWorkflowError), and so is the
-        submitter where the template forbids self-approval (SelfApprovalError).
+        who is not an assignee is refused (StateWorkflowError), the owner (else
+        the submitter) where the template forbids self-approval
+        (SelfApprovalError), and a second vote at the visit (AlreadyVotedError).
         """
         registry = chosen_registry(self.events)
         async with self.engine.begin() as conn:

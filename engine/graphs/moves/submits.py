@@ -61,12 +61,13 @@ async def submitted_version(
     if template_id is None:
         if template_name is None:
             raise ConfigurationError("submit() needs a template_name or a template_id.")
-        found = (
-            await conn.execute(active_template_statement(tables), {"name": template_name})
-        ).scalar()
-        if found is None:
-            raise NotFoundError(f"No active graph template is named {template_name!r}.")
-        return uuid.UUID(str(found))
+        for _ in range(2):  # a second look sees an activation the first one waited for
+            found = (
+                await conn.execute(active_template_statement(tables), {"name": template_name})
+            ).scalar()
+            if found is not None:
+                return uuid.UUID(str(found))
+        raise NotFoundError(f"No active graph template is named {template_name!r}.")
     row = (await conn.execute(version_statement(tables), {"template_id": template_id})).first()
     if row is None:
         raise NotFoundError(f"No graph template has the id {template_id}.")
