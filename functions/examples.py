@@ -246,6 +246,7 @@ class ExpenseClaim(Base, GraphSubject):
     """The subject of the expense-approval graph: its `workflow_state` follows the graph."""
 
     __tablename__ = "expense_claims"
+    __graph_owner_column__ = "submitted_by"  # whose claim it is: not theirs to approve
 
     id: Mapped[int] = mapped_column(primary_key=True)
     title: Mapped[str] = mapped_column(String(200), default="")

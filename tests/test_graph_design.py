@@ -426,7 +426,11 @@ async def test_the_design_is_stored_as_given_and_extra_keys_ignored(engine: Asyn
     saved = await save(engine, body)
 
     [row] = await versions(engine)
-    assert row["design"] == {"nodes": body["nodes"], "connections": body["connections"]}
+    assert row["design"] == {
+        "nodes": body["nodes"],
+        "connections": body["connections"],
+        "submitters": "any",  # who may submit: anyone, as no save said otherwise
+    }
     graph = await graph_of(engine, saved.template_id)
     fork = graph.by_key("split")
     assert fork is not None and fork.state_code is None
@@ -493,6 +497,7 @@ async def test_load_returns_the_stored_layout_while_it_matches(engine: AsyncEngi
         "description": "Expense approval",
         "state_choices": VOCABULARY,
         "forbid_self_approval": False,
+        "submitters": "any",
         "version": 2,
         "is_latest": True,
         "is_active": False,

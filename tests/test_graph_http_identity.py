@@ -19,7 +19,6 @@ Named API keys (DULY_API_KEYS) through the app's guard, on the expense example:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,103 +27,30 @@ import httpx
 import pytest
 
 from functions import examples
-from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
-from functions.identity.keys import ApiKey, digest_of, new_key
-from functions.identity.principal import Role
-from functions.local.dev import create_dev_app, install_example_graph
+from functions.expense_graph import DESIGN
 from tests.conftest import Database
-from tests.helpers import csrf_of, serving
-
-PAGES = "/console/graphs"
-TOKEN = "graph-admin-token-of-some-length"
-KEYS = {name: new_key() for name in ("sam", "mia", "max", "mallory", "gail", "ops")}
-ROLES = {"ops": Role.ADMIN}
-GROUPS = {"gail": frozenset({"finance"})}
-
-
-def keys_setting() -> str:
-    """DULY_API_KEYS for KEYS: viewers, but ops (admin), gail in the finance group."""
-    entries = [
-        ApiKey(
-            name=name,
-            roles=frozenset({ROLES.get(name, Role.VIEWER)}),
-            groups=GROUPS.get(name, frozenset()),
-            sha256=digest_of(key),
-        ).entry()
-        for name, key in KEYS.items()
-    ]
-    return json.dumps(entries)
-
-
-def bearer(name: str) -> dict[str, str]:
-    """The Authorization header of a key (or of the admin token, "api-token")."""
-    return {"Authorization": f"Bearer {TOKEN if name == 'api-token' else KEYS[name]}"}
+from tests.graph_keys import (
+    PAGES,
+    bearer,
+    choice,
+    history,
+    move_body,
+    offered,
+    ok,
+    served_with_keys,
+    submitted_by,
+)
+from tests.helpers import csrf_of
 
 
 @pytest.fixture
 async def served(
     db: Database, dev_app_configured: None, monkeypatch: pytest.MonkeyPatch, request: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
-    monkeypatch.setenv("DULY_API_KEYS", keys_setting())
-    if getattr(request, "param", "token") == "token":
-        monkeypatch.setenv("DULY_API_TOKEN", TOKEN)
+    token = getattr(request, "param", "token") == "token"
     Session = await db.create(examples.Base.metadata)
-    async with serving(create_dev_app(Session)) as client:
-        await install_example_graph()
+    async with served_with_keys(Session, monkeypatch, token=token) as client:
         yield client
-
-
-async def ok(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    return response.json()
-
-
-async def submitted_by(client: httpx.AsyncClient, name: str, amount: int = 250) -> dict[str, Any]:
-    """A claim created, then submitted with `name`'s key (no user named): its instance."""
-    claim = await ok(
-        await client.post(
-            "/dev/expense-claims",
-            json={"title": "Trip", "amount": amount, "submitted_by": name},
-            headers=bearer("ops"),  # duly dev's example route is an operator's
-        ),
-        201,
-    )
-    body = {
-        "subject_type": claim["subject_type"],
-        "subject_key": claim["subject_key"],
-        "workflow": EXPENSE_APPROVAL,
-    }
-    instance: dict[str, Any] = await ok(
-        await client.post("/graphs/instances", json=body, headers=bearer(name)), 201
-    )
-    assert instance["submitted_by"] == name
-    return instance
-
-
-async def offered(
-    client: httpx.AsyncClient, instance_id: str, name: str, user: str | None = None
-) -> httpx.Response:
-    query = {} if user is None else {"user": user}
-    return await client.get(
-        f"/graphs/instances/{instance_id}/transitions", params=query, headers=bearer(name)
-    )
-
-
-async def history(client: httpx.AsyncClient, instance_id: str) -> list[dict[str, Any]]:
-    found = await ok(
-        await client.get(f"/graphs/instances/{instance_id}/history", headers=bearer("sam"))
-    )
-    return list(found["history"])
-
-
-def choice(transitions: dict[str, Any], label: str) -> dict[str, Any]:
-    [found] = [t for t in transitions["transitions"] if t["display_name"] == label]
-    return dict(found)
-
-
-def move_body(chosen: dict[str, Any], user: str | None = None) -> dict[str, Any]:
-    body = {"branch_id": chosen["branch_id"], "target_node_id": chosen["target_id"]}
-    return body if user is None else {**body, "user": user}
 
 
 async def test_a_key_acts_as_itself_and_only_the_admin_for_others(

@@ -211,7 +211,7 @@ async def test_a_submitter_may_not_approve_her_own_claim(world: World) -> None:
     branch, target = only_branch(instance), node_id(graph, "approved")
     with pytest.raises(SelfApprovalError) as refused:
         await world.runtime.transition_branch(instance.id, branch, target, "sam")
-    assert "'sam' submitted this instance of 'claims', which forbids self-approval" in str(
+    assert "'sam' owns or submitted this instance of 'claims', which forbids self-approval" in str(
         refused.value
     )
     assert (status_of(refused.value), body_of(refused.value)["code"]) == (403, "SELF_APPROVAL")

@@ -11,6 +11,9 @@ Submit and start:
   unique index, then is refused): test_a_submit_racing_another_is_refused_by_the_index
 - the active version of the name is resolved at submit time, and a name with
   none is NotFoundError: test_submit_uses_the_active_version_and_refuses_a_name_without_one
+- an id starts only the active version: an inactive version's id (or the
+  active id under another name) is TemplateNotActiveError (409) and writes
+  nothing: test_submit_by_id_takes_only_the_active_version
 - START missing or without its one edge, or leading to a state without
   assignees, a condition without a registered predicate, or anything else, is
   refused and writes nothing: test_a_broken_start_is_refused
@@ -96,6 +99,7 @@ from engine import (
 from engine.base.errors import (
     NotFoundError,
     StateWorkflowError,
+    TemplateNotActiveError,
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
 )
@@ -219,6 +223,22 @@ async def test_submit_uses_the_active_version_and_refuses_a_name_without_one(
     assert instance.version == 2
     with pytest.raises(NotFoundError):
         await world.runtime.submit(await world.claim(), "sam", template_name="nothing")
+
+
+async def test_submit_by_id_takes_only_the_active_version(world: World) -> None:
+    first = await world.store(graph_of(LINEAR_NODES, LINEAR_EDGES, name="claims"), active=False)
+    second = await world.store(
+        graph_of(LINEAR_NODES, LINEAR_EDGES, name="claims", version=2), active=True
+    )
+    claim = await world.claim()
+    for template_id, name in [(first.template_id, None), (second.template_id, "other")]:
+        with pytest.raises(TemplateNotActiveError) as refused:
+            await world.runtime.submit(claim, "sam", template_id=template_id, template_name=name)
+        assert (refused.value.code, status_of(refused.value)) == ("TEMPLATE_NOT_ACTIVE", 409)
+    assert (await world.rows(app.Instance), await world.rows(app.History)) == ([], [])
+    assert await world.subject_state(claim) is None
+    started = await world.runtime.submit(claim, "sam", template_id=second.template_id)
+    assert started.version == 2
 
 
 @pytest.mark.parametrize(

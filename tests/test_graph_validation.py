@@ -46,16 +46,19 @@ People and predicates
   state without deadline; two escalations: test_s20_deadline_without_escalation,
   test_s20_deadline_must_be_positive, test_s20_escalation_without_deadline,
   test_s20_two_escalations
+- S21 who may submit is none of any, owner or a role; each of those is fine:
+  test_s21_who_may_submit
 
 The shape of the answer
 - problems come in code order, then node order: test_problems_are_in_code_then_node_order
-- every code S1..S20 has one rule, in order, and the docstring's table lists them:
+- every code S1..S21 has one rule, in order, and the docstring's table lists them:
   test_rules_cover_every_code_in_order
 - str(problem) is "code: message": test_problem_reads_code_then_message
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Iterable, Mapping
@@ -553,6 +556,13 @@ def test_s20_two_escalations() -> None:
     assert small(nodes, edges) == ["S20"]
 
 
+def test_s21_who_may_submit() -> None:
+    graph = graph_of(line(), LINE)
+    assert codes(dataclasses.replace(graph, submitters="nobody")) == ["S21"]
+    for rule in ("any", "owner", "viewer", "operator", "designer", "admin"):
+        assert codes(dataclasses.replace(graph, submitters=rule)) == []
+
+
 # The shape of the answer.
 
 
@@ -574,7 +584,7 @@ def test_problems_are_in_code_then_node_order() -> None:
 
 
 def test_rules_cover_every_code_in_order() -> None:
-    expected = [f"S{number}" for number in range(1, 21)]
+    expected = [f"S{number}" for number in range(1, 22)]
     assert [code for code, _ in validation.RULES] == expected
     rules = inspect.getdoc(validation.validate_graph) or ""
     table = re.findall(r"^(S\d+) ", rules, flags=re.MULTILINE)

@@ -10,8 +10,13 @@
   test_a_majority_moves_once_more_than_half_agree
 - votes for different targets do not add up: test_votes_for_different_targets_do_not_add_up
 - unanimous: every effective assignee, groups expanded through the
-  directory; a second vote of the same person counts once:
-  test_unanimous_needs_every_assignee
+  directory: test_unanimous_needs_every_assignee
+- one vote a person a visit: a second (for the same target or another) is
+  refused (AlreadyVotedError, 409 ALREADY_VOTED), writes nothing, and the
+  voter is offered no move there: test_a_second_vote_of_the_same_person_is_refused
+- the votes needed are the directory's count, whoever votes: a voter admitted
+  by their credential's groups does not raise it, and their vote keeps
+  counting when another votes: test_the_votes_needed_do_not_depend_on_who_votes
 - the move closes the other pending votes; votes cast for another target
   stay as cast: test_the_move_closes_pending_votes_and_keeps_cast_ones
 - the assignees are those of the directory now: a person who joined a group
@@ -28,12 +33,14 @@ from typing import Any
 
 import pytest
 
-from engine.base.errors import StateWorkflowError
+from engine.base.errors import AlreadyVotedError, StateWorkflowError
 from engine.graphs.design.model import Graph
+from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.moves.votes import required_approvals
 from engine.graphs.tables import END, START, STATE
+from functions.http.errors import status_of
 from tests.apps import graphs as app
 from tests.conftest import Database
 from tests.graph_helpers import graph_of
@@ -76,11 +83,18 @@ async def open_vote(
 
 
 async def cast(
-    world: World, instance: InstanceSnapshot, graph: Graph, target: str, user: str
+    world: World, instance: InstanceSnapshot, graph: Graph, target: str, user: str | Actor
 ) -> Any:
     return await world.runtime.transition_branch(
         instance.id, only_branch(instance), node_id(graph, target), user
     )
+
+
+async def written(world: World) -> tuple[int, list[tuple[Any, ...]]]:
+    """The history's length and every vote as it stands: what a refusal must leave alone."""
+    votes = await world.rows(app.Vote, order=app.Vote.approver)
+    shown = [(v.approver, v.status, v.target_node_id, v.acted_at) for v in votes]
+    return len(await world.rows(app.History)), shown
 
 
 def test_required_approvals() -> None:
@@ -134,12 +148,41 @@ async def test_votes_for_different_targets_do_not_add_up(world: World) -> None:
 
 async def test_unanimous_needs_every_assignee(world: World) -> None:
     graph, instance = await open_vote(world, "unanimous", users=["ann"])
-    for person in ["amy", "amy", "ben", "ann"]:
+    for person in ["amy", "ben", "ann"]:
         outcome = await cast(world, instance, graph, "yes", person)
         assert not outcome.moved and outcome.required_approvals == 4
-    assert outcome.approved_count == 3  # amy's second vote counted once
+    assert outcome.approved_count == 3
     last = await cast(world, instance, graph, "yes", "cy")
     assert last.moved and last.approved_count == 4
+
+
+@pytest.mark.parametrize("target", ["yes", "no"])
+async def test_a_second_vote_of_the_same_person_is_refused(world: World, target: str) -> None:
+    graph, instance = await open_vote(world, "majority")
+    await cast(world, instance, graph, "yes", "amy")
+    before = await written(world)
+    with pytest.raises(AlreadyVotedError) as refused:
+        await cast(world, instance, graph, target, "amy")
+    assert (refused.value.code, status_of(refused.value)) == ("ALREADY_VOTED", 409)
+    assert await written(world) == before
+    offered = await world.runtime.transitions_for(instance.id, "amy")
+    assert offered == []  # nothing left to offer her at this state
+    assert [t.display_name for t in await world.runtime.transitions_for(instance.id, "ben")]
+
+
+async def test_the_votes_needed_do_not_depend_on_who_votes(world: World) -> None:
+    # The board is amy, ben and cy in the directory; gil's credential says board too.
+    graph, instance = await open_vote(world, "majority")
+    gil = Actor(user="gil", groups=frozenset({"board"}))
+    first = await cast(world, instance, graph, "yes", gil)
+    assert (first.moved, first.approved_count, first.required_approvals) == (False, 1, 2)
+    second = await cast(world, instance, graph, "yes", "amy")  # gil's vote still counts
+    assert (second.moved, second.approved_count, second.required_approvals) == (True, 2, 2)
+    tallies = [
+        (h.details["approved_count"], h.details["required_approvals"])
+        for h in await world.rows(app.History, app.History.action_type == "approval")
+    ]
+    assert sorted(tallies) == [(1, 2), (2, 2)]
 
 
 async def test_the_move_closes_pending_votes_and_keeps_cast_ones(world: World) -> None:

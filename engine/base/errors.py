@@ -158,6 +158,25 @@ class SelfApprovalError(WorkflowTransitionError, NotAllowedError):
     code = "SELF_APPROVAL"
 
 
+class TemplateNotActiveError(WorkflowTransitionError):
+    """A submit named a version that is not its template's active one (a draft, an older or
+    an invalid version): new instances start only on the active version."""
+
+    code = "TEMPLATE_NOT_ACTIVE"
+
+
+class SubmitterNotAllowedError(WorkflowTransitionError, NotAllowedError):
+    """The template says who may submit, and the caller is not one of them."""
+
+    code = "SUBMITTER_NOT_ALLOWED"
+
+
+class AlreadyVotedError(WorkflowTransitionError):
+    """The person has already voted at this state's visit: one vote each, never changed."""
+
+    code = "ALREADY_VOTED"
+
+
 class TemplateInvalidError(WorkflowTransitionError):
     """The template has validation errors and cannot be activated."""
 

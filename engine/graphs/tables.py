@@ -64,6 +64,12 @@ MAJORITY = "majority"
 UNANIMOUS = "unanimous"
 THRESHOLDS = (SINGLE, MAJORITY, UNANIMOUS)
 
+# Who may submit a subject to a template: anyone, only the subject's owner, or a role.
+ANY_SUBMITTER = "any"
+OWNER_SUBMITS = "owner"
+SUBMITTER_ROLES = ("viewer", "operator", "designer", "admin")
+SUBMITTERS = (ANY_SUBMITTER, OWNER_SUBMITS, *SUBMITTER_ROLES)
+
 # Lifecycles: of an instance (`state_status`) and of a branch.
 ACTIVE = "active"
 COMPLETED = "completed"

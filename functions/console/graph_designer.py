@@ -20,6 +20,7 @@ from engine.graphs.design.document import design_matches
 from engine.graphs.design.model import load_graph
 from engine.graphs.design.versions import load_design, save_design
 from engine.graphs.moves.runtime import GraphRuntime
+from engine.graphs.tables import ANY_SUBMITTER, SUBMITTERS
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.identity.access import allow
@@ -43,6 +44,7 @@ async def new_design(request: Request) -> Response:
         "description": "",
         "stateChoices": [],
         "forbidSelfApproval": False,
+        "submitters": ANY_SUBMITTER,
         "nodes": [],
         "connections": [],
     }
@@ -64,6 +66,7 @@ async def edit_design(request: Request, template_id: uuid.UUID) -> Response:
         "description": loaded["description"],
         "stateChoices": loaded["state_choices"],
         "forbidSelfApproval": loaded["forbid_self_approval"],
+        "submitters": loaded["submitters"],
         "baseTemplateId": loaded["template_id"],
         "nodes": loaded["nodes"],
         "connections": loaded["connections"],
@@ -87,7 +90,12 @@ def _designer(
         "conditions": sorted(runtime.conditions.names()),
         "saveUrl": f"{PAGES}/designer/save",
     }
-    context = {"title": "Designer", "data": data, "based_on": based_on}
+    context = {
+        "title": "Designer",
+        "data": data,
+        "based_on": based_on,
+        "submitter_rules": SUBMITTERS,
+    }
     return render(request, "graphs/designer.html", context)
 
 

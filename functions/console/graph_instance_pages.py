@@ -23,10 +23,16 @@ from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.document import design_matches, drawn_design
 from engine.graphs.design.model import Graph, Node, load_graph
 from engine.graphs.moves.actors import Actor
-from engine.graphs.moves.directory import effective_assignees
+from engine.graphs.moves.directory import admitted, effective_assignees
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
-from engine.graphs.moves.votes import counts_votes, required_approvals
+from engine.graphs.moves.votes import (
+    CastVotes,
+    counted_voters,
+    counts_votes,
+    current_votes,
+    required_approvals,
+)
 from functions.console.graph_diagrams import instance_marks
 from functions.console.graph_pages import (
     NOTES,
@@ -49,7 +55,6 @@ from functions.requests.graphs import (
     acting,
     stored_layout,
     visited_states,
-    votes_at_current_visits,
 )
 
 router = APIRouter(prefix="/graphs", route_class=ConsolePage)
@@ -117,7 +122,7 @@ async def _instance_context(
         graph = await load_graph(conn, runtime.tables, snapshot.template_id)
         layout = await stored_layout(conn, runtime.tables, snapshot.template_id)
         visits = await visited_states(conn, runtime.tables, instance_id)
-        votes = await votes_at_current_visits(conn, runtime.tables, instance_id)
+        votes = await current_votes(conn, runtime.tables, instance_id)
     drawn = drawn_design(layout, graph)
     diagram = {
         "nodes": drawn["nodes"],
@@ -148,24 +153,28 @@ async def _branches(
     branches: Sequence[BranchSnapshot],
     choices: Sequence[AvailableTransition],
     actor: Actor | None,
-    votes: Mapping[uuid.UUID, Mapping[uuid.UUID, Sequence[str]]],
+    votes: CastVotes,
 ) -> list[dict[str, Any]]:
     """Each active branch with who may move it, the votes for each of its moves (where its
     state counts them), and the moves the acting user may make."""
     shown = []
     for branch in branches:
         node = graph.nodes.get(branch.node_id) if branch.node_id is not None else None
-        people: list[str] = []
+        listed: list[str] = []
         if node is not None and node.has_assignees:
-            people = await effective_assignees(
-                runtime.directory, node.assignee_users, node.assignee_groups, actor
+            listed = await effective_assignees(
+                runtime.directory, node.assignee_users, node.assignee_groups
             )
+        cast = votes.get(branch.id, {})
         shown.append(
             {
                 "branch": branch,
                 "node": node,
-                "assignees": people,
-                "tally": _tally(graph, node, people, votes.get(branch.id, {})),
+                "assignees": admitted(listed, node.assignee_groups if node else (), actor),
+                "listed": len(listed),  # whom the threshold counts, whoever looks
+                "voted": actor is not None
+                and any(voter == actor.user for pairs in cast.values() for voter, _ in pairs),
+                "tally": _tally(graph, node, listed, cast),
                 "choices": [c for c in choices if c.branch_id == branch.id],
             }
         )
@@ -175,17 +184,17 @@ async def _branches(
 def _tally(
     graph: Graph,
     node: Node | None,
-    people: Sequence[str],
-    cast: Mapping[uuid.UUID, Sequence[str]],
+    listed: Sequence[str],
+    cast: Mapping[uuid.UUID, Sequence[tuple[str, bool]]],
 ) -> list[dict[str, Any]]:
-    """Each move out of a state that counts votes: its votes (of people who are assignees
-    now, as the runtime counts them) and the votes it needs; [] for any other node."""
+    """Each move out of a state that counts votes: its votes and the votes it needs, as the
+    runtime counts them (the directory's assignees, whoever looks); [] for any other node."""
     if node is None or not counts_votes(node.approval_threshold):
         return []
-    needed = required_approvals(node.approval_threshold, len(people))
+    needed = required_approvals(node.approval_threshold, len(listed))
     tally = []
     for edge in graph.outgoing(node.id):
-        voters = [person for person in cast.get(edge.target_id, ()) if person in people]
+        voters = counted_voters(cast.get(edge.target_id, ()), listed)
         target = graph.nodes.get(edge.target_id)
         name = edge.label or (target.title if target is not None else "?")
         tally.append({"name": name, "voters": voters, "count": len(voters), "needed": needed})

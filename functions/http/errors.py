@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from engine.base.errors import (
+    AlreadyVotedError,
     ConfigurationError,
     DulyError,
     NotAllowedError,
@@ -30,6 +31,7 @@ from engine.base.errors import (
     RunBusyError,
     StateWorkflowError,
     TemplateInvalidError,
+    TemplateNotActiveError,
     WorkflowAlreadyCompletedError,
     WorkflowSubmissionError,
     WorkflowTransitionError,
@@ -62,6 +64,8 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (RunBusyError, 409),
     (WorkflowAlreadyCompletedError, 409),
     (WorkflowSubmissionError, 409),
+    (TemplateNotActiveError, 409),
+    (AlreadyVotedError, 409),
     (TemplateInvalidError, 400),
     (StateWorkflowError, 400),
     (WorkflowTransitionError, 400),

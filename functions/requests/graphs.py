@@ -22,11 +22,12 @@ from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition
 from engine.graphs.moves.subjects import key_values, subject_class
-from engine.graphs.tables import APPROVED, GraphTables
+from engine.graphs.tables import GraphTables
 from functions.identity.principal import Principal
 
 MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ACTIVE_ID = "Its template's active version (409 TEMPLATE_NOT_ACTIVE for any other)."
 ACTED_FOR = "Who the action is for: absent, the caller; another user only for an admin."
 
 
@@ -36,12 +37,15 @@ def acting(principal: Principal, user: str | None = None) -> Actor:
 
     Acting as itself, the principal's groups count toward a state's groups; an
     admin acting for another user acts with that user's groups in the directory.
+    The principal's roles (implied ones too) are what a template's role rule of
+    who submits asks for.
     """
+    roles = frozenset(role.value for role in principal.roles)
     if user is None or user == principal.id:
-        return Actor(user=principal.id, groups=principal.groups)
+        return Actor(user=principal.id, groups=principal.groups, roles=roles)
     if not principal.may_act_for_others:
         raise NotAllowedError(f"{principal.shown} may not act as {user}.")
-    return Actor(user=user, acted_by=principal.id)
+    return Actor(user=user, acted_by=principal.id, roles=roles)
 
 
 class SubmitRequest(BaseModel):
@@ -53,7 +57,7 @@ class SubmitRequest(BaseModel):
     subject_key: str = Field(description="The subject's primary key, as text.")
     user: UserId | None = Field(None, description=ACTED_FOR)
     workflow: str | None = Field(None, description="The template's name (its active version).")
-    template_id: uuid.UUID | None = None
+    template_id: uuid.UUID | None = Field(default=None, description=ACTIVE_ID)
 
 
 class TransitionRequest(BaseModel):
@@ -202,25 +206,3 @@ async def visited_states(
         select(visits.c.id, visits.c.node_id).where(visits.c.instance_id == instance_id)
     )
     return {row.id: row.node_id for row in rows}
-
-
-async def votes_at_current_visits(
-    conn: AsyncConnection, tables: GraphTables, instance_id: uuid.UUID
-) -> dict[uuid.UUID, dict[uuid.UUID, list[str]]]:
-    """The votes cast at each branch's current visit: branch id to target node to voters."""
-    visits, votes = tables.table("visit"), tables.table("vote")
-    rows = await conn.execute(
-        select(visits.c.branch_id, votes.c.target_node_id, votes.c.approver)
-        .join(visits, votes.c.visit_id == visits.c.id)
-        .where(
-            votes.c.instance_id == instance_id,
-            visits.c.is_current,
-            votes.c.status == APPROVED,  # a cast vote; pending ones are not votes yet
-            votes.c.target_node_id.is_not(None),
-        )
-        .order_by(votes.c.approver)
-    )
-    cast: dict[uuid.UUID, dict[uuid.UUID, list[str]]] = {}
-    for row in rows:
-        cast.setdefault(row.branch_id, {}).setdefault(row.target_node_id, []).append(row.approver)
-    return cast

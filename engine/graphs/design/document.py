@@ -24,8 +24,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from engine.base.errors import ConfigurationError
-from engine.graphs.design.model import Edge, Graph, Node
-from engine.graphs.tables import CONDITION, END, JOIN, SINGLE, STATE
+from engine.graphs.design.model import SUBMITTERS_KEY, Edge, Graph, Node
+from engine.graphs.tables import ANY_SUBMITTER, CONDITION, END, JOIN, SINGLE, STATE
 
 # The rebuilt layout: one column, in node order.
 COLUMN_X = 360  # pixels
@@ -128,6 +128,8 @@ class Design(BaseModel):
     state_choices: list[str] | None = None
     # Refuse an instance's submitter every move and vote of it (None: as the base version).
     forbid_self_approval: bool | None = None
+    # Who may submit: "any", "owner" (the subject's owner column) or a role (None: as the base).
+    submitters: str | None = None
     # A uuid arrives as text in JSON: the one field read leniently.
     base_template_id: Annotated[uuid.UUID | None, Field(strict=False)] = None
     nodes: list[DesignNode] = Field(min_length=1)
@@ -192,6 +194,7 @@ def build_graph(
     version: int,
     state_choices: tuple[str, ...],
     forbid_self_approval: bool = False,
+    submitters: str = ANY_SUBMITTER,
 ) -> Graph:
     """The graph a save writes: fresh ids, nodes ordered from 1, edges from 0.
 
@@ -243,14 +246,17 @@ def build_graph(
         edges=edges,
         state_choices=state_choices,
         forbid_self_approval=forbid_self_approval,
+        submitters=submitters,
     )
 
 
-def stored_design(design: Design) -> dict[str, Any]:
-    """The design JSON kept with the version: nodes and kept connections, as given."""
+def stored_design(design: Design, submitters: str = ANY_SUBMITTER) -> dict[str, Any]:
+    """The design JSON kept with the version: nodes and kept connections, as given, and who
+    may submit (`read_graph` reads it back)."""
     return {
         "nodes": [_as_given(node) for node in design.nodes],
         "connections": [_as_given(connection) for connection in design.connections],
+        SUBMITTERS_KEY: submitters,
     }
 
 

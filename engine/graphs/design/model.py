@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.base.errors import NotFoundError
 from engine.graphs.tables import (
+    ANY_SUBMITTER,
     CONDITION,
     END,
     FORK,
@@ -84,7 +85,8 @@ class Graph:
     edges: tuple[Edge, ...]
     state_choices: tuple[str, ...] = ()
     is_active: bool = False
-    forbid_self_approval: bool = False  # an instance's submitter may not move or vote it
+    forbid_self_approval: bool = False  # the subject's owner (or submitter) may not move it
+    submitters: str = ANY_SUBMITTER  # who may submit: any, owner, or a role (SUBMITTERS)
     _outgoing: dict[uuid.UUID, tuple[Edge, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -134,6 +136,7 @@ class Graph:
         return {node.key: node for node in self.nodes.values()}
 
 
+SUBMITTERS_KEY = "submitters"  # the stored design's key for who may submit
 NODE_TYPES_WITHOUT_ASSIGNEES = (START, CONDITION, FORK, JOIN, END)
 BUSINESS_NODE_TYPES = (STATE,)
 
@@ -184,9 +187,15 @@ async def read_graph(
         state_choices=tuple(template.state_choices or ()),
         is_active=template.is_active,
         forbid_self_approval=bool(template.forbid_self_approval),
+        submitters=stored_submitters(template.design),
         nodes={row.id: node_from_row(row._mapping) for row in node_rows},
         edges=tuple(edge_from_row(row._mapping) for row in edge_rows),
     )
+
+
+def stored_submitters(design: Mapping[str, Any] | None) -> str:
+    """Who may submit, as a version keeps it: in its stored design (no column of its own)."""
+    return str((design or {}).get(SUBMITTERS_KEY, ANY_SUBMITTER))
 
 
 def node_from_row(row: Mapping[Any, Any]) -> Node:

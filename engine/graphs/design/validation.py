@@ -1,4 +1,4 @@
-"""What makes a template graph runnable: the rules S1-S20 a save reports, activation enforces."""
+"""What makes a template graph runnable: the rules S1-S21 a save reports, activation enforces."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from engine.graphs.tables import (
     NODE_TYPES,
     START,
     STATE,
+    SUBMITTERS,
     THRESHOLDS,
 )
 
@@ -65,6 +66,8 @@ def validate_graph(graph: Graph, conditions: Collection[str]) -> list[Problem]:
     S20    a state with a deadline has not exactly one escalation edge, or the
            deadline is not positive; an escalation edge leaves a node that is
            not a state with a deadline
+    S21    who may submit is not any, owner or a role (viewer, operator,
+           designer, admin)
     =====  ==================================================================
 
     Problems come in code order, then node order. Rules do not pile on: a rule
@@ -426,6 +429,14 @@ def _deadline_escalates(check: GraphCheck) -> Iterator[Problem]:
             )
 
 
+def _submitters_known(check: GraphCheck) -> Iterator[Problem]:
+    if check.graph.submitters not in SUBMITTERS:
+        yield check.problem(
+            "S21",
+            f"Who may submit is {check.graph.submitters!r}: say one of {', '.join(SUBMITTERS)}.",
+        )
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("S1", _one_start),
     ("S2", _start_has_one_transition),
@@ -447,4 +458,5 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("S18", _only_states_have_assignees),
     ("S19", _join_has_one_transition),
     ("S20", _deadline_escalates),
+    ("S21", _submitters_known),
 )

@@ -25,10 +25,16 @@ from engine.graphs.design.document import (
     stored_design,
 )
 from engine.graphs.design.joins import resolve_matched_joins
-from engine.graphs.design.model import Graph, edge_values, node_values, read_graph
+from engine.graphs.design.model import (
+    Graph,
+    edge_values,
+    node_values,
+    read_graph,
+    stored_submitters,
+)
 from engine.graphs.design.problems import Problem
 from engine.graphs.design.validation import validate_graph
-from engine.graphs.tables import TEMPLATES, GraphTables
+from engine.graphs.tables import ANY_SUBMITTER, TEMPLATES, GraphTables
 
 SAVED_MESSAGE = "Workflow saved successfully"
 WORKFLOW_KIND = "state_based"  # the only kind of workflow duly's graphs have
@@ -92,6 +98,9 @@ async def save_design(
     forbid_self_approval = bool(
         _first_given(checked.forbid_self_approval, base, "forbid_self_approval", False)
     )
+    submitters = checked.submitters
+    if submitters is None:
+        submitters = ANY_SUBMITTER if base is None else stored_submitters(base.design)
     template_id = uuid.uuid4()
     await connection.execute(
         insert(templates).values(
@@ -103,7 +112,7 @@ async def save_design(
             cloned_from=base.id if base is not None else None,
             description=_first_given(checked.description, base, "description", ""),
             state_choices=list(state_choices),
-            design=stored_design(checked),
+            design=stored_design(checked, submitters),
             forbid_self_approval=forbid_self_approval,
         )
     )
@@ -115,6 +124,7 @@ async def save_design(
             version=version,
             state_choices=tuple(state_choices),
             forbid_self_approval=forbid_self_approval,
+            submitters=submitters,
         )
     )
     await write_graph(connection, tables, graph)
@@ -172,6 +182,7 @@ async def load_design(
         "description": template.description or "",
         "state_choices": list(template.state_choices or ()),
         "forbid_self_approval": bool(template.forbid_self_approval),
+        "submitters": stored_submitters(template.design),
         "version": template.version,
         "is_latest": template.is_latest,
         "is_active": template.is_active,

@@ -17,11 +17,14 @@ class Actor:
     `groups` count toward a state's group assignees beside the directory's
     members (a token's groups claim, an API key's groups). `acted_by`, when
     set, is who acted in the user's stead (an admin): the history records both.
+    `roles` are the front door's role words the caller holds, implied ones
+    included: a template may let only a role submit.
     """
 
     user: str
     groups: frozenset[str] = frozenset()
     acted_by: str | None = None
+    roles: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, who: str | Actor) -> Actor:

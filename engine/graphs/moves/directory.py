@@ -47,6 +47,12 @@ async def effective_assignees(
     found = dict.fromkeys(users)
     for group in groups:
         found.update(dict.fromkeys(sorted(await directory.members(group))))
-    if acting is not None and not acting.groups.isdisjoint(groups):
-        found.setdefault(acting.user)
-    return list(found)
+    return admitted(list(found), groups, acting)
+
+
+def admitted(listed: list[str], groups: Collection[str], acting: Actor | None) -> list[str]:
+    """The directory's `listed` assignees, and `acting` last when their credential's groups
+    hold one of the state's `groups` though the directory does not list them."""
+    if acting is None or acting.user in listed or acting.groups.isdisjoint(groups):
+        return listed
+    return [*listed, acting.user]

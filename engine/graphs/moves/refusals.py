@@ -91,23 +91,23 @@ def refuse_move(
     return source, target, edge
 
 
-def self_approval(graph: Graph, instance: InstanceState, actor: Actor) -> bool:
-    """Whether `actor` is the instance's submitter on a graph that forbids self-approval."""
-    return graph.forbid_self_approval and actor.user == instance.submitted_by
+def self_approval(actor: Actor, approver: str | None) -> bool:
+    """Whether `actor` is the one the template forbids to approve (`submits.self_approver`)."""
+    return approver is not None and actor.user == approver
 
 
 def refuse_actor(
-    graph: Graph, instance: InstanceState, source: Node, actor: Actor, assignees: list[str]
+    graph: Graph, source: Node, actor: Actor, assignees: list[str], approver: str | None
 ) -> None:
     """StateWorkflowError when `actor` is not one of the state's assignees; SelfApprovalError
-    when the graph forbids self-approval and `actor` submitted the instance."""
+    when the graph forbids self-approval and `actor` owns (or submitted) the instance."""
     if actor.user not in assignees:
         raise StateWorkflowError(
             f"{actor.user!r} may not move {source.title!r}: not one of its assignees."
         )
-    if self_approval(graph, instance, actor):
+    if self_approval(actor, approver):
         raise SelfApprovalError(
-            f"{actor.user!r} submitted this instance of {graph.name!r}, which forbids "
+            f"{actor.user!r} owns or submitted this instance of {graph.name!r}, which forbids "
             f"self-approval: someone else must move {source.title!r}."
         )
 

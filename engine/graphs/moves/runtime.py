@@ -20,11 +20,10 @@ from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Select, Text, Uuid, bindparam, select
+from sqlalchemy import Select, Uuid, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from engine.base.errors import (
-    ConfigurationError,
     NotConnectedError,
     NotFoundError,
     StateWorkflowError,
@@ -35,7 +34,12 @@ from engine.events.routing import EventRegistry
 from engine.graphs.design.model import Edge, Graph, Node, load_graph
 from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.conditions import ConditionRegistry
-from engine.graphs.moves.directory import Directory, StaticDirectory, effective_assignees
+from engine.graphs.moves.directory import (
+    Directory,
+    StaticDirectory,
+    admitted,
+    effective_assignees,
+)
 from engine.graphs.moves.dispatch import cancel_instance, dispatch, finish, save
 from engine.graphs.moves.history import HistoryEntry, read_history
 from engine.graphs.moves.locks import live_branches, lock_branch, lock_instance, refuse_inactive
@@ -56,9 +60,15 @@ from engine.graphs.moves.refusals import (
 from engine.graphs.moves.snapshots import AvailableTransition, InstanceSnapshot, TransitionOutcome
 from engine.graphs.moves.states import BranchState, InstanceState
 from engine.graphs.moves.subjects import show_state, state_column, subject_ref
+from engine.graphs.moves.submits import (
+    owned,
+    refuse_submitter,
+    self_approver,
+    submitted_version,
+)
 from engine.graphs.moves.timers import escalate_visit, register_escalation
 from engine.graphs.moves.unit import Unit
-from engine.graphs.moves.votes import Tally, vote
+from engine.graphs.moves.votes import Tally, vote, voted_branches
 from engine.graphs.moves.writes import Writes
 from engine.graphs.tables import (
     ACTIVE,
@@ -79,15 +89,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("duly.graphs")
-
-
-@lru_cache(maxsize=64)
-def active_template_statement(tables: GraphTables) -> Select[Any]:
-    """The id of the active version named :name."""
-    templates = tables.table("template")
-    return select(templates.c.id).where(
-        templates.c.name == bindparam("name", type_=Text()), templates.c.is_active
-    )
 
 
 @lru_cache(maxsize=64)
@@ -144,8 +145,9 @@ class GraphRuntime:
     ) -> InstanceSnapshot:
         """Start the active version of `template_name` (or `template_id`) on `subject`.
 
-        Joins `session`'s transaction when given (never committing it),
-        else commits a transaction of its own.
+        Any other version is TemplateNotActiveError; a user the template does
+        not take submits from, SubmitterNotAllowedError. Joins `session`'s
+        transaction when given (never committing it), else commits its own.
         """
         subject_ref(subject)  # refused now: not a subject, or not flushed yet
         state_column(type(subject))  # a subject without its state column is refused now
@@ -177,16 +179,9 @@ class GraphRuntime:
         template_id: uuid.UUID | None,
     ) -> Unit:
         subject_type, subject_key = subject_ref(subject)
-        by_name = template_id is None
-        if template_id is None:
-            if template_name is None:
-                raise ConfigurationError("submit() needs a template_name or a template_id.")
-            template_id = (
-                await conn.execute(active_template_statement(self.tables), {"name": template_name})
-            ).scalar()
-            if template_id is None:
-                raise NotFoundError(f"No active graph template is named {template_name!r}.")
+        template_id = await submitted_version(conn, self.tables, template_name, template_id)
         graph = await load_graph(conn, self.tables, template_id)
+        refuse_submitter(graph, subject, actor)
         target = initial_node(graph, self.conditions)
         instance = InstanceState(
             id=uuid.uuid4(),
@@ -204,7 +199,7 @@ class GraphRuntime:
             new=True,
         )
         unit = self._unit(conn, graph, instance, actor)
-        unit.version_active = by_name  # the name's active version, found just now
+        unit.version_active = True  # only the active version starts, share-locked just now
         unit.subject_row = subject
         unit.starting = True
         unit.record(
@@ -224,19 +219,22 @@ class GraphRuntime:
     async def transitions_for(
         self, instance_id: uuid.UUID, user: str | Actor
     ) -> list[AvailableTransition]:
-        """Per active branch, the edges `user` may take now (in order, then id); none for the
-        submitter of an instance whose template forbids self-approval."""
+        """Per active branch, the edges `user` may take now (in order, then id); none where
+        they have voted already, none for whom the template forbids self-approval."""
         actor = Actor.of(user)
         async with self.reading() as conn:
             instance, graph = await self._read_instance(conn, instance_id)
-            if instance.state_status != ACTIVE or self_approval(graph, instance, actor):
+            if instance.state_status != ACTIVE:
+                return []
+            unit = self._unit(conn, graph, instance, actor)
+            if self_approval(actor, await self._self_approver(unit)):
                 return []
             branches = await live_branches(conn, self.tables, instance.id)
-            unit = self._unit(conn, graph, instance, actor)
+            voted = await voted_branches(conn, self.tables, instance.id, actor.user)
             available = []
             for branch in sorted(branches, key=BranchState.order):
                 source = graph.nodes.get(branch.node_id) if branch.node_id else None
-                if source is None or source.node_type != STATE:
+                if source is None or source.node_type != STATE or branch.id in voted:
                     continue
                 if actor.user not in await self._assignees(source, actor):
                     continue
@@ -261,8 +259,9 @@ class GraphRuntime:
 
         `source_node_id`, when given, is the state the user saw the branch on:
         if it has moved on since, the transition is refused saying so. A user
-        who is not an assignee is refused (StateWorkflowError), and so is the
-        submitter where the template forbids self-approval (SelfApprovalError).
+        who is not an assignee is refused (StateWorkflowError), the owner (else
+        the submitter) where the template forbids self-approval
+        (SelfApprovalError), and a second vote at the visit (AlreadyVotedError).
         """
         registry = chosen_registry(self.events)
         async with self.engine.begin() as conn:
@@ -308,13 +307,15 @@ class GraphRuntime:
         source, target, edge = refuse_move(
             graph, branch_id, branch_status, node_id, target_id, source_node_id
         )
-        assignees = await self._assignees(source, actor)
-        refuse_actor(graph, instance, source, actor, assignees)
+        listed = await self._assignees(source)
+        unit = self._unit(conn, graph, instance, actor)
+        approver = await self._self_approver(unit)
+        assignees = admitted(listed, source.assignee_groups, actor)
+        refuse_actor(graph, source, actor, assignees, approver)
         if edge.comment_required and not comment.strip():
             raise StateWorkflowError(
                 f"Moving from {source.title!r} to {target.title!r} requires a comment."
             )
-        unit = self._unit(conn, graph, instance, actor)
         if not await self._guard_allows(unit, edge):
             raise StateWorkflowError(
                 f"The transition from {source.title!r} to {target.title!r} is not allowed now "
@@ -328,7 +329,7 @@ class GraphRuntime:
             raise StateWorkflowError(
                 f"Branch {branch_id} has no current visit of {source.title!r}."
             )
-        return unit, await vote(unit, branch, source, target, assignees, comment)
+        return unit, await vote(unit, branch, source, target, listed, comment)
 
     # -- escalation ------------------------------------------------------------------------
 
@@ -443,6 +444,15 @@ class GraphRuntime:
         return await effective_assignees(
             self.directory, node.assignee_users, node.assignee_groups, actor
         )
+
+    async def _self_approver(self, unit: Unit) -> str | None:
+        """Who may not move the instance (its subject's owner, else its submitter) where the
+        template forbids self-approval; None where it does not (the subject left unread)."""
+        if not unit.graph.forbid_self_approval:
+            return None
+        if not owned(unit.instance.subject_type):
+            return unit.instance.submitted_by
+        return self_approver(unit.instance.submitted_by, await unit.subject())
 
     async def _guard_allows(self, unit: Unit, edge: Edge) -> bool:
         """A manual guard (a predicate named on the edge) must answer yes; none always does."""

@@ -23,6 +23,9 @@ class GraphSubject:
 
     # The column that mirrors the instance's state code; rename it with this attribute.
     __graph_state_column__: ClassVar[str] = "workflow_state"
+    # The column naming the user who owns the row (None: it has no owner): who may submit it
+    # where the template says owner, and who may not approve it where it forbids self-approval.
+    __graph_owner_column__: ClassVar[str | None] = None
 
     workflow_state: Mapped[str | None] = mapped_column(Text, default=None)
 
@@ -86,6 +89,15 @@ def key_values(cls: type[Any], key: str) -> tuple[Any, ...]:
         column.type.python_type(part) if column.type.python_type is not str else part
         for column, part in zip(columns, parts, strict=True)
     )
+
+
+def subject_owner(subject: Any) -> str | None:
+    """The user who owns the subject row by its owner column; None without one, or blank."""
+    column = getattr(type(subject), "__graph_owner_column__", None)
+    if not column:
+        return None
+    owner = getattr(subject, column)
+    return str(owner) if owner not in (None, "") else None
 
 
 def show_state(subject: Any, code: str | None) -> None:

@@ -4,9 +4,11 @@ JSON in and out, under `/graphs`. The routes parse (the models of
 `functions.requests.graphs`, the console's too), call the process's
 `GraphRuntime` (engine.graphs) and shape the reply; a refusal of the
 runtime is a `WorkflowTransitionError`, answered with its status and code
-by `functions.http.errors` (400 for a refused transition, 409 for an ended
-instance or a subject already in a workflow, 403 for a forbidden
-self-approval). The request's principal acts (`functions.requests.graphs.acting`).
+by `functions.http.errors` (400 for a refused transition; 409 for an ended
+instance, a subject already in a workflow, a version that is not the active
+one, a second vote; 403 for a forbidden self-approval or a submitter the
+template does not take). The request's principal acts
+(`functions.requests.graphs.acting`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ router = APIRouter(
     responses=not_found("graph workflows in this app, or no such template or instance"),
 )
 ENDED = conflict("The instance has ended", GraphRefusal)
+VOTED = conflict(
+    "The instance has ended (WORKFLOW_COMPLETED), or the caller has voted at this state "
+    "already (ALREADY_VOTED)",
+    GraphRefusal,
+)
+SUBMIT_REFUSED = conflict(
+    "The subject is in a workflow already (SUBMISSION_ERROR), or the version named is not "
+    "its template's active one (TEMPLATE_NOT_ACTIVE)",
+    GraphRefusal,
+)
 
 
 def _runtime() -> GraphRuntime:
@@ -78,11 +90,14 @@ async def activate_graph_template(template_id: uuid.UUID) -> dict[str, Any]:
 @router.post(
     "/instances",
     status_code=201,
-    responses=conflict("The subject is in a workflow already", GraphRefusal),
+    responses=SUBMIT_REFUSED,
     dependencies=[allow(Role.VIEWER)],
 )
 async def submit_subject(request: Request, body: SubmitRequest) -> dict[str, Any]:
-    """Submit a subject to a workflow: its instance, started."""
+    """Submit a subject to a workflow's active version, as the caller: its instance, started.
+
+    The template says who may submit (403 SUBMITTER_NOT_ALLOWED for others).
+    """
     principal = principal_of(request)
     return await graphs.submit_subject(_runtime(), request.app.state.Session, body, principal)
 
@@ -105,12 +120,13 @@ async def available_transitions(
 
 
 @router.post(
-    "/instances/{instance_id}/transitions", responses=ENDED, dependencies=[allow(Role.VIEWER)]
+    "/instances/{instance_id}/transitions", responses=VOTED, dependencies=[allow(Role.VIEWER)]
 )
 async def transition(
     request: Request, instance_id: uuid.UUID, body: TransitionRequest
 ) -> dict[str, Any]:
-    """Move a branch (or vote toward a move, under a threshold), as the caller."""
+    """Move a branch (or vote toward a move, under a threshold), as the caller: one vote a
+    person a state's visit."""
     return await graphs.take_transition(_runtime(), instance_id, body, principal_of(request))
 
 

@@ -20,7 +20,7 @@
   const diagram = /** @type {any} */ (window).dulyDiagram;
   const data = JSON.parse(byId("designer-data").textContent || "{}");
   /** @type {{name: string, description?: string, stateChoices: string[], baseTemplateId?: string,
-   *   forbidSelfApproval?: boolean, nodes: any[], connections: any[]}} */
+   *   forbidSelfApproval?: boolean, submitters?: string, nodes: any[], connections: any[]}} */
   const design = data.design;
   /** @type {any[]} */
   let problems = [];
@@ -152,6 +152,8 @@
   byId("design-states").value = (design.stateChoices || []).join(", ");
   byId("design-forbid-self").checked = Boolean(design.forbidSelfApproval);
   byId("design-forbid-self").addEventListener("change", (/** @type {any} */ e) => { design.forbidSelfApproval = e.target.checked; });
+  byId("design-submitters").value = design.submitters || "any";
+  byId("design-submitters").addEventListener("change", (/** @type {any} */ e) => { design.submitters = e.target.value; });
   design.stateChoices = design.stateChoices || [];
   byId("design-name").addEventListener("input", (/** @type {any} */ e) => { design.name = e.target.value; });
   byId("design-description").addEventListener("input", (/** @type {any} */ e) => { design.description = e.target.value; });
@@ -366,6 +368,7 @@
       description: design.description || "",
       stateChoices: design.stateChoices,
       forbidSelfApproval: Boolean(design.forbidSelfApproval),
+      submitters: design.submitters || "any",
       ...(design.baseTemplateId ? { baseTemplateId: design.baseTemplateId } : {}),
       nodes: design.nodes.map((n) => ({ ...n, x: Math.round(Number(n.x) || 0), y: Math.round(Number(n.y) || 0) })),
       connections: design.connections,
