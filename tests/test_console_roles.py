@@ -1,6 +1,6 @@
 """The console offers each visitor only the forms its role may use, over real HTTP.
 
-- a viewer sees no Run, Deliver, Cancel, Start, Bulk, replay or clock form; an operator
+- a viewer sees no Run, Deliver, Cancel, Start, Bulk, replay, clock or schedule form; an operator
   sees them all: test_each_role_sees_only_the_forms_it_may_use
 """
 
@@ -11,7 +11,9 @@ import json
 import httpx
 import pytest
 
+from engine.testing import drain
 from functions import examples
+from functions.examples import Digest
 from functions.identity.keys import digest_of, new_key
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
@@ -33,6 +35,7 @@ FORMS = {
     "clock": 'action="/console/clock"',
     "replay": 'action="/console/outbox/replay"',
     "bulk form": 'action="/console/bulk/onboarding"',
+    "schedule": 'action="/console/schedules/trigger"',
 }
 
 
@@ -42,7 +45,7 @@ async def shown(client: httpx.AsyncClient, key: str) -> dict[str, bool]:
     login = {"csrf_token": token, "token": key, "next": "/console"}
     assert (await client.post("/console/login", data=login)).status_code == 303
     pages = ["/console", "/console/runs/onboarding/1", "/console/runs/onboarding"]
-    pages += ["/console/outbox", "/console/bulk/onboarding"]
+    pages += ["/console/outbox", "/console/bulk/onboarding", "/console/schedules"]
     text = ""
     for page in pages:
         reply = await client.get(page)
@@ -70,10 +73,14 @@ async def test_each_role_sees_only_the_forms_it_may_use(
         )
         assert dead.status_code == 200
         db.sql("UPDATE duly_outbox SET status = 'dead_letter'")
+        assert await Digest(name="weekday").start(Digest.send)
+        await drain(Session, [Digest])  # its first firing puts it on its cron
         operator = await shown(client, OPERATOR_KEY)
         client.cookies.clear()
         viewer = await shown(client, VIEWER_KEY)
         page = await client.get("/console/runs/onboarding/1")
+        schedules = await client.get("/console/schedules")
     assert operator == dict.fromkeys(FORMS, True)
     assert viewer == dict.fromkeys(FORMS, False)
     assert "Your role may read this run, not act on it." in page.text
+    assert "Your role may read the schedules, not pause" in schedules.text
