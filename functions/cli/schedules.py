@@ -1,7 +1,7 @@
 """`duly schedules [NAME]` and `duly schedules pause|resume|trigger NAME KEY`.
 
 The list is the API's `GET /schedules`; an action is the API's too, recorded in
-the audit trail as the user running the command (`cli:<login>`).
+the audit trail as the user running the command (`functions.cli.actor`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import getpass
 import json
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import DulyError, RunBusyError, connect_workflows
 from engine.runs.schedules import SCHEDULE_ACTIONS
 from engine.views.schedules import ScheduledRun
+from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
     app_database,
@@ -114,10 +114,11 @@ async def act_on_schedule(
 ) -> int:
     """Pause, resume or trigger one scheduled run, as the user running the command."""
     action, workflow, key = words
+    actor = cli_actor()
     async with connect_workflows(Session) as connection:
         try:
             steered = await schedules.steer(
-                connection, workflow, key, action, actor=f"cli:{getpass.getuser()}", via="cli"
+                connection, workflow, key, action, actor=actor.id, via=actor.via
             )
         except RunBusyError as exc:
             print(f"duly: {exc}", file=sys.stderr)
