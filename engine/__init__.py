@@ -31,6 +31,7 @@ __all__ = [
     "Delivery",
     "Design",
     "Directory",
+    "Duly",
     "DulyError",
     "DurableWorkflowEngine",
     "EngineTables",
@@ -139,6 +140,7 @@ __all__ = [
 
 # Every public name, by the module that defines it: imported on first use.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    "engine.application": ("Duly",),
     "engine.base.cron": ("Cron",),
     "engine.base.errors": (
         "ActionAlreadyRegisteredError",
@@ -314,6 +316,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 if TYPE_CHECKING:
+    from engine.application import Duly
     from engine.base.cron import Cron
     from engine.base.errors import (
         ActionAlreadyRegisteredError,

@@ -31,8 +31,8 @@ from engine import configure_event_registry, get_event_registry
 from engine.base.notify import EVERYONE
 from engine.graphs.configure import forget_graph_runtime
 from engine.worker.loop import Worker
-from functions.app_config import configure_app_graphs
 from functions.local.command import configure_events
+from infra.app_config import configure_app_graphs
 from infra.settings import Settings
 
 T = TypeVar("T")

@@ -26,7 +26,6 @@ from engine.events.configure import routing_of
 from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection, activate, open_connection
 from engine.worker.options import WorkerOptions
-from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
@@ -39,6 +38,7 @@ from functions.cli.common import (
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
 from functions.requests.audited import replay_recorded
+from infra.app_config import configure_app_events, mapped_event_tables
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
-from functions.app_config import mapped_event_tables
 from functions.cli.common import (
     SET_UP_ERRORS,
     app_database,
@@ -29,6 +28,7 @@ from functions.cli.common import (
     set_up_refused,
 )
 from functions.cli.output import aligned, refused
+from infra.app_config import mapped_event_tables
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -198,7 +198,7 @@ async def _wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
     caught_up = released = False
     try:
         async with run_workflows(
-            container.Session,
+            container.application.parts_for(container.Session),  # its own connection
             on_idle=rt.tell_idle,
             suspends_when_idle=True,
             lease=budget.lease(),
@@ -326,7 +326,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     if budget.until_stop() > 0:
         lease = min(budget.lease().total_seconds(), float(settings.outbox_claim_ttl_seconds))
         async with run_workflows(
-            container.Session,
+            container.application.parts_for(container.Session),  # its own connection
             workflows=[tables.outbox],
             suspends_when_idle=True,
             lease=_seconds(lease),

@@ -72,18 +72,16 @@ def configure_app_events(
     """
     if outbox is None and EVENT_CONFIGURE not in sys.modules:
         return None
-    from engine.events.configure import (
-        configure_event_registry,
-        default_event_registry,
-        get_event_registry,
-    )
+    from engine.events.configure import configure_event_registry, get_event_registry
     from engine.events.database import DatabaseEventRegistry
-    from engine.events.routing import Routes
+    from engine.events.routing import InMemoryEventRegistry, Routes
 
-    before = before if before is not None else default_event_registry()
     registry = get_event_registry()
-    if registry is not before:
-        return registry
+    if registry is not before and (
+        before is not None or type(registry) is not InMemoryEventRegistry
+    ):
+        return registry  # the app configured its own
+    before = registry
     module = sys.modules.get(app_module)
     chosen = getattr(module, APP_REGISTRY, None)
     if not isinstance(chosen, DatabaseEventRegistry):
@@ -109,3 +107,17 @@ def configure_app_graphs(app_module: str) -> GraphRuntime | None:
     if not isinstance(runtime, GraphRuntime):
         return None
     return configure_graph_runtime(runtime)
+
+
+def app_application(
+    app_module: str, metadatas: Sequence[MetaData], Session: Any, before: EventRegistry | None
+) -> Any:
+    """The application of the app module on `Session`: its event registry (for its outbox)
+    and graph runtime configured as `duly dev`, the Lambda runtime and the pytest plugin
+    configure them (one path). `before` is `registry_before_app()` before the import."""
+    from engine import Duly
+
+    tables = mapped_event_tables(metadatas)
+    registry = configure_app_events(app_module, before, tables.outbox if tables else None)
+    runtime = configure_app_graphs(app_module)
+    return Duly(Session, event_registry=registry, graph_runtime=runtime)
