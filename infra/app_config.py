@@ -116,8 +116,12 @@ def app_application(
     and graph runtime configured as `duly dev`, the Lambda runtime and the pytest plugin
     configure them (one path). `before` is `registry_before_app()` before the import."""
     from engine import Duly
+    from engine.model.application import current_application
 
-    tables = mapped_event_tables(metadatas)
-    registry = configure_app_events(app_module, before, tables.outbox if tables else None)
-    runtime = configure_app_graphs(app_module)
-    return Duly(Session, event_registry=registry, graph_runtime=runtime)
+    current = current_application()
+    made = current.parts_for(Session, Duly) if current is not None else Duly(Session)
+    with made.current():  # what is configured goes to the new application, nowhere else
+        tables = mapped_event_tables(metadatas)
+        configure_app_events(app_module, before, tables.outbox if tables else None)
+        configure_app_graphs(app_module)
+    return made

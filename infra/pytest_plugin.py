@@ -3,7 +3,7 @@
 Installed with duly (the `pytest11` entry point), it loads in every pytest run
 of the environment, so importing it starts nothing and imports neither
 SQLAlchemy, psycopg nor the engine. Its fixtures, all named `duly_*`
-(`duly_server`, `duly_database`, `duly_metadata`, `duly_session`,
+(`duly_server`, `duly_database`, `duly_metadata`, `duly_session`, `duly_app`,
 `duly_connection`, `duly_drain`, `duly_clock`), are described in README.md;
 the async ones need pytest-asyncio, and `duly_server` needs `duly[local]`
 unless DULY_TEST_DATABASE_URL names a server.
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+    from engine import Duly
     from engine.model.connection import WorkflowConnection
     from infra.embedded import EmbeddedPostgres
 
@@ -292,14 +293,31 @@ async def duly_session(
     return await duly_database.create(*metadatas)
 
 
+@pytest.fixture
+def duly_app(pytestconfig: pytest.Config, duly_session: async_sessionmaker[AsyncSession]) -> Duly:
+    """The app's application on this test's database: its event registry (a database one
+    for its outbox) and graph runtime, configured as `duly dev` and the Lambda runtime do."""
+    from engine import Duly
+    from infra.app_config import app_application
+
+    from engine.model.application import current_application
+
+    modules = app_modules(pytestconfig)
+    if not modules:
+        current = current_application()
+        return current.parts_for(duly_session, Duly) if current else Duly(duly_session)  # type: ignore[return-value]
+    metadatas = app_metadata(modules)
+    application: Duly = app_application(modules[-1], metadatas, duly_session, None)
+    return application
+
+
 @async_fixture
-async def duly_connection(
-    duly_session: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[WorkflowConnection]:
-    """`connect_workflows(duly_session)` entered: `row.start()` and handles reach this database."""
+async def duly_connection(duly_app: Duly) -> AsyncIterator[WorkflowConnection]:
+    """`connect_workflows(duly_app)` entered: `row.start()`, handles, the app's registry and
+    graph runtime reach this database, and workers started in the test serve its app."""
     from engine import connect_workflows
 
-    async with connect_workflows(duly_session) as connection:
+    async with connect_workflows(duly_app) as connection:
         yield connection
 
 

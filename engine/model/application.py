@@ -61,9 +61,12 @@ class Application:
             self.escalations[timer.__table__.name] = runtime.escalate
         return runtime
 
-    def parts_for(self, Session: async_sessionmaker[AsyncSession]) -> Application:
-        """A new application on `Session` with this one's parts (registry, runtime, hooks)."""
-        made = type(self)(
+    def parts_for(
+        self, Session: async_sessionmaker[AsyncSession], kind: type[Application] | None = None
+    ) -> Application:
+        """A new application (of `kind`, else this one's class) on `Session` with this one's
+        parts (registry, runtime, hooks)."""
+        made = (kind or type(self))(
             Session,
             workflows=self.workflows,
             event_registry=self.event_registry,
