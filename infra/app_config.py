@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from engine.events.records import EventTables
     from engine.events.routing import EventRegistry
     from engine.graphs.moves.runtime import GraphRuntime
+    from engine.model.application import Application
 
 APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 APP_GRAPH_RUNTIME = "graph_runtime"  # the app module's graph runtime
@@ -110,16 +111,21 @@ def configure_app_graphs(app_module: str) -> GraphRuntime | None:
 
 
 def app_application(
-    app_module: str, metadatas: Sequence[MetaData], Session: Any, before: EventRegistry | None
-) -> Any:
-    """The application of the app module on `Session`: its event registry (for its outbox)
-    and graph runtime configured as `duly dev`, the Lambda runtime and the pytest plugin
-    configure them (one path). `before` is `registry_before_app()` before the import."""
-    from engine import Duly
-    from engine.model.application import current_application
+    app_module: str,
+    metadatas: Sequence[MetaData],
+    Session: Any,
+    before: EventRegistry | None,
+    kind: type[Application] | None = None,
+) -> Application:
+    """The application (a `kind`: the model's plain one unless told, which imports no views)
+    of the app module on `Session`: its event registry (for its outbox) and graph runtime
+    configured as `duly dev`, the Lambda runtime and the pytest plugin configure them (one
+    path). `before` is `registry_before_app()` before the import."""
+    from engine.model.application import Application, current_application
 
     current = current_application()
-    made = current.parts_for(Session, Duly) if current is not None else Duly(Session)
+    chosen = kind or Application
+    made = current.parts_for(Session, chosen) if current is not None else chosen(Session)
     with made.current():  # what is configured goes to the new application, nowhere else
         tables = mapped_event_tables(metadatas)
         configure_app_events(app_module, before, tables.outbox if tables else None)

@@ -298,16 +298,16 @@ def duly_app(pytestconfig: pytest.Config, duly_session: async_sessionmaker[Async
     """The app's application on this test's database: its event registry (a database one
     for its outbox) and graph runtime, configured as `duly dev` and the Lambda runtime do."""
     from engine import Duly
-    from infra.app_config import app_application
-
     from engine.model.application import current_application
+    from infra.app_config import app_application
 
     modules = app_modules(pytestconfig)
     if not modules:
         current = current_application()
         return current.parts_for(duly_session, Duly) if current else Duly(duly_session)  # type: ignore[return-value]
     metadatas = app_metadata(modules)
-    application: Duly = app_application(modules[-1], metadatas, duly_session, None)
+    application = app_application(modules[-1], metadatas, duly_session, None, Duly)
+    assert isinstance(application, Duly)
     return application
 
 

@@ -31,9 +31,7 @@ async def serve(db: Database, name: str, seen: list[tuple[str, str]]) -> Duly:
     and run its worker until its handlers saw both of its events."""
     Session = await db.create(app.Base.metadata, outbox_app.Base.metadata)
     # No outbox= : the registry finds the outbox of the application it serves.
-    registry = DatabaseEventRegistry(
-        settings=EventSettings(mode="production", async_delivery=True)
-    )
+    registry = DatabaseEventRegistry(settings=EventSettings(mode="production", async_delivery=True))
 
     async def heard(event: WorkflowEvent) -> None:
         seen.append((event.event_type, str(event.payload.get("app", ""))))
@@ -76,9 +74,7 @@ async def test_two_applications_on_two_databases_see_only_their_own(
     async with fresh_database(server) as other:
         seen_a: list[tuple[str, str]] = []
         seen_b: list[tuple[str, str]] = []
-        first, second = await asyncio.gather(
-            serve(db, "a", seen_a), serve(other, "b", seen_b)
-        )
+        first, second = await asyncio.gather(serve(db, "a", seen_a), serve(other, "b", seen_b))
         for duly, name, seen in ((first, "a", seen_a), (second, "b", seen_b)):
             Session = duly.Session
             async with Session() as session:

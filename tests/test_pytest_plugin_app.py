@@ -17,7 +17,7 @@ from infra.pytest_plugin import Server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-APP = '''\
+APP = """\
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import GraphRuntime, GraphSubject, declare_engine_tables, get_event_registry
@@ -45,9 +45,9 @@ async def assigned(event):
 
 
 get_event_registry().register("duly.graph.state_assignment", assigned)
-'''
+"""
 
-TEST = '''\
+TEST = """\
 from engine import get_graph_runtime, save_design, activate_template
 
 from notified.app import Claim, heard
@@ -81,7 +81,7 @@ async def test_a_graph_notification_reaches_the_apps_handler(
     await runtime.submit(claim, "sam", template_name="claims")
     assert await duly_drain() >= 1  # the outbox's row, routed
     assert heard == ["review"]
-'''
+"""
 
 
 def test_the_plugin_configures_the_apps_registry_and_graph_runtime(
