@@ -16,12 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 from engine.base.errors import NotConnectedError
+from engine.bulk.runs import RunPlan, plan_runs
 from engine.model.application import Application
 from engine.model.connection import WorkflowConnection, connect_workflows
 from engine.testing import move_clock, reset_clock
+from engine.views.filters import RunFilter
 from engine.views.overview import Overview, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunPage, find_workflow, list_runs
+from engine.views.schedules import ScheduledRun, list_schedules
 from engine.worker.loop import Worker
 from engine.worker.running import run_workflows
 
@@ -63,6 +66,20 @@ class Duly(Application):
         """One run of `workflow` in full, by its key as text."""
         connection = self.open()
         return await run_detail(connection, find_workflow(connection, workflow), key)
+
+    async def schedules(self) -> list[ScheduledRun]:
+        """Every scheduled run of its workflows."""
+        return await list_schedules(self.open())
+
+    async def plan_bulk(self, workflow: str, filters: RunFilter) -> RunPlan:
+        """A bulk action's dry run over `workflow`'s runs (`engine.bulk`'s batches act on it)."""
+        connection = self.open()
+        return await plan_runs(connection, find_workflow(connection, workflow), filters)
+
+    async def replay_dead_letters(self, event_ids: list[str] | None = None) -> list[str]:
+        """Make its outbox's dead letters (all, or these) due again; their ids."""
+        replayed: list[str] = await self.event_registry.replay_dead_letters(event_ids)
+        return replayed
 
     async def publish(self, event: Any) -> bool:
         """Publish `event` through its event registry."""

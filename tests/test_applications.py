@@ -54,6 +54,9 @@ async def serve(db: Database, name: str, seen: list[tuple[str, str]]) -> Duly:
         await duly.graphs.submit(claim, "sam", template_name="claims")
         await wait_until(lambda: len(seen) >= 2, timeout=20, what=f"{name}'s handlers")
         await wait_until(lambda: order_placed(Session), timeout=20, what=f"{name}'s order")
+        # The doors' reads through the object see its own database only.
+        page = await duly.runs("orders")
+        assert [run.row["reference"] for run in page.runs] == [f"{name}-order"]
     return duly
 
 
