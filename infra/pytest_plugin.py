@@ -218,6 +218,7 @@ class Drain:
     """`await duly_drain()`: run every step due now, and what they make due now."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
+    application: Duly | None = None  # whose registry and graph runtime its steps use
 
     async def __call__(
         self, workflows: Iterable[type[Any]] | None = None, *, max_concurrency: int = 8
@@ -225,7 +226,10 @@ class Drain:
         """How many steps it started (see `engine.testing.drain`)."""
         from engine.testing import drain
 
-        return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
+        if self.application is None:
+            return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
+        with self.application.current():
+            return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
 
 
 @dataclass(frozen=True)
@@ -322,9 +326,10 @@ async def duly_connection(duly_app: Duly) -> AsyncIterator[WorkflowConnection]:
 
 
 @pytest.fixture
-def duly_drain(duly_session: async_sessionmaker[AsyncSession]) -> Drain:
-    """`await duly_drain()` runs what is due now on this test's database, deterministically."""
-    return Drain(duly_session)
+def duly_drain(duly_session: async_sessionmaker[AsyncSession], duly_app: Duly) -> Drain:
+    """`await duly_drain()` runs what is due now on this test's database, deterministically,
+    with the app's registry and graph runtime."""
+    return Drain(duly_session, duly_app)
 
 
 @pytest.fixture

@@ -25,10 +25,11 @@ CONTAINERS = {
     "Counter",
 }
 ALLOWED = {
-    # A class -> its computed info, keyed weakly: a cache of its input.
-    ("engine/model/registry.py", "_registry"): "a mapped class's WorkflowInfo, keyed weakly",
+    # A class -> what it computes to, once: a cache of its input. A plain dict where the
+    # lookup is on the step's path (a weak key makes a weakref per lookup).
+    ("engine/model/registry.py", "_registry"): "a mapped class's WorkflowInfo, by class",
     ("engine/tables.py", "_declared"): "a base's engine tables, keyed weakly by the base",
-    ("engine/events/records.py", "_tables"): "an outbox class's sibling tables, keyed weakly",
+    ("engine/events/records.py", "_tables"): "an outbox class's sibling tables, by class",
     ("engine/events/deliveries.py", "_logs"): "a database engine's delivery logs, keyed weakly",
     # Immutable reads: a template version never changes once saved, and its id is a UUID.
     ("engine/graphs/design/model.py", "_graphs"): "bounded cache of never-changing versions",
@@ -51,7 +52,9 @@ def _container(value: ast.expr | None) -> bool:
 
 
 def _constant(name: str) -> bool:
-    return name.lstrip("_").isupper()
+    """An UPPER_CASE constant, or a dunder the module protocol reads (`__all__`)."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return dunder or name.lstrip("_").isupper()
 
 
 def module_state(path: Path) -> list[tuple[str, str]]:
