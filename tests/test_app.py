@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from engine import ConfigurationError, NotFoundError
 from functions import examples
+from functions.app import create_app
 from functions.examples import Onboarding
-from functions.http.app import create_app
 from functions.http.errors import SERVER_ERROR
 from tests.conftest import Database
 from tests.helpers import onboarding, serving, wait_until

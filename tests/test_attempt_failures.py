@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import connect_workflows
 from engine.testing import drain, move_clock
 from engine.worker.failures import TRACEBACK_LIMIT
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import failing
 from tests.apps.failing import Payment
 from tests.conftest import Database

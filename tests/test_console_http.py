@@ -45,8 +45,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import WorkflowEvent
 from engine.testing import drain, read_clock_shift
 from functions import examples
+from functions.app import create_app
 from functions.examples import Expense, Onboarding, Research
-from functions.http.app import create_app
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving

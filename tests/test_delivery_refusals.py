@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import Delivery, connect_workflows
 from engine.testing import drain, move_clock
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import api
 from tests.apps.api import Invoice
 from tests.conftest import Database

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 
 from engine.testing import move_clock, read_clock_shift
 from functions import examples
+from functions.app import create_app
 from functions.examples import Onboarding
-from functions.http.app import create_app
 from functions.local.command import exposure_warning
 from functions.local.dev import create_dev_app
 from tests.conftest import Database

@@ -34,7 +34,7 @@ from engine import GraphRuntime, graph_tables
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
 from engine.graphs.moves.conditions import ConditionRegistry
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.apps import graphs as graph_app
 from tests.conftest import Database

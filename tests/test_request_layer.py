@@ -15,7 +15,7 @@ import re
 import httpx
 from sqlalchemy import func, select
 
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.lambdas import handlers as lambda_handlers
 from functions.requests.errors import Problem
 from tests.apps.serverless_app import SIGNUP, Outbox
