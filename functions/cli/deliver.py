@@ -10,13 +10,15 @@ import asyncio
 import functools
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     set_up_refused,
@@ -28,7 +30,7 @@ from functions.requests.lookup import find_writable
 from functions.requests.runs import DeliverRequest, deliver_event, delivery_answer, parse_body
 
 
-def add_deliver(commands: Any, add_database_url: Any) -> None:
+def add_deliver(commands: Commands) -> None:
     """`duly deliver` and its options."""
     parser = commands.add_parser("deliver", help="deliver an event to a run; say why it refused")
     add_database_url(parser)
