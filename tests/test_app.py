@@ -168,8 +168,10 @@ async def test_client_mistakes_are_4xx_with_a_message_never_500(db: Database) ->
         assert "limit" in str(replies[url].json()["detail"])
     assert replies["/runs/onboarding?limit=many"].status_code == 422
     for url in ("/runs/onboarding/abc/history", "/runs/onboarding/1.5/history"):
-        assert replies[url].status_code == 400
-        assert replies[url].json()["detail"].endswith("for onboarding: expected int.")
+        assert replies[url].status_code == 422  # a key that is not one: placed at `key`
+        [problem] = replies[url].json()["detail"]
+        assert problem["loc"] == ["path", "key"]
+        assert problem["msg"].endswith("for onboarding: expected int.")
     for url, reply in replies.items():
         assert reply.status_code in (400, 404, 422), (url, reply.status_code, reply.text)
         assert reply.json()["detail"], url

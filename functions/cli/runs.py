@@ -31,6 +31,7 @@ from functions.cli.common import (
     set_up_refused,
 )
 from functions.cli.output import aligned, refused
+from functions.requests.runs import url_key
 
 SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
 
@@ -219,7 +220,8 @@ async def print_run(
     async with connect_workflows(Session) as connection:
         try:
             info = find_workflow(connection, args.workflow)
-            detail = await run_detail(connection, info, args.key, attempts=max(args.attempts, 0))
+            key = url_key(info, args.key)
+            detail = await run_detail(connection, info, key, attempts=max(args.attempts, 0))
         except DulyError as exc:
             return refused(exc)
     if args.json:

@@ -21,6 +21,7 @@ from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
+from functions.requests.runs import url_key
 
 if TYPE_CHECKING:
     from engine.model.registry import WorkflowInfo
@@ -148,6 +149,6 @@ async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    detail = await run_view.run_detail(connection, info, key)
+    detail = await run_view.run_detail(connection, info, url_key(info, key, ("path", "key")))
     found: dict[str, Any] = jsonable_encoder(detail.to_dict())
     return found
