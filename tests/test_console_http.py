@@ -121,7 +121,7 @@ async def test_client_mistakes_are_4xx_pages(db: Database) -> None:
         expected = {
             "/console/runs/nope": 404,
             "/console/runs/nope/1": 404,
-            "/console/runs/onboarding/abc": 400,
+            "/console/runs/onboarding/abc": 422,  # the URL names no key of onboarding
             f"/console/runs/onboarding/{10**30}": 400,
             f"/console/runs/onboarding/{row.id + 1000}": 404,
             "/console/runs/onboarding?state=asleep": 400,

@@ -9,6 +9,7 @@ bad key (a 422 with a sentence, or the CLI's sentence and exit 2).
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from urllib.parse import quote
 
@@ -133,3 +134,14 @@ async def test_the_command_line_says_a_bad_key_and_exits_2(
     good = run_duly("show", "shift", '["a/b", 10]', "--json", cwd=REPO_ROOT, env=env)
     assert good.returncode == 0, good.stderr
     assert '"team": "a/b"' in good.stdout
+
+
+async def test_the_console_answers_a_bad_key_with_a_422_page_and_its_sentence(
+    Session: async_sessionmaker[AsyncSession],
+) -> None:
+    async with serving(create_app(Session, run_worker=False)) as client:
+        page = await client.get("/console/runs/shift/abc")
+        good = await client.get("/console/runs/shift/" + quote('["c", 1]', safe=""))
+    assert page.status_code == 422
+    assert f"key: {TWO_PARTS}" in html.unescape(page.text)
+    assert good.status_code == 200
