@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from bench import measures
 from engine.graphs.configure import forget_graph_runtime
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.local.dev import install_example_graph
 from infra.app_config import configure_app_graphs
 from infra.embedded import EmbeddedPostgres

@@ -51,7 +51,7 @@ IMPORTS = {
     "floor": "import sqlalchemy.ext.asyncio, psycopg",
     **{name: f"import functions.lambdas.handlers as h; h.{name}" for name in ENTRIES},
     # What the first HTTP event adds (Runtime._make_http): for contrast, not a claim.
-    "http": "import functions.lambdas.handlers, functions.http.app, mangum",
+    "http": "import functions.lambdas.handlers, functions.app, mangum",
 }
 IMPORT_SCRIPT = (
     "import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)\n"

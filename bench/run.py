@@ -587,7 +587,7 @@ async def run_all(
         )
         report.add(
             "cold_import_http_ms",
-            "Cold import: handlers + functions.http.app + mangum (HTTP)",
+            "Cold import: handlers + functions.app + mangum (HTTP)",
             ms["http"],
             "ms",
             f"x{ratio['http']:.2f} the floor",

@@ -20,7 +20,7 @@ from engine.bulk.runs import RunPlan, plan_runs
 from engine.model.application import Application
 from engine.model.connection import WorkflowConnection, connect_workflows
 from engine.testing import move_clock, reset_clock
-from engine.views.filters import RunFilter
+from engine.views.filters import RunFilter, parse_key
 from engine.views.overview import Overview, overview
 from engine.views.run import RunDetail, run_detail
 from engine.views.runs import RunPage, find_workflow, list_runs
@@ -65,7 +65,8 @@ class Duly(Application):
     async def run(self, workflow: str, key: str) -> RunDetail:
         """One run of `workflow` in full, by its key as text."""
         connection = self.open()
-        return await run_detail(connection, find_workflow(connection, workflow), key)
+        info = find_workflow(connection, workflow)
+        return await run_detail(connection, info, parse_key(info, key))
 
     async def schedules(self) -> list[ScheduledRun]:
         """Every scheduled run of its workflows."""

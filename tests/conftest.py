@@ -119,7 +119,7 @@ def open_writes(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
     """The app, with no worker, over the module's own `Session` fixture, served on loopback."""
-    from functions.http.app import create_app
+    from functions.app import create_app
     from tests.helpers import serving
 
     async with serving(create_app(Session, run_worker=False)) as served:

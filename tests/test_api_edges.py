@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.guard import Guard, GuardSettings
 from functions.identity.signatures import (
     MAX_SIGNED_BODY,

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.model.registry import registered_workflows
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.identity.signatures import signature_of
 from tests.apps import api
 from tests.conftest import Database

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import configure_event_registry
 from engine.testing import drain
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import api
 from tests.apps.api import Invoice
 from tests.conftest import Database

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from engine import ConfigurationError, NotFoundError
 from functions import examples
+from functions.app import create_app
 from functions.examples import Onboarding
-from functions.http.app import create_app
 from functions.http.errors import SERVER_ERROR
 from tests.conftest import Database
 from tests.helpers import onboarding, serving, wait_until
@@ -72,11 +72,15 @@ async def test_runs_lists_a_started_run_with_its_engine_columns(db: Database) ->
     async with serving(create_app(Session, run_worker=False)) as client:
         row = Onboarding(user_id="u-list", email="list@example.com")
         assert await row.start(Onboarding.welcome)
-        reply = await client.get("/runs/onboarding")
+        reply = await client.get("/workflows/onboarding/runs")
+        older = await client.get("/runs/onboarding")
     assert reply.status_code == 200
     body = reply.json()
+    assert older.json() == body  # the older path is the same handler
     assert body["workflow"] == "onboarding"
-    [run] = body["runs"]
+    [listed] = body["runs"]
+    assert (listed["key"], listed["state"]) == (str(row.id), "scheduled")
+    run = listed["row"]
     assert run["id"] == row.id
     assert (run["user_id"], run["email"], run["nudges"]) == ("u-list", "list@example.com", 0)
     assert (run["next_step"], run["next_args"], run["attempts"], run["last_error"]) == (
@@ -97,7 +101,7 @@ async def test_runs_are_newest_first_and_limited(db: Database) -> None:
             assert await row.start(Onboarding.welcome)
         reply = await client.get("/runs/onboarding", params={"limit": 2})
     assert reply.status_code == 200
-    assert [run["id"] for run in reply.json()["runs"]] == [rows[2].id, rows[1].id]
+    assert [run["row"]["id"] for run in reply.json()["runs"]] == [rows[2].id, rows[1].id]
 
 
 async def test_history_lists_the_attempts_the_worker_made(db: Database) -> None:
@@ -111,24 +115,30 @@ async def test_history_lists_the_attempts_the_worker_made(db: Database) -> None:
             return (await onboarding(Session, "u-history")).status == "waiting"
 
         await wait_until(waiting, timeout=SETTLE)
-        reply = await client.get(f"/runs/onboarding/{row.id}/history")
+        reply = await client.get(f"/workflows/onboarding/runs/{row.id}")
+        older = await client.get(f"/runs/onboarding/{row.id}/history")
     assert reply.status_code == 200
-    [attempt] = reply.json()["attempts"]
+    assert older.json() == reply.json()  # the older path is the same handler
+    [attempt] = reply.json()["history"]
     assert (attempt["step"], attempt["attempt"], attempt["outcome"]) == ("welcome", 1, "ok")
     assert attempt["error"] is None
     assert datetime.fromisoformat(attempt["finished_at"]).tzinfo is not None
 
 
-async def test_history_is_404_without_an_attempt_log(db: Database) -> None:
+async def test_a_run_without_an_attempt_log_has_no_history(db: Database) -> None:
     engine = db.engine()
     async with engine.begin() as conn:
         tables = [examples.Base.metadata.tables[name] for name in ("onboarding", "duly_clock")]
         await conn.run_sync(examples.Base.metadata.create_all, tables=tables)
     Session = async_sessionmaker(engine, expire_on_commit=False)
+    async with Session() as session:
+        row = Onboarding(user_id="u-nolog", email="nolog@example.com")
+        session.add(row)
+        await session.commit()
     async with serving(create_app(Session, run_worker=False)) as client:
-        reply = await client.get("/runs/onboarding/1/history")
-    assert reply.status_code == 404
-    assert "No AttemptLog is mapped" in reply.json()["detail"]
+        reply = await client.get(f"/runs/onboarding/{row.id}/history")
+    assert reply.status_code == 200
+    assert (reply.json()["key"], reply.json()["history"]) == (str(row.id), None)
 
 
 async def test_client_mistakes_are_4xx_with_a_message_never_500(db: Database) -> None:
@@ -158,8 +168,10 @@ async def test_client_mistakes_are_4xx_with_a_message_never_500(db: Database) ->
         assert "limit" in str(replies[url].json()["detail"])
     assert replies["/runs/onboarding?limit=many"].status_code == 422
     for url in ("/runs/onboarding/abc/history", "/runs/onboarding/1.5/history"):
-        assert replies[url].status_code == 400
-        assert replies[url].json()["detail"].endswith("for onboarding: expected int.")
+        assert replies[url].status_code == 422  # a key that is not one: placed at `key`
+        [problem] = replies[url].json()["detail"]
+        assert problem["loc"] == ["path", "key"]
+        assert problem["msg"].endswith("for onboarding: expected int.")
     for url, reply in replies.items():
         assert reply.status_code in (400, 404, 422), (url, reply.status_code, reply.text)
         assert reply.json()["detail"], url
@@ -277,4 +289,4 @@ async def test_docs_are_served_without_a_cdn(db: Database) -> None:
         assert reply.status_code == 200, url
         assert len(reply.content) > 1000, url
     assert "SwaggerUIBundle" in assets["/docs/assets/swagger-ui-bundle.js"].text
-    assert "/runs/{workflow}" in assets["/openapi.json"].json()["paths"]
+    assert "/workflows/{name}/runs" in assets["/openapi.json"].json()["paths"]

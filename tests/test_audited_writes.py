@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role
 from tests.apps import chores, outbox

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import chores
 from tests.bulk_helpers import add_failed
 from tests.conftest import Database

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import Request
 
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.routes.bulk import budget_of
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Role

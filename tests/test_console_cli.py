@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from functions import examples
+from functions.app import create_app
 from functions.examples import Onboarding
-from functions.http.app import create_app
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 

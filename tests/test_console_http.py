@@ -45,8 +45,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import WorkflowEvent
 from engine.testing import drain, read_clock_shift
 from functions import examples
+from functions.app import create_app
 from functions.examples import Expense, Onboarding, Research
-from functions.http.app import create_app
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving
@@ -121,7 +121,7 @@ async def test_client_mistakes_are_4xx_pages(db: Database) -> None:
         expected = {
             "/console/runs/nope": 404,
             "/console/runs/nope/1": 404,
-            "/console/runs/onboarding/abc": 400,
+            "/console/runs/onboarding/abc": 422,  # the URL names no key of onboarding
             f"/console/runs/onboarding/{10**30}": 400,
             f"/console/runs/onboarding/{row.id + 1000}": 404,
             "/console/runs/onboarding?state=asleep": 400,

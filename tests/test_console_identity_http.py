@@ -22,7 +22,7 @@ import pytest
 
 from engine.testing import move_clock
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.local.server import proxy_options
 from tests.conftest import Database
 from tests.helpers import serving

@@ -20,7 +20,7 @@ import pytest
 
 from engine import WorkflowEvent
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.segments import raw_route_path, sent_path
 from tests.apps import slashes
 from tests.apps.slashes import Ticket

@@ -43,8 +43,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import RetentionSettings, connect_workflows, count_prunable, prune
 from engine.testing import move_clock
 from functions import examples
+from functions.app import create_app
 from functions.console.sessions import end_session, find_session, start_session
-from functions.http.app import create_app
 from functions.identity.keys import digest_of, new_key
 from functions.identity.principal import Principal, Role, Via
 from tests.conftest import Database

@@ -31,7 +31,7 @@ from engine.model.registry import workflow_info
 from engine.views.activity import activity
 from engine.views.overview import overview
 from engine.views.run import run_detail
-from engine.views.runs import RunFilter, list_runs
+from engine.views.runs import RunFilter, list_runs, parse_key
 from functions import examples
 from functions.examples import Onboarding, Outbox
 from tests.conftest import Database
@@ -219,7 +219,7 @@ async def test_the_activity_and_a_runs_attempts_read_through_indexes(db: Databas
         assert reads and max(reads) <= LOG_ROWS // 3 + 10, (reads, drawn(plan))
 
         with sent(engine) as seen:
-            detail = await run_detail(connection, info, "40", attempts=1)
+            detail = await run_detail(connection, info, parse_key(info, "40"), attempts=1)
         # Two attempts were logged for run 40: the newest is shown, and the page says so.
         assert detail.history is not None and len(detail.history) == 1 and detail.earlier
         assert detail.history[0]["id"] == ROWS + 39

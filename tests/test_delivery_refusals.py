@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import Delivery, connect_workflows
 from engine.testing import drain, move_clock
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import api
 from tests.apps.api import Invoice
 from tests.conftest import Database
@@ -37,7 +37,7 @@ async def deliver_pay(
     Session: async_sessionmaker[AsyncSession], number: int, key: str | None = None
 ) -> Delivery:
     async with connect_workflows(Session, workflows=[Invoice]):
-        return await Invoice.by(Invoice.id == number).deliver(Invoice.pay(amount=10), key=key)
+        return await Invoice.by_key(number).deliver(Invoice.pay(amount=10), key=key)
 
 
 async def test_an_accepted_delivery_refuses_nothing(

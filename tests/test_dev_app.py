@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 
 from engine.testing import move_clock, read_clock_shift
 from functions import examples
+from functions.app import create_app
 from functions.examples import Onboarding
-from functions.http.app import create_app
 from functions.local.command import exposure_warning
 from functions.local.dev import create_dev_app
 from tests.conftest import Database
@@ -41,10 +41,10 @@ async def test_dev_clock_moves_the_clock_and_the_check_step_runs(db: Database) -
             return (await onboarding(Session, "u-clock")).nudges == 1
 
         await wait_until(nudged, timeout=SETTLE)
-        history = (await client.get(f"/runs/onboarding/{row.id}/history")).json()
+        history = (await client.get(f"/workflows/onboarding/runs/{row.id}")).json()
         reply = await client.post("/dev/clock", json={"hours": 1.5, "minutes": 30})
         assert reply.json() == {"shift_seconds": (3 * 24 + 2) * 3600.0}
-    assert [(a["step"], a["outcome"]) for a in history["attempts"]] == [
+    assert [(a["step"], a["outcome"]) for a in history["history"]] == [
         ("welcome", "ok"),
         ("check", "ok"),
     ]
@@ -94,7 +94,7 @@ async def test_dev_onboarding_starts_a_run_once(db: Database) -> None:
         first = await client.post("/dev/onboarding", json=body)
         second = await client.post("/dev/onboarding", json=body)
         empty = await client.post("/dev/onboarding", json={"user_id": "", "email": "x"})
-        runs = (await client.get("/runs/onboarding")).json()["runs"]
+        runs = [r["row"] for r in (await client.get("/workflows/onboarding/runs")).json()["runs"]]
     assert first.status_code == 200 and first.json()["started"] is True
     assert second.status_code == 200
     assert second.json() == {"started": False, "id": first.json()["id"]}

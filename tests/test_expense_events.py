@@ -89,7 +89,7 @@ async def test_a_submitted_expense_starts_its_run_once(db: Database, dev_events:
         assert second.json()["event_id"] != first.json()["event_id"]
         await wait_until(lambda: routed(second.json()["event_id"]), timeout=SETTLE)
         summary = (await client.get("/outbox")).json()
-        runs = (await client.get("/runs/expense")).json()["runs"]
+        runs = [r["row"] for r in (await client.get("/workflows/expense/runs")).json()["runs"]]
     assert summary["counts"]["processed"] == 2
     assert [(r["id"], r["amount"]) for r in runs] == [(41, 120)]
     assert examples.managers_notified.count(41) == notified_before + 1

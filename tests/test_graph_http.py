@@ -34,7 +34,7 @@ from engine import GraphRuntime, graph_tables
 from engine.graphs.configure import configure_graph_runtime, forget_graph_runtime
 from engine.graphs.moves.conditions import ConditionRegistry
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.local.dev import create_dev_app, install_example_graph
 from tests.apps import graphs as graph_app
 from tests.conftest import Database
@@ -403,9 +403,9 @@ async def test_the_engines_own_tables_take_no_runs_through_the_workflow_routes(
     """A graph deadline, the outbox and durable executions are moved through their own API:
     `/workflows/{name}/...` refuses to start, run, deliver to or cancel their rows."""
     await new_claim(example_client, 5000)  # submitted: the manager's two-day deadline is armed
-    before = await ok(await example_client.get("/runs/duly_graph_timers"))
+    before = await ok(await example_client.get("/workflows/duly_graph_timers/runs"))
     [timer] = before["runs"]
-    key = timer["visit_id"]
+    key = timer["row"]["visit_id"]
     writes = [
         ("run", {"key": key, "step": "expire"}),
         ("deliver", {"key": key, "step": "expire", "args": {}}),
@@ -419,5 +419,5 @@ async def test_the_engines_own_tables_take_no_runs_through_the_workflow_routes(
     outbox = await example_client.post("/workflows/duly_outbox/start", json={"step": "route"})
     assert outbox.status_code == 404
     assert "publish events with POST /events" in outbox.json()["detail"]
-    after = await ok(await example_client.get("/runs/duly_graph_timers"))
+    after = await ok(await example_client.get("/workflows/duly_graph_timers/runs"))
     assert after["runs"] == before["runs"]  # the deadline still two days off, unrun

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.guard import Guard, GuardSettings
 from functions.identity.authenticate import Credentials
 

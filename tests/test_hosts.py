@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.hosts import allowed_hosts_of, dev_hosts, host_allowed, host_name
 from functions.local.dev import create_dev_app
 from tests.conftest import Database

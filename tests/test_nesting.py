@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.base.shown import SHOWN_NESTING, TRUNCATED
 from functions import examples
+from functions.app import create_app
 from functions.examples import Research
-from functions.http.app import create_app
 from functions.lambdas import handlers as lambda_handlers
 from functions.local.dev import create_dev_app, install_example_graph
 from functions.requests.errors import Problem

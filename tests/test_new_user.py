@@ -105,8 +105,8 @@ def test_an_app_of_ones_own_runs_from_its_folder_and_its_database_is_reachable(
         assert (printed.returncode, printed.stdout, printed.stderr) == (0, f"{url}\n", "")
         with psycopg.connect(url) as conn:  # from outside duly dev, as psql would
             conn.execute("INSERT INTO invoice (customer) VALUES ('acme')")
-        [run] = client.get("/runs/invoice").json()["runs"]
-        assert run["customer"] == "acme"
+        [run] = client.get("/workflows/invoice/runs").json()["runs"]
+        assert run["row"]["customer"] == "acme"
 
     stopped = run_duly("db-url", cwd=app_dir, env=env)
     assert (stopped.returncode, stopped.stdout) == (1, "")

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 
 from engine.base.errors import ConfigurationError
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.identity.oidc import DISCOVERY_PATH, KEYS_UNREACHABLE, OidcSettings, OidcVerifier
 from functions.identity.principal import Role, Via
 from functions.identity.roles import CredentialRefused, RoleMap

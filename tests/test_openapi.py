@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import api
 from tests.conftest import Database
 from tests.helpers import serving

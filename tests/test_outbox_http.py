@@ -24,7 +24,7 @@ from engine import (
 from engine.events import views
 from engine.events.views import VIEW_STATUSES
 from engine.testing import drain, move_clock
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.http.routes.outbox import OutboxStatus
 from tests.apps import chain, outbox
 from tests.conftest import Database

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine import connect_workflows
 from engine.views.overview import RUN_STATES, workflow_overview
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving
 

@@ -53,7 +53,7 @@ def test_the_deployable_app_imports_nothing_of_the_local_stack() -> None:
         f"""
         from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-        from functions.http.app import create_app
+        from functions.app import create_app
 
         engine = create_async_engine("postgresql+psycopg://nobody@/nothing")
         create_app(async_sessionmaker(engine), run_worker=False)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from functions import examples
-from functions.http.app import route_roles
+from functions.app import route_roles
 from functions.identity.access import PUBLIC, declared_routes
 from functions.identity.keys import ApiKey, digest_of, new_key
 from functions.identity.principal import Principal, Role, Via
@@ -69,7 +69,7 @@ def test_every_route_declares_its_least_role() -> None:
 def test_the_readme_table_is_the_routes() -> None:
     found = TABLE.search(README.read_text())
     assert found is not None, "README.md has no route roles table between its markers"
-    assert found["table"] == route_roles(), "run python -m functions.http.app"
+    assert found["table"] == route_roles(), "run python -m functions.app"
 
 
 def examples_sessionmaker() -> object:

@@ -33,7 +33,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.views import runs as run_views
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import search
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly, serving

@@ -43,7 +43,7 @@ from engine import (
 )
 from engine.base.seen_signatures import record_signature
 from engine.model.connection import open_connection
-from functions.http.app import create_app
+from functions.app import create_app
 from functions.identity.principal import Role, Via
 from functions.identity.signatures import Signers, SigningSecret, signature_of
 from tests.conftest import Database

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from engine import connect_workflows
 from engine.testing import drain
 from functions import examples
-from functions.http.app import create_app
+from functions.app import create_app
 from tests.apps import behaviour
 from tests.apps.behaviour import Flaky, Timer
 from tests.conftest import Database

@@ -31,7 +31,8 @@ from engine.model.registry import WorkflowInfo
 from engine.model.steps import Call
 from engine.runs.fanout import children_finished
 from engine.runs.handles import cancel_statement, run_statement
-from engine.views.runs import RunFilter, key_text_of, parse_key
+from engine.views.filters import key_of
+from engine.views.runs import RunFilter, key_text_of
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def typed_key(info: WorkflowInfo, values: Sequence[Any] | None) -> tuple[Any, ..
     """A key from a continuation or a form (JSON values, or its URL text) as typed values."""
     if values is None:
         return None
-    return parse_key(info, key_text_of(values))
+    return key_of(info, values).values
 
 
 async def plan_runs(

@@ -32,8 +32,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.sql import Executable, operators
-from sqlalchemy.sql.elements import BinaryExpression, BindParameter
+from sqlalchemy.sql import Executable
 
 from engine.base.clock import db_now
 from engine.base.driver import fetch
@@ -44,6 +43,7 @@ from engine.model.due import scheduled
 from engine.model.registry import WorkflowInfo, workflow_info
 from engine.model.steps import Call, Step, as_call, check_owner
 from engine.runs.fanout import children_finished
+from engine.runs.keys import RunKey
 from engine.runs.refusals import DEDUPLICATED, MOVED_MEANWHILE, UNKNOWN_KEY, Delivery
 
 W = TypeVar("W")
@@ -55,9 +55,19 @@ CANCELLED = "cancelled"  # the last_error of a cancelled run
 class Handle(Generic[W]):
     """The runs of one workflow that match a WHERE clause."""
 
-    def __init__(self, cls: type[W], where: Sequence[ColumnElement[bool]]) -> None:
+    def __init__(
+        self, cls: type[W], where: Sequence[ColumnElement[bool]], key: RunKey | None = None
+    ) -> None:
         self._info = workflow_info(cls)
-        self._where = tuple(where)
+        if key is not None and key.workflow != self._info.name:
+            raise DulyError(f"The key of a {key.workflow} run names no {self._info.name} run.")
+        parts = len(self._info.mapper.primary_key)
+        if key is not None and len(key.values) != parts:
+            raise DulyError(
+                f"The key of {self._info.name} has {parts} parts, not {len(key.values)}."
+            )
+        self._key = key  # set when the handle names one run by its whole primary key
+        self._where = tuple(where) if key is None else tuple(key.where(self._info))
 
     async def run(self, target: Step[Any, Any] | Call[Any]) -> int:
         """Run `target` now on every matching run, replacing what was scheduled.
@@ -101,14 +111,13 @@ class Handle(Generic[W]):
             "duly_key": key,
         }
         info = self._info
-        # One statement either way. A handle that names one run by its primary key (the
-        # webhook's usual case) reuses a statement built once per shape, keyed by value;
+        # One statement either way. A handle made by `by_key` (the webhook's usual case: one
+        # run by its primary key) reuses a statement built once per shape, keyed by value;
         # any other WHERE is built into the UPDATE itself.
-        pinned = pinned_key(info, self._where)
         connection = current_connection()
         refused: dict[str, int] = {}
         async with connection.autocommit.connect() as conn:
-            if pinned is None:
+            if self._key is None:
                 # Built for this call anyway, so it counts the refusals by reason as it goes.
                 statement = delivery_statement_where(info, restart, key is not None, self._where)
                 accepted_count, _, reasons = (await conn.execute(statement, params)).one()
@@ -116,6 +125,7 @@ class Handle(Generic[W]):
             else:
                 # Built once, so sent on the driver's connection (engine.base.driver): a webhook's
                 # delivery costs psycopg's time, not SQLAlchemy's execution path around it.
+                pinned = self._key.params()
                 statement = delivery_statement(info, restart, key is not None)
                 [(count, _)] = await fetch(conn, statement, {**params, **pinned})
                 accepted = int(count)
@@ -221,29 +231,6 @@ def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -
         )
         .returning(table.c.parent)
     )
-
-
-def pinned_key(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -> dict[str, Any] | None:
-    """The parameters of `delivery_statement` for the one run `where` names; None if it names
-    no single run by its primary key.
-
-    Only `column == value` on every primary key column, nothing else, qualifies:
-    then the rows the WHERE matches are exactly the row with that key.
-    """
-    columns = list(info.mapper.primary_key)
-    values: dict[str, Any] = {}
-    for clause in where:
-        if not isinstance(clause, BinaryExpression) or clause.operator is not operators.eq:
-            return None
-        column, value = clause.left, clause.right
-        if not isinstance(value, BindParameter) or not isinstance(column, ColumnElement):
-            return None
-        found = [i for i, key in enumerate(columns) if column.shares_lineage(key)]
-        name = f"duly_key_{found[0]}" if len(found) == 1 else None
-        if name is None or name in values or value.effective_value is None:
-            return None
-        values[name] = value.effective_value
-    return values if len(values) == len(columns) else None
 
 
 def select_statement(

@@ -22,6 +22,7 @@ from engine.model.steps import Call, Step
 from engine.runs.fanout import children_of
 from engine.runs.handles import Handle
 from engine.runs.history import read_history
+from engine.runs.keys import RunKey
 from engine.runs.start import start_run
 
 W = TypeVar("W")
@@ -49,6 +50,14 @@ class WorkflowMethods:
     def by(cls, *where: ColumnElement[bool]) -> Handle[Self]:
         """The runs of this workflow matching `where`, to run, cancel or read."""
         return Handle(cls, where)
+
+    @classmethod
+    def by_key(cls, *values: Any) -> Handle[Self]:
+        """The one run whose primary key holds `values` (or a door's parsed `RunKey`), to
+        deliver to, run, cancel or read; its delivery reuses a statement built once."""
+        if len(values) == 1 and isinstance(values[0], RunKey):
+            return Handle(cls, (), values[0])
+        return Handle(cls, (), RunKey(workflow_info(cls).name, values))
 
     def children(self, model: type[W]) -> Handle[W]:
         """The runs of `model` this run fanned out, to read (or run, or cancel)."""

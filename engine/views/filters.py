@@ -20,6 +20,7 @@ from sqlalchemy import Column, ColumnElement, DateTime, and_, func, literal
 from engine.base.errors import DulyError, InvalidArgumentError
 from engine.base.settings import MAX_DAYS
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.runs.keys import RunKey
 from engine.views.overview import RUN_STATES, state_condition
 
 MAX_FILTER_TEXT = 1000  # characters of a filter's text
@@ -91,8 +92,7 @@ class RunFilter:
         if self.step is not None:
             where.append(table.c.next_step == self.step)
         if self.key is not None:
-            parts = zip(info.mapper.primary_key, parse_key(info, self.key), strict=True)
-            where.append(and_(*(column == value for column, value in parts)))
+            where.append(and_(*parse_key(info, self.key).where(info)))
         if self.error:
             where.append(table.c.last_error.icontains(self.error, autoescape=True))
         skipped = self.walked() if walked else None
@@ -227,19 +227,26 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=total)
 
 
-def parse_key(info: WorkflowInfo, key: str) -> tuple[Any, ...]:
-    """The primary key as a URL spells it, as typed values: the text, or a JSON list."""
+def parse_key(info: WorkflowInfo, key: str) -> RunKey:
+    """The primary key as a URL spells it (the text, or a JSON list) as a `RunKey`: the one
+    reader of a key's text, for every door."""
+    if len(info.mapper.primary_key) == 1:
+        return key_of(info, [key])
+    try:
+        parts = json.loads(key)
+    except ValueError:
+        parts = None
+    return key_of(info, parts)
+
+
+def key_of(info: WorkflowInfo, parts: Any) -> RunKey:
+    """A key's parts (JSON values or text, one a primary-key column) as a `RunKey`; a
+    DulyError saying what a key of `info` is when they do not fit."""
     columns = list(info.mapper.primary_key)
-    if len(columns) == 1:
-        parts: list[Any] = [key]
-    else:
-        try:
-            parts = json.loads(key)
-        except ValueError:
-            parts = []
-        if not isinstance(parts, list) or len(parts) != len(columns):
-            raise DulyError(f"The key of {info.name} has {len(columns)} parts: give a JSON list.")
-    return tuple(typed_value(info, c, part) for c, part in zip(columns, parts, strict=True))
+    if not isinstance(parts, list | tuple) or len(parts) != len(columns):
+        raise DulyError(f"The key of {info.name} has {len(columns)} parts: give a JSON list.")
+    values = tuple(typed_value(info, c, part) for c, part in zip(columns, parts, strict=True))
+    return RunKey(info.name, values)
 
 
 def typed_value(info: WorkflowInfo, column: Any, value: Any) -> Any:

@@ -1,6 +1,6 @@
 """One run in full, as an operator reads it: its engine columns, attempts and children.
 
-    detail = await run_detail(connection, info, "42", attempts=200)
+    detail = await run_detail(connection, info, parse_key(info, "42"), attempts=200)
 
 The HTTP API, the console and `duly show` read a run through this, and say in the
 same words why a history shows no attempt (`no_attempts_text`).
@@ -27,9 +27,9 @@ from engine.views.overview import run_state
 from engine.views.runs import (
     LOG_RUN_COLUMNS,
     MAX_CHILDREN,
+    RunKey,
     RunSummary,
     key_text_of,
-    parse_key,
     rows_of,
     summarize,
 )
@@ -80,31 +80,27 @@ class RunDetail:
         return "No attempt yet."
 
 
-async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: str) -> Any:
-    """The run with the key `key` (as its URL spells it); NotFoundError when there is none."""
-    parts = parse_key(info, key)
+async def read_run(connection: WorkflowConnection, info: WorkflowInfo, key: RunKey) -> Any:
+    """The run with the key `key`; NotFoundError when there is none."""
     too_deep = False
     async with connection.sessionmaker() as session:
         try:
-            row = await session.get(info.cls, parts)
+            row = await session.get(info.cls, key.values)
         except DataError as exc:  # a well-typed key the column still refuses: out of range
             reason = first_line(exc.orig, "refused by the database")
-            raise DulyError(f"{key!r} is not a valid key for {info.name}: {reason}.") from None
+            raise DulyError(f"{key.text!r} is not a valid key for {info.name}: {reason}.") from None
         except RecursionError:  # a JSON value stored deeper than json.loads can decode
             too_deep = True
     if too_deep:
-        row = await read_run_shown(connection, info, parts)
+        row = await read_run_shown(connection, info, key)
     if row is None:
-        raise NotFoundError(f"No {info.name} run has the key {key!r}.")
+        raise NotFoundError(f"No {info.name} run has the key {key.text!r}.")
     return row
 
 
-async def read_run_shown(
-    connection: WorkflowConnection, info: WorkflowInfo, parts: tuple[Any, ...]
-) -> Any:
+async def read_run_shown(connection: WorkflowConnection, info: WorkflowInfo, key: RunKey) -> Any:
     """The run's row read for showing only, its JSON read as text (`shown_row`)."""
-    keys = info.mapper.primary_key
-    statement = select(info.cls).where(*(c == v for c, v in zip(keys, parts, strict=True)))
+    statement = select(info.cls).where(*key.where(info))
     async with connection.sessionmaker() as session:
         found = await rows_of(session, info, statement, as_text=True)
     return found[0] if found else None
@@ -163,7 +159,7 @@ async def run_children(
 
 
 async def run_detail(
-    connection: WorkflowConnection, info: WorkflowInfo, key: str, *, attempts: int | None = None
+    connection: WorkflowConnection, info: WorkflowInfo, key: RunKey, *, attempts: int | None = None
 ) -> RunDetail:
     """The run `key` in full; its newest `attempts` attempts (all when None)."""
     row = await read_run(connection, info, key)

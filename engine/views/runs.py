@@ -16,7 +16,7 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -39,6 +39,7 @@ from engine.base.errors import DulyError, NotFoundError
 from engine.base.shown import bounded_value, json_value, loads_shown
 from engine.model.connection import WorkflowConnection
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
+from engine.runs.keys import RunKey as RunKey, key_text_of as key_text_of
 from engine.views.filters import (
     MAX_FILTER_TEXT as MAX_FILTER_TEXT,
     ColumnCondition,
@@ -82,14 +83,6 @@ def find_workflow(connection: WorkflowConnection, name: str) -> WorkflowInfo:
 def key_text(info: WorkflowInfo, row: Any) -> str:
     """A run's key as its URL spells it: the value, or a JSON list for a composite key."""
     return key_text_of(info.mapper.primary_key_from_instance(row))
-
-
-def key_text_of(values: Sequence[Any]) -> str:
-    """The URL spelling of a primary key's values."""
-    if len(values) == 1:
-        value = values[0]
-        return value.isoformat() if isinstance(value, date | time) else str(value)
-    return json.dumps([json_value(value) for value in values])
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The `duly` command: `duly dev` runs the app, a worker and PostgreSQL on this machine.
 
 `duly dev`, `db-url` and `version` (develop), `drain` and `replay-dead-letters`
-(outbox), `status`, `runs` and `show` (runs), `prune`, `migrate`, `init`; the parser
-and `main` (parser), what they share (common, output). `duly --help` lists
-every command and its options.
+(outbox), `status`, `runs` and `show` (runs), `prune`, `migrate`, `init` and the
+others: each module declares its commands (`add_*`) beside their handlers; the
+parser gathers them and `main` runs one (parser); what they share (common,
+output). `duly --help` lists every command and its options.
 """
 
 from __future__ import annotations

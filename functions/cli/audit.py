@@ -7,7 +7,7 @@ import asyncio
 import functools
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -15,6 +15,8 @@ from engine import DulyError
 from engine.base.audit import AuditEntry, recent_actions
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     set_up_refused,
@@ -25,7 +27,7 @@ DEFAULT_SHOWN = 50  # records `duly audit` prints by default
 SUBJECT_SHOWN = 60  # characters of a subject's JSON in the table
 
 
-def add_audit(commands: Any, add_database_url: Any) -> None:
+def add_audit(commands: Commands) -> None:
     """`duly audit` and its options."""
     audit = commands.add_parser("audit", help="the newest actions people took, who and how")
     add_database_url(audit)

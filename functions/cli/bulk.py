@@ -22,6 +22,8 @@ from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
     CommandError,
+    Commands,
+    add_database_url,
     app_database,
     run_until_interrupted,
     set_up_refused,
@@ -38,7 +40,7 @@ from functions.requests.bulk import (
 from functions.requests.errors import InputError
 
 
-def add_bulk(commands: Any, add_database_url: Any) -> None:
+def add_bulk(commands: Commands) -> None:
     """`duly bulk` and its actions."""
     bulk = commands.add_parser(
         "bulk", help="retry, run a step on, or cancel every run a filter matches; replay dead "

@@ -13,7 +13,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
@@ -34,6 +34,9 @@ from infra.settings import data_dir, database_url
 
 # A command run on a database: given its session factory, answers the exit status.
 DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
+# The `duly` parser's subcommands: each command module's `add_*` declares its own on them.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+DEV_DATABASE_DEFAULT = "DULY_DATABASE_URL, else that of the duly dev running here"
 
 
 class CommandError(Exception):
@@ -43,6 +46,11 @@ class CommandError(Exception):
 # What a command's set-up (its arguments, DULY_APP, the database URL) raises for the
 # caller to change: said in a sentence, a usage error, never a traceback.
 SET_UP_ERRORS = (ValueError, LookupError, CommandError)
+
+
+def add_database_url(parser: argparse.ArgumentParser, default: str = DEV_DATABASE_DEFAULT) -> None:
+    """The --database-url option of the commands that work on any database."""
+    parser.add_argument("--database-url", help=f"the workflow database (default: {default})")
 
 
 def set_up_refused(exc: Exception) -> int:

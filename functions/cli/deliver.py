@@ -10,13 +10,15 @@ import asyncio
 import functools
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import DulyError, connect_workflows
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     set_up_refused,
@@ -25,10 +27,16 @@ from functions.cli.output import refused
 from functions.command_line import FAILURE
 from functions.requests.errors import InputError
 from functions.requests.lookup import find_writable
-from functions.requests.runs import DeliverRequest, deliver_event, delivery_answer, parse_body
+from functions.requests.runs import (
+    DeliverRequest,
+    deliver_event,
+    delivery_answer,
+    parse_body,
+    url_key,
+)
 
 
-def add_deliver(commands: Any, add_database_url: Any) -> None:
+def add_deliver(commands: Commands) -> None:
     """`duly deliver` and its options."""
     parser = commands.add_parser("deliver", help="deliver an event to a run; say why it refused")
     add_database_url(parser)
@@ -50,7 +58,7 @@ def run_deliver(args: argparse.Namespace) -> int:
     except SET_UP_ERRORS as exc:
         return set_up_refused(exc)
     command = functools.partial(
-        deliver, workflow=args.workflow, body=body, as_json=args.json, out=sys.stdout
+        deliver, workflow=args.workflow, key=args.key, body=body, as_json=args.json, out=sys.stdout
     )
     return asyncio.run(on_database(url, command))
 
@@ -61,12 +69,7 @@ def delivery_body(args: argparse.Namespace) -> DeliverRequest:
         given = json.loads(args.args)
     except ValueError:
         raise ValueError(f"--args is not JSON: {args.args[:80]!r}.") from None
-    try:
-        key = json.loads(args.key) if args.key.startswith("[") else args.key
-    except ValueError:
-        raise ValueError(f"--key is not a JSON list: {args.key[:80]!r}.") from None
     document = {
-        "key": key,
         "step": args.step,
         "args": given,
         "idempotency_key": args.idempotency_key,
@@ -82,15 +85,17 @@ async def deliver(
     Session: async_sessionmaker[AsyncSession],
     *,
     workflow: str,
+    key: str,
     body: DeliverRequest,
     as_json: bool,
     out: TextIO,
 ) -> int:
-    """Deliver the event and print the answer (the API's JSON, or its sentence)."""
+    """Deliver the event to the run `key` names (read once, as a URL spells it) and print the
+    answer (the API's JSON, or its sentence)."""
     async with connect_workflows(Session) as connection:
         try:
             info = find_writable(connection, workflow)
-            delivered = await deliver_event(info, body)
+            delivered = await deliver_event(info, body, url_key(info, key))
         except DulyError as exc:
             return refused(exc)
     answer = delivery_answer(info, delivered)

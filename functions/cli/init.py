@@ -14,9 +14,9 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 from engine.base.errors import ConfigurationError
+from functions.cli.common import Commands
 from functions.cli.output import refused
 from infra.app_layout import check_package_name
 
@@ -26,7 +26,7 @@ RENAMED = {"gitignore": ".gitignore"}  # files a wheel would not carry under the
 WHEELS = "wheels"  # where --wheel is copied, beside src/ (so outside the bundle)
 
 
-def add_init(commands: Any) -> None:
+def add_init(commands: Commands) -> None:
     """`duly init DIR` and its options."""
     init = commands.add_parser("init", help="scaffold a new app of your own in an empty folder")
     init.add_argument("directory", metavar="DIR", help="the new app's folder (new, or empty)")

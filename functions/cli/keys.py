@@ -11,6 +11,7 @@ import argparse
 import json
 
 from engine.base.errors import ConfigurationError
+from functions.cli.common import Commands
 from functions.cli.output import refused
 from functions.identity.keys import NAME, ApiKey, digest_of, new_key, parse_keys
 from functions.identity.principal import role_of
@@ -41,7 +42,7 @@ def new_entry(name: str, roles: list[str], groups: list[str]) -> tuple[str, dict
     return key, entry
 
 
-def add_keys(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_keys(commands: Commands) -> None:
     """`duly keys new` and its options."""
     keys = commands.add_parser("keys", help="named API keys with roles (DULY_API_KEYS)")
     actions = keys.add_subparsers(title="actions", required=True, metavar="ACTION")

@@ -21,6 +21,8 @@ from engine import ConfigurationError
 from engine.base import settings as variables
 from functions.cli.common import (
     CommandError,
+    Commands,
+    add_database_url,
     app_module_named,
     configured_database_url,
     dev_data_dir,
@@ -36,6 +38,40 @@ if TYPE_CHECKING:
 
 class SecretUnreadable(Exception):
     """Secrets Manager refused the database secret or cannot be reached."""
+
+
+def add_migrate(commands: Commands) -> None:
+    """`duly migrate` and its options (see run_migrate)."""
+    migrate = commands.add_parser(
+        "migrate", help="upgrade the database to DULY_APP's newest schema (Alembic revisions)"
+    )
+    add_database_url(migrate, "DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's")
+    migrate.add_argument(
+        "--directory",
+        help="the app's revisions (default: DULY_MIGRATIONS; duly's own for functions.examples)",
+    )
+    migrate.add_argument(
+        "--revision", help="upgrade to this revision (default: head); with --sql, FROM:TO too"
+    )
+    migrate.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the upgrade's SQL instead of running it, no database needed (no revision "
+        "yet: the whole schema)",
+    )
+    migrate.add_argument(
+        "--autogenerate",
+        action="store_true",
+        help="write a revision with what the database lacks of DULY_APP's tables (no database "
+        "set: a scratch embedded PostgreSQL at the newest revision)",
+    )
+    migrate.add_argument("-m", "--message", help="the new revision's title (with --autogenerate)")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if the database differs from DULY_APP's tables (after the last revision)",
+    )
+    migrate.set_defaults(command=run_migrate)
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -30,6 +30,8 @@ from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
     CommandError,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     run_until_interrupted,
@@ -48,6 +50,23 @@ class EventApp:
     url: str
     app_module: str
     tables: EventTables
+
+
+def add_outbox(commands: Commands) -> None:
+    """`duly drain` and `duly replay-dead-letters`."""
+    drain = commands.add_parser(
+        "drain", help="route every outbox event due now (DULY_APP's handlers), then exit"
+    )
+    add_database_url(drain)
+    drain.set_defaults(command=run_drain)
+    replay = commands.add_parser(
+        "replay-dead-letters", help="make dead-lettered outbox events due again"
+    )
+    add_database_url(replay)
+    replay.add_argument(
+        "event_ids", nargs="*", metavar="EVENT_ID", help="only these events (default: every one)"
+    )
+    replay.set_defaults(command=run_replay)
 
 
 def load_event_app(args: argparse.Namespace, command: str) -> EventApp:

@@ -17,11 +17,33 @@ from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     run_until_interrupted,
     set_up_refused,
 )
 from functions.cli.progress import BatchBar
+
+
+def add_prune(commands: Commands) -> None:
+    """`duly prune` and its options (see run_prune)."""
+    prune = commands.add_parser(
+        "prune",
+        help="count (or with --apply, delete) what duly keeps past its retention period",
+    )
+    add_database_url(prune)
+    prune.add_argument(
+        "--apply", action="store_true", help="delete the rows (default: a dry run that counts)"
+    )
+    prune.add_argument(
+        "--older-than-days",
+        type=int,
+        metavar="DAYS",
+        help="one retention period for every kind (default: DULY_RETAIN_*_DAYS, else 30)",
+    )
+    prune.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    prune.set_defaults(command=run_prune)
 
 
 def run_prune(args: argparse.Namespace) -> int:

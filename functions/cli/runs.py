@@ -20,15 +20,67 @@ from engine.model.registry import ENGINE_COLUMNS
 from engine.views.filters import parse_filter
 from engine.views.overview import RUN_STATES, WorkflowCounts, overview
 from engine.views.run import RunDetail, run_detail
-from engine.views.runs import RunFilter, RunPage, find_workflow, list_runs
+from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS, RunFilter, RunPage, find_workflow, list_runs
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     set_up_refused,
 )
 from functions.cli.output import aligned, refused
+from functions.requests.runs import url_key
 from infra.app_config import mapped_event_tables
+
+SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
+
+
+def add_runs(commands: Commands) -> None:
+    """`duly status`, `duly runs` and `duly show`: the counts, a page of a workflow's runs, one
+    run with its history."""
+    status = commands.add_parser(
+        "status", help="every workflow table's runs by state, the next due instant, the outbox"
+    )
+    add_database_url(status)
+    status.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    status.set_defaults(command=run_status)
+    runs = commands.add_parser(
+        "runs", help="a page of a workflow's runs, filtered, newest or soonest due first"
+    )
+    add_database_url(runs)
+    runs.add_argument("workflow", metavar="WORKFLOW", help="the workflow's table name")
+    runs.add_argument("--state", choices=RUN_STATES, help="only runs in this state")
+    runs.add_argument("--step", help="only runs at this step (their next step)")
+    runs.add_argument("--key", help="only the run with this key")
+    runs.add_argument("--error", help="only runs whose last error contains this text")
+    runs.add_argument(
+        "--where",
+        metavar="TEXT",
+        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the README's "
+        "Searching runs)",
+    )
+    runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
+    runs.add_argument(
+        "--limit", type=int, default=DEFAULT_PAGE, help=f"runs a page (default {DEFAULT_PAGE})"
+    )
+    runs.add_argument("--after", metavar="CURSOR", help="the page after this cursor")
+    runs.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    runs.set_defaults(command=run_runs)
+    show = commands.add_parser("show", help="one run: its row, what it waits for, its history")
+    add_database_url(show)
+    show.add_argument("workflow", metavar="WORKFLOW", help="the workflow's table name")
+    show.add_argument("key", metavar="KEY", help="the run's key (a JSON list if composite)")
+    show.add_argument(
+        "--attempts", type=int, default=SHOWN_ATTEMPTS, help=f"newest attempts shown "
+        f"(default {SHOWN_ATTEMPTS})"
+    )  # fmt: skip
+    show.add_argument(
+        "--failures", action="store_true", help="every failed attempt's arguments and "
+        "traceback shown (default: the newest one's)"
+    )  # fmt: skip
+    show.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    show.set_defaults(command=run_show)
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -168,7 +220,8 @@ async def print_run(
     async with connect_workflows(Session) as connection:
         try:
             info = find_workflow(connection, args.workflow)
-            detail = await run_detail(connection, info, args.key, attempts=max(args.attempts, 0))
+            key = url_key(info, args.key)
+            detail = await run_detail(connection, info, key, attempts=max(args.attempts, 0))
         except DulyError as exc:
             return refused(exc)
     if args.json:

@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,6 +22,8 @@ from engine.views.schedules import ScheduledRun
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
+    Commands,
+    add_database_url,
     app_database,
     on_database,
     set_up_refused,
@@ -33,7 +35,7 @@ from functions.requests import schedules
 SHOWN_TIME = "%Y-%m-%d %H:%M:%S %Z"
 
 
-def add_schedules(commands: Any, add_database_url: Any) -> None:
+def add_schedules(commands: Commands) -> None:
     """`duly schedules`: the list, or one action on one run."""
     parser = commands.add_parser(
         "schedules",

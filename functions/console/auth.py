@@ -245,7 +245,7 @@ def refusal_page(status: int, detail: str, scope: Any) -> HTMLResponse:
 
 
 def console_auth(request: Request) -> ConsoleAuth:
-    """The app's ConsoleAuth (made by `functions.http.app.create_app`)."""
+    """The app's ConsoleAuth (made by `functions.app.create_app`)."""
     auth: ConsoleAuth = request.app.state.console_auth
     return auth
 

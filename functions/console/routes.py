@@ -1,4 +1,4 @@
-"""Every console page under /console, mounted by `functions.http.app.create_app`.
+"""Every console page under /console, mounted by `functions.app.create_app`.
 
 One router gathers the page modules' routers, behind one dependency: with
 any credential configured, every page needs a session (`auth.require_reader`;

@@ -28,6 +28,7 @@ from sqlalchemy.exc import DataError
 from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Step
+from engine.runs.keys import RunKey
 from engine.runs.refusals import MOVED_MEANWHILE, REFUSAL_REASONS
 from engine.views.filters import filterable_columns, parse_filter, time_columns
 from engine.views.overview import RUN_STATES
@@ -50,11 +51,12 @@ from functions.console.forms import (
     values_of,
 )
 from functions.console.rendering import ConsolePage, connection_of, problem_of, render
+from functions.http.errors import message_of
 from functions.identity.access import allow
 from functions.identity.actors import console_actor
 from functions.identity.principal import Role
 from functions.requests import runs
-from functions.requests.errors import from_validation, problems_of
+from functions.requests.errors import InputError, from_validation, problems_of
 from functions.requests.lookup import find_step, find_workflow, find_writable
 from functions.requests.runs import (
     CancelRequest,
@@ -63,7 +65,7 @@ from functions.requests.runs import (
     StartRequest,
     build_call,
     columns_of,
-    run_key,
+    url_key,
 )
 
 router = APIRouter(prefix="/runs", route_class=ConsolePage)
@@ -243,7 +245,7 @@ async def action_form(
     if action not in ACTIONS:
         raise HTTPException(404, f"No action {action!r} on a run: use one of run, deliver.")
     info = _writable(request, workflow)
-    detail = await run_detail(connection_of(request), info, key, attempts=0)
+    detail = await run_detail(connection_of(request), info, _run_key(info, key), attempts=0)
     chosen = _step_of(info, step or detail.summary.waiting_for)
     return _action_page(request, info, detail, action, chosen, {}, {}, [])
 
@@ -254,16 +256,17 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
     if action not in (*ACTIONS, "cancel"):
         raise HTTPException(404, f"No action {action!r} on a run: use run, deliver or cancel.")
     info = _writable(request, workflow)
-    run_key(info, _body_key(info, key))  # refused as the API refuses a body's key
+    addressed = _run_key(info, key)  # parsed once, refused as the API refuses a body's key
     connection = connection_of(request)
-    detail = await run_detail(connection, info, key, attempts=0)
+    detail = await run_detail(connection, info, addressed, attempts=0)
     form = await request.form()
     confirmed = form.get("confirmed") == "yes"
     if action == "cancel":
         if not confirmed:
             return _confirm_page(request, info, detail, "cancel", None, {}, {})
-        addressed = CancelRequest(key=_body_key(info, key))
-        cancelled = await runs.cancel_runs(info, addressed, actor=console_actor(request))
+        cancelled = await runs.cancel_runs(
+            info, CancelRequest(), actor=console_actor(request), key=addressed
+        )
         return _back_to_run(info.name, key, "cancel", cancelled)
     chosen = _step_of(info, _text(form.get("step")))
     typed = raw_values(form, ("args", "options"))
@@ -276,15 +279,15 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             build_call(chosen, args)  # the request layer's own check, before asking to confirm
             return _confirm_page(request, info, detail, action, chosen, typed, options)
         if action == "deliver":
-            body = DeliverRequest(key=_body_key(info, key), step=chosen.name, args=args, **options)
-            delivered = await runs.deliver_event(info, body)
+            body = DeliverRequest(step=chosen.name, args=args, **options)
+            delivered = await runs.deliver_event(info, body, addressed)
             if not delivered:  # one run: one reason, said on its page
                 [reason] = delivered.refused or [MOVED_MEANWHILE]
                 return _back_to_run(info.name, key, action, 0, refused=reason)
             count = delivered.accepted
         else:
-            ran = RunRequest(key=_body_key(info, key), step=chosen.name, args=args)
-            count = await runs.run_step(info, ran, actor=console_actor(request))
+            ran = RunRequest(step=chosen.name, args=args)
+            count = await runs.run_step(info, ran, actor=console_actor(request), key=addressed)
     except REFUSALS as exc:
         return _action_page(request, info, detail, action, chosen, typed, *_refusal(exc))
     return _back_to_run(info.name, key, action, count)
@@ -332,7 +335,7 @@ async def run_page(
 async def _run_context(request: Request, workflow: str, key: str) -> dict[str, Any]:
     connection = connection_of(request)
     info = find_workflow(connection, workflow)
-    detail = await run_detail(connection, info, key, attempts=ATTEMPTS_SHOWN)
+    detail = await run_detail(connection, info, _run_key(info, key), attempts=ATTEMPTS_SHOWN)
     summary = detail.summary
     business = {k: v for k, v in summary.row.items() if k not in ENGINE_COLUMNS}
     history = detail.history or []
@@ -459,14 +462,13 @@ def _step_of(info: WorkflowInfo, name: str | None) -> Step[Any, Any]:
     return find_step(info, name)
 
 
-def _body_key(info: WorkflowInfo, key: str) -> Any:
-    """A run's key as the API's body gives it: the value as text, or the composite list."""
-    if len(info.mapper.primary_key) == 1:
-        return key
+def _run_key(info: WorkflowInfo, key: str) -> RunKey:
+    """The page's run key, read once; one that is not a key of `info` is a 422 page with the
+    request layer's sentence (a form's values are 400 pages, the URL's key is not one)."""
     try:
-        return json.loads(key)
-    except ValueError:
-        raise DulyError(f"The key of {info.name} has several parts: give a JSON list.") from None
+        return url_key(info, key)
+    except InputError as exc:
+        raise HTTPException(422, message_of(exc)) from None
 
 
 def _delivery_options(form: Any) -> dict[str, Any]:

@@ -1,6 +1,5 @@
-"""duly's HTTP front door: the app factory (`functions.http.app`), its guard, errors and routes.
+"""duly's HTTP front door: its guard, errors, state and routes; `functions.app` builds the app.
 
-This package's own import runs nothing: the console imports `errors` and
-`state` from here while the factory imports the console, so neither may
-come in through this file.
+Nothing here imports the console: the console imports `errors`, `state`,
+`guard` and `segments` from here, and `functions.app` includes both.
 """

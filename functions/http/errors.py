@@ -92,8 +92,12 @@ def message_of(exc: BaseException) -> str:
 
 
 def problem_body(problem: Problem) -> dict[str, Any]:
-    """One placed problem as a 422 lists it: under `body`, as FastAPI's own list."""
-    return {"loc": ["body", *problem.loc], "msg": problem.msg, "type": problem.type}
+    """One placed problem as a 422 lists it, as FastAPI's own list: under `body`, unless it
+    sits in the URL (`path`, `query`)."""
+    loc = (
+        list(problem.loc) if problem.loc[:1] in (("path",), ("query",)) else ["body", *problem.loc]
+    )
+    return {"loc": loc, "msg": problem.msg, "type": problem.type}
 
 
 def body_of(exc: BaseException) -> dict[str, Any]:

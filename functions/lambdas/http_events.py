@@ -46,7 +46,7 @@ def serve(runtime: Runtime, app: FastAPI) -> None:
 def _make_http(runtime: Runtime) -> LambdaHandler:
     from mangum import Mangum
 
-    from functions.http.app import create_app
+    from functions.app import create_app
 
     refuse_an_open_public_url()
     container = runtime.run(runtime.container())

@@ -296,7 +296,7 @@ def print_banner(host: str, port: int, workflows: list[str], shown_url: str) -> 
     """Where to look, how to move the clock, and where the database is."""
     # The console first; then the app's first workflow as JSON: a page of its runs says
     # more than the list of tables.
-    first = f"/runs/{workflows[0]}" if workflows else "/workflows"
+    first = f"/workflows/{workflows[0]}/runs" if workflows else "/workflows"
     print(f"duly dev: open http://{host}:{port}/console (or {first}, /workflows, /docs)")
     print(
         f"Move the clock: curl -X POST localhost:{port}/dev/clock "

@@ -1,4 +1,4 @@
-"""The dev app: the API of `functions.http.app` plus helpers a deployment must not have.
+"""The dev app: the API of `functions.app` plus helpers a deployment must not have.
 
 `duly dev` serves this; a deployed app serves `create_app` alone. The dev
 routes move the database clock (so days of workflow time pass at once),
@@ -31,10 +31,10 @@ from engine.events.routing import maybe_await
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.versions import activate_template, active_template_id, save_design
 from engine.testing import MAX_CLOCK_SHIFT, move_clock, reset_clock
+from functions.app import create_app
 from functions.console.auth import require_reader
 from functions.console.overview_pages import clock_of
 from functions.console.rendering import ConsolePage, error_page, render, shift_text
-from functions.http.app import create_app
 from functions.http.hosts import dev_hosts
 from functions.http.state import connection_of
 from functions.identity.access import allow

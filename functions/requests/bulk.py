@@ -165,7 +165,7 @@ async def bulk_runs(
 def info_key(info: WorkflowInfo, upto: str) -> tuple[Any, ...]:
     """A dry run's `upto`, as the key's typed values; an InputError when it is not a key."""
     try:
-        return parse_key(info, upto)
+        return parse_key(info, upto).values
     except DulyError as exc:
         raise InputError.at(("upto",), str(exc)) from None
 

@@ -34,12 +34,15 @@ from engine.base.errors import DulyError, StepError, first_line
 from engine.bulk import Actor
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
 from engine.model.steps import Call, Step
+from engine.runs.keys import RunKey
 from engine.runs.refusals import Delivery
+from engine.views.filters import key_of
 from engine.views.runs import key_text, parse_key
 from functions.requests.audited import cancel_recorded, run_recorded, start_recorded
 from functions.requests.errors import (
     ConflictError,
     InputError,
+    Place,
     Problem,
     RowRefusedError,
     from_validation,
@@ -189,22 +192,36 @@ def row_values(info: WorkflowInfo, row: dict[str, Any]) -> dict[str, Any]:
 # -- which runs -----------------------------------------------------------------------------
 
 
-def run_key(info: WorkflowInfo, key: Any) -> tuple[Any, ...]:
-    """A body's key (the value, or a list for a composite key) as the key's typed values."""
-    parts = key if isinstance(key, list) else [key]
+def run_key(info: WorkflowInfo, key: Any) -> RunKey:
+    """A body's key (the value, or a list for a composite key) as a `RunKey`; an InputError
+    placed at `key` when it is not one of `info`'s."""
     try:
-        return parse_key(info, json.dumps(parts) if len(parts) != 1 else str(parts[0]))
+        return key_of(info, key if isinstance(key, list) else [key])
     except DulyError as exc:
         raise InputError.at(("key",), str(exc)) from None
 
 
-def runs_addressed(info: WorkflowInfo, body: Addressed) -> list[ColumnElement[bool]]:
-    """The WHERE clause of `key` or `where`; exactly one must be given."""
-    if (body.key is None) == (body.where is None):
+def url_key(info: WorkflowInfo, text: str, place: Place = ("key",)) -> RunKey:
+    """A key as a URL or a command's `KEY` spells it as a `RunKey`; an InputError (422) placed
+    at `place` when it is not one of `info`'s."""
+    try:
+        return parse_key(info, text)
+    except DulyError as exc:
+        raise InputError.at(place, str(exc)) from None
+
+
+def runs_addressed(
+    info: WorkflowInfo, body: Addressed, key: RunKey | None = None
+) -> RunKey | list[ColumnElement[bool]]:
+    """The one run of `key` or of the body's `key`, or the WHERE clause of its `where`;
+    exactly one is given (`key` by a door whose URL names the run)."""
+    given = [found for found in (key, body.key, body.where) if found is not None]
+    if len(given) != 1:
         raise InputError.at((), NAME_THE_RUNS)
+    if key is not None:
+        return key
     if body.key is not None:
-        parts = run_key(info, body.key)
-        return [c == v for c, v in zip(info.mapper.primary_key, parts, strict=True)]
+        return run_key(info, body.key)
     assert body.where is not None
     if not body.where:
         raise InputError.at(("where",), "where needs a column: it would address every run.")
@@ -256,11 +273,17 @@ async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: Actor) -> 
     return {"workflow": info.name, "key": key_text(info, row), "step": call.step.name}
 
 
-async def deliver_event(info: WorkflowInfo, body: DeliverRequest) -> Delivery:
-    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it),
-    and the others' refusals by reason."""
+async def deliver_event(
+    info: WorkflowInfo, body: DeliverRequest, key: RunKey | None = None
+) -> Delivery:
+    """Deliver an event to the addressed runs (`key`'s, when the door's URL names it); how
+    many accepted it (waiting, or holding it), and the others' refusals by reason."""
     call = build_call(find_step(info, body.step), body.args)
-    handle = info.cls.by(*runs_addressed(info, body))
+    addressed = runs_addressed(info, body, key)
+    if isinstance(addressed, RunKey):
+        handle = info.cls.by_key(addressed)
+    else:
+        handle = info.cls.by(*addressed)
     delivered: Delivery = await handle.deliver(call, key=body.idempotency_key, restart=body.restart)
     return delivered
 
@@ -274,20 +297,35 @@ def delivery_answer(info: WorkflowInfo, delivered: Delivery) -> dict[str, Any]:
     return answer
 
 
-async def run_step(info: WorkflowInfo, body: RunRequest, *, actor: Actor) -> int:
-    """Run a step now on the addressed runs, replacing what was scheduled, recording `actor`;
-    how many."""
+async def run_step(
+    info: WorkflowInfo, body: RunRequest, *, actor: Actor, key: RunKey | None = None
+) -> int:
+    """Run a step now on the addressed runs (`key`'s, when the door's URL names it),
+    replacing what was scheduled, recording `actor`; how many."""
     call = build_call(find_step(info, body.step), body.args)
-    where = runs_addressed(info, body)
-    return await run_recorded(info, where, call, actor, addressed_subject(body))
+    where = where_of(info, runs_addressed(info, body, key))
+    return await run_recorded(info, where, call, actor, addressed_subject(body, key))
 
 
-async def cancel_runs(info: WorkflowInfo, body: CancelRequest, *, actor: Actor) -> int:
-    """End the addressed runs where they stand, recording `actor`; how many were live."""
-    where = runs_addressed(info, body)
-    return await cancel_recorded(info, where, actor, addressed_subject(body))
+async def cancel_runs(
+    info: WorkflowInfo, body: CancelRequest, *, actor: Actor, key: RunKey | None = None
+) -> int:
+    """End the addressed runs where they stand (`key`'s, when the door's URL names it),
+    recording `actor`; how many were live."""
+    where = where_of(info, runs_addressed(info, body, key))
+    return await cancel_recorded(info, where, actor, addressed_subject(body, key))
 
 
-def addressed_subject(body: Addressed) -> dict[str, Any]:
-    """Which runs a body addressed, as the audit's subject: its key or its `where`."""
-    return {"key": body.key} if body.key is not None else {"where": body.where}
+def where_of(
+    info: WorkflowInfo, addressed: RunKey | list[ColumnElement[bool]]
+) -> list[ColumnElement[bool]]:
+    """The WHERE clause of what `runs_addressed` answered."""
+    return addressed.where(info) if isinstance(addressed, RunKey) else addressed
+
+
+def addressed_subject(body: Addressed, key: RunKey | None = None) -> dict[str, Any]:
+    """Which runs a request addressed, as the audit's subject: its key (as the body gave it,
+    or `key` as its URL spells it) or its `where`."""
+    if body.key is not None:
+        return {"key": body.key}
+    return {"key": key.text} if key is not None else {"where": body.where}

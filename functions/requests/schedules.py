@@ -11,13 +11,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.base.audit import record_action
-from engine.base.errors import DulyError, NotFoundError
+from engine.base.errors import NotFoundError
 from engine.model.connection import WorkflowConnection
 from engine.runs.schedules import SCHEDULE_ACTIONS, ScheduleAction, Steered, steer_schedule
-from engine.views.runs import key_text_of, parse_key
 from engine.views.schedules import ScheduledRun, list_schedules
-from functions.requests.errors import InputError
 from functions.requests.lookup import find_writable
+from functions.requests.runs import url_key
 
 ACTION_SENTENCES = {  # (what changed, what stood already)
     "pause": ("paused: nothing fires until it is resumed", "paused already"),
@@ -55,10 +54,7 @@ async def steer(
     `actor` through `via`; what the run now stands as."""
     info = find_writable(connection, workflow)
     chosen = schedule_action(action)
-    try:
-        parts = parse_key(info, key)
-    except DulyError as exc:
-        raise InputError.at(("key",), str(exc)) from None
+    run = url_key(info, key)
 
     async def record(session: AsyncSession, steered: Steered) -> None:
         await record_action(
@@ -67,14 +63,14 @@ async def steer(
             via=via,
             action=f"schedule.{chosen}",
             workflow=info.name,
-            subject={"key": key_text_of(parts)},
+            subject={"key": run.text},
             count=1 if steered.changed else 0,
             detail={"next_firing": steered.next_firing, "paused": steered.paused},
         )
 
-    steered = await steer_schedule(connection, info, parts, chosen, record=record)
+    steered = await steer_schedule(connection, info, run.values, chosen, record=record)
     done = ACTION_SENTENCES[chosen][0 if steered.changed else 1]
-    shown = key_text_of(parts)
+    shown = run.text
     return {
         "workflow": info.name,
         "key": shown,

@@ -1,1 +1,1 @@
-"""The API's routers, one module per resource; `functions.http.app` includes them all."""
+"""The API's routers, one module per resource; `functions.app` includes them all."""

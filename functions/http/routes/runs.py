@@ -1,7 +1,8 @@
 """Reading runs: the workflows served, the operator's overview, pages of runs, one run.
 
 Every read goes through `engine.views.runs` and `engine.views.run` (the console's and the CLI's
-queries too), so all of them show the same runs in the same order.
+queries too), so all of them show the same runs in the same order. The older paths
+`/runs/{name}` and `/runs/{name}/{key}/history` are the same two handlers, answering the same.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
 from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
+from functions.requests.runs import url_key
 
 if TYPE_CHECKING:
     from engine.model.registry import WorkflowInfo
@@ -71,40 +73,17 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{workflow}", responses=not_found("workflow"), dependencies=[allow(Role.VIEWER)])
-async def list_runs(
-    request: Request,
-    workflow: str,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-) -> dict[str, Any]:
-    """The newest runs of a workflow (by primary key), with their engine columns."""
-    connection = connection_of(request)
-    info = find_workflow(connection, workflow)
-    page = await run_views.list_runs(connection, info, limit=limit)
-    # Column names, not attribute keys, name the fields: the JSON shows the table.
-    return {"workflow": info.name, "runs": jsonable_encoder([run.row for run in page.runs])}
-
-
-@router.get(
-    "/runs/{workflow}/{key}/history",
-    responses=not_found("workflow or run, or no AttemptLog is mapped"),
-    dependencies=[allow(Role.VIEWER)],
-)
-async def run_history(request: Request, workflow: str, key: str) -> dict[str, Any]:
-    """Every attempt of one run, oldest first (404 when no AttemptLog is mapped)."""
-    connection = connection_of(request)
-    info = find_workflow(connection, workflow)
-    if connection.attempt_log is None:
-        raise NotFoundError("No AttemptLog is mapped, so duly keeps no history of runs.")
-    row = await run_view.read_run(connection, info, key)
-    attempts, _ = await run_view.run_history(connection, info, row)
-    return {"workflow": info.name, "key": key, "attempts": jsonable_encoder(attempts)}
-
-
 @router.get(
     "/workflows/{name}/runs",
     responses=not_found("workflow, or no run for the cursor `after`"),
     dependencies=[allow(Role.VIEWER)],
+)
+@router.get(
+    "/runs/{name}",
+    responses=not_found("workflow, or no run for the cursor `after`"),
+    dependencies=[allow(Role.VIEWER)],
+    deprecated=True,
+    summary="List Workflow Runs (an older path of GET /workflows/{name}/runs)",
 )
 async def list_workflow_runs(
     request: Request,
@@ -159,10 +138,17 @@ async def list_workflow_runs(
     responses=not_found("workflow or run"),
     dependencies=[allow(Role.VIEWER)],
 )
+@router.get(
+    "/runs/{name}/{key}/history",
+    responses=not_found("workflow or run"),
+    dependencies=[allow(Role.VIEWER)],
+    deprecated=True,
+    summary="Workflow Run (an older path of GET /workflows/{name}/runs/{key})",
+)
 async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    detail = await run_view.run_detail(connection, info, key)
+    detail = await run_view.run_detail(connection, info, url_key(info, key, ("path", "key")))
     found: dict[str, Any] = jsonable_encoder(detail.to_dict())
     return found

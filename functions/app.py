@@ -1,10 +1,11 @@
 """The one FastAPI app: the API's routers, the console, the guard and the error mapping.
 
 This module is what deploys; `duly dev` adds its own routes around it
-(`functions.local.dev`). The routers are `functions.http.routes`, one per
-resource; every refusal is answered by `functions.http.errors`; every
-request passes the guard (`functions.http.guard`) first, which names its
-principal.
+(`functions.local.dev`). It sits above `functions.http` and
+`functions.console` and includes both, so neither imports the other's top. The
+routers are `functions.http.routes`, one per resource; every refusal is
+answered by `functions.http.errors`; every request passes the guard
+(`functions.http.guard`) first, which names its principal.
 """
 
 from __future__ import annotations
