@@ -89,12 +89,14 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     given = select(
         cast(bindparam(DOCUMENT, type_=Text()), JSONB).label("document"), db_now().label("now")
     ).cte("move")
-    # The parts after the table's read them as its UPDATEs do (`_part`).
+    # An UPDATE (whose FROM cannot say JOIN) reads both through scalar subqueries; so do
+    # the parts after the table's.
     document_value = select(given.c.document).scalar_subquery()
     now_value = select(given.c.now).scalar_subquery()
     instance_id = bindparam(INSTANCE_ID, type_=Uuid())
+    read = (given, document_value, now_value)
     ctes: list[Any] = [
-        _part(part, tables, given, instance_id, shape.single_keys)
+        _part(part, tables, read, instance_id, shape.single_keys)
         for part in PARTS
         if getattr(shape, part.flag or part.cte)
     ]
@@ -124,18 +126,21 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
 
 
-def _part(part: Part, tables: GraphTables, given: Any, instance_id: Any, single: bool) -> Any:
-    """The CTE of one part, its rows read from the document of `given` (the `move` CTE).
+def _part(
+    part: Part, tables: GraphTables, read: tuple[Any, Any, Any], instance_id: Any, single: bool
+) -> Any:
+    """The CTE of one part, its rows read from the document of the `move` CTE (`read`: that
+    CTE, and its document and clock as scalar subqueries).
 
     An INSERT ... SELECT joins the document's CTE to the rows read from it; an UPDATE
-    (whose FROM cannot say JOIN) reads both through scalar subqueries.
+    reads both through the scalar subqueries.
     """
+    given, document_value, now_value = read
     table = tables.table(part.table)
     if part.where is None:
         document, now = given.c.document, given.c.now
     else:
-        document = select(given.c.document).scalar_subquery()
-        now = select(given.c.now).scalar_subquery()
+        document, now = document_value, now_value
     rows = _rows(document, part.rows or part.cte, part.columns)
     found = Found(rows, table, instance_id, now, single)
     values = {
