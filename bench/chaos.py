@@ -56,7 +56,7 @@ from bench import chaos_app as app  # noqa: E402
 from engine import configure_event_registry, connect_workflows  # noqa: E402
 from engine.base.settings import CHAOS_KEEP  # noqa: E402
 from infra.embedded import EmbeddedPostgres, start_embedded  # noqa: E402
-from infra.pytest_plugin import Database, Server  # noqa: E402
+from infra.testing.pytest_plugin import Database, Server  # noqa: E402
 from tests.pgbouncer import start_pgbouncer  # noqa: E402
 
 READY_TIMEOUT = 60.0  # seconds for a worker process to say "ready"

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import (
 
 from bench.models import Base
 from engine import Workflow
-from engine.base.notify import CHANNEL  # the channel start() announces on, for bulk inserts
+from engine.base.notify import CHANNEL  # the channel start() announces on, for its batch inserts
 from infra.embedded import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ async def insert_due_runs(
 ) -> None:
     """Insert `n` runs of `model`, all due now at `first_step`, in one statement.
 
-    A bulk insert rather than n start() calls: the figure is the worker's, and
+    One INSERT rather than n start() calls: the figure is the worker's, and
     every row must be waiting before it starts. ANALYZE then gives the planner
     the statistics autovacuum would have gathered on a table in service.
     `announce` NOTIFYs a worker that is already running, in the same commit,

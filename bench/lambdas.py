@@ -39,9 +39,9 @@ from engine import configure_event_registry, connect_workflows
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT, Container, Runtime, Scheduler, install
-from infra.aws_settings import AwsSettings
+from infra.aws.scheduler import WakeScheduler, create_wake_schedule_table, round_up
+from infra.aws.settings import AwsSettings
 from infra.embedded import EmbeddedPostgres
-from infra.scheduler import WakeScheduler, create_wake_schedule_table, round_up
 
 ENTRIES = ("publish", "wake", "drain", "deliver")  # functions.lambdas.handlers' entries
 DIRECT_WITHIN = 1.3  # the aim: wake, drain and deliver import within 1.3x the floor

@@ -156,7 +156,7 @@ async def measure_throughput(
     runs: int,
     pool_size: int | None,
 ) -> dict[str, Any]:
-    """Bulk-insert `runs` due runs, start one worker, time it from "ready" to the last run."""
+    """Insert `runs` due runs at once, start one worker, time it from "ready" to the last run."""
     table: str = model.__table__.name  # type: ignore[attr-defined]
     async with BenchDatabase(server, f"bench_{table}") as db:
         await insert_due_runs(db, model, first_step, runs)
@@ -274,7 +274,7 @@ async def measure_deliveries(
 ) -> dict[str, Any]:
     """Deliver one event to each of `runs` parked runs, DELIVER_TASKS at a time.
 
-    The runs are bulk-inserted due at `park`, PARK_CHUNK at a time, and the
+    The runs are inserted due at `park`, PARK_CHUNK at a time, and the
     worker parks each chunk (every run returns wait_for) before the next goes
     in, and all of them before the clock starts; it keeps running while the
     bench delivers. In one insert, the worker's backlog of parked-but-uncommitted

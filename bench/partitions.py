@@ -34,11 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlalchemy.orm import DeclarativeBase  # noqa: E402
 
 from engine import declare_engine_tables  # noqa: E402
-from engine.base.partitions import day_partition_name  # noqa: E402
 from engine.model.connection import open_connection  # noqa: E402
+from engine.partitions import day_partition_name, unpartition_attempt_log  # noqa: E402
 from engine.retention import RetentionSettings, count_prunable, prune  # noqa: E402
 from infra.embedded import start_embedded  # noqa: E402
-from infra.partitioning import unpartition_attempt_log  # noqa: E402
 
 PARTITIONED = "bench_parted_attempts"
 PLAIN = "bench_plain_attempts"

@@ -44,7 +44,7 @@ from engine.claims import (  # noqa: E402
 )
 from engine.claims.claim import Claim  # noqa: E402
 from engine.commits import (  # noqa: E402
-    bulk as bulk_commits,
+    fast,
     typed as commits,
 )
 from engine.events import database, deliveries, views  # noqa: E402
@@ -220,13 +220,13 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
         [
             built(
                 "the fast path: outcomes of engine columns only",
-                bulk_commits.bulk_statement,
+                fast.fast_statement,
                 onboarding,
                 WorkflowAttempt,
             ),
             built(
                 "the fast path: a batch that logs a failed attempt's traceback and arguments",
-                bulk_commits.bulk_statement,
+                fast.fast_statement,
                 onboarding,
                 WorkflowAttempt,
                 (),
@@ -236,7 +236,7 @@ def entries() -> Iterator[tuple[str, list[Entry]]]:
             ),
             built(
                 "the fast path: an outbox drain, its plain columns and its delivery records",
-                bulk_commits.bulk_statement,
+                fast.fast_statement,
                 workflow_info(Outbox),
                 WorkflowAttempt,
                 ("error", "route_attempts", "settled_at", "status"),

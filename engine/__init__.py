@@ -71,6 +71,7 @@ __all__ = [
     "Registration",
     "RetentionSettings",
     "RunBusyError",
+    "RunFilter",
     "SavedDesign",
     "SelfApprovalError",
     "StateWorkflowError",
@@ -115,16 +116,19 @@ __all__ = [
     "disconnect_bridge",
     "every",
     "fan_out",
+    "find_workflow",
     "get_event_registry",
     "get_graph_runtime",
     "get_workflow_engine",
     "graph_tables",
+    "list_runs",
     "list_templates",
     "load_design",
     "model_change_event",
     "model_created_event",
     "model_deleted_event",
     "model_updated_event",
+    "parse_filter",
     "prune",
     "run_workflows",
     "save_design",
@@ -307,6 +311,14 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "EngineTables",
         "declare_engine_tables",
     ),
+    "engine.views.filters": (
+        "RunFilter",
+        "parse_filter",
+    ),
+    "engine.views.runs": (
+        "find_workflow",
+        "list_runs",
+    ),
     "engine.worker.loop": ("Worker",),
     "engine.worker.running": (
         "run_workflows",
@@ -432,6 +444,8 @@ if TYPE_CHECKING:
     from engine.runs.start import start_many
     from engine.runs.workflow import Workflow
     from engine.tables import EngineTables, declare_engine_tables
+    from engine.views.filters import RunFilter, parse_filter
+    from engine.views.runs import find_workflow, list_runs
     from engine.worker.loop import Worker
     from engine.worker.running import run_workflows, wake
 

@@ -29,9 +29,9 @@ from engine import connect_workflows
 from engine.testing import drain as drain_steps
 from functions.lambdas import handlers as lambda_handlers, work as lambda_work
 from functions.lambdas.runtime import WAKE_INPUT, Runtime, Scheduler, install
-from infra.aws_settings import AwsSettings
-from infra.pytest_plugin import Database
-from infra.scheduler import WakeScheduler, metadata as schedule_metadata
+from infra.aws.scheduler import WakeScheduler, metadata as schedule_metadata
+from infra.aws.settings import AwsSettings
+from infra.testing.pytest_plugin import Database
 from tests.apps import serverless_app
 from tests.apps.serverless_app import Signup
 from tests.helpers import wait_until

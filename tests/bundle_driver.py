@@ -58,8 +58,8 @@ def invoke(events_file):
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from functions.lambdas import handlers
-    from infra.migrate import deployable_metadata
     from infra.schema import create_schema, load_app
+    from infra.schema.migrate import deployable_metadata
     from infra.settings import database_url
 
     async def create_tables():

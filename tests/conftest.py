@@ -3,7 +3,7 @@
 One embedded server (or DULY_TEST_DATABASE_URL) serves the session; each test gets a
 database of its own, created empty and dropped WITH (FORCE), so a test may commit, claim
 from several connections and processes, and kill sessions. The machinery is duly's pytest
-plugin (`infra/pytest_plugin.py`): `server` and `db` are its `duly_server` and
+plugin (`infra/testing/pytest_plugin.py`): `server` and `db` are its `duly_server` and
 `duly_database`. moto's server is one a session, emptied for each `moto_endpoint`; the
 other fixtures put back what several modules' tests change.
 """
@@ -16,8 +16,8 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from infra import pytest_plugin
-from infra.pytest_plugin import Database, Server, fresh_database
+from infra.testing import pytest_plugin
+from infra.testing.pytest_plugin import Database, Server, fresh_database
 from tests.oidc_issuer import LocalIssuer
 
 if TYPE_CHECKING:

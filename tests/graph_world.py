@@ -25,7 +25,7 @@ from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import InstanceSnapshot
 from engine.graphs.tables import END, START, STATE, GraphTables, graph_tables
 from engine.model.connection import session_engine
-from infra.pytest_plugin import Database
+from infra.testing.pytest_plugin import Database
 from tests.apps import graphs as app, outbox as outbox_app
 from tests.graph_helpers import graph_of, stored
 from tests.helpers import sessions_waiting_for_a_lock, wait_until

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from infra.pytest_plugin import Database, Server
+from infra.testing.pytest_plugin import Database, Server
 from tests.helpers import wait_until
 
 PASSWORD_GROUP = "duly_password_login"

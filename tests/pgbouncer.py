@@ -40,7 +40,7 @@ import pytest
 from psycopg.rows import dict_row
 from sqlalchemy.engine import make_url
 
-from infra.pytest_plugin import Database, Server
+from infra.testing.pytest_plugin import Database, Server
 from tests.helpers import free_port  # free on HOST now; it may be taken before PgBouncer binds it
 
 INSTALL = "apt-get install -y --no-install-recommends pgbouncer"

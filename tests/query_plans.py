@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from infra.pytest_plugin import Database
+from infra.testing.pytest_plugin import Database
 
 ROWS = 20_000  # runs `fill_runs` writes
 GROUPS = 200  # rows in a round of `fill_runs`

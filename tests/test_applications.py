@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from engine import DatabaseEventRegistry, Duly, EventSettings, WorkflowEvent
 from engine.graphs.moves.notifications import STATE_ASSIGNMENT
 from engine.graphs.moves.runtime import GraphRuntime
-from infra.pytest_plugin import Database, Server, fresh_database
+from infra.testing.pytest_plugin import Database, Server, fresh_database
 from tests.apps import graphs as app, outbox as outbox_app
 from tests.graph_helpers import graph_of, stored
 from tests.graph_world import LINEAR_EDGES, LINEAR_NODES, TABLES

@@ -1,5 +1,5 @@
-"""The attempt log partitioned a UTC day a partition by finished_at (engine.base.partitions,
-engine.retention.partitions).
+"""The attempt log partitioned a UTC day a partition by finished_at (engine.partitions,
+engine.retention's split of its walks).
 
 - `create_all` makes it partitioned, with its default partition and a partition for each
   day from today to DAYS_AHEAD ahead: test_create_all_makes_the_days_ahead
@@ -33,14 +33,14 @@ from sqlalchemy.orm import DeclarativeBase
 
 from bench.partitions import measure
 from engine import declare_engine_tables
-from engine.base.partitions import (
+from engine.model.connection import open_connection
+from engine.partitions import (
     DAYS_AHEAD,
     day_partition_name,
     default_partition_name,
     keep_partitions_ahead,
     partitions_of,
 )
-from engine.model.connection import open_connection
 from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
 from engine.testing import move_clock
 from tests.conftest import Database, Server, fresh_database

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine.base.audit import MAX_STORED, recent_actions, record_action
 from engine.base.errors import InvalidArgumentError
 from engine.base.owned_tables import declare_owned_tables
-from infra.pytest_plugin import Clock
+from infra.testing.pytest_plugin import Clock
 from tests.conftest import Database
 
 

@@ -1,4 +1,4 @@
-"""The AWS functions' settings (infra/aws_settings.py), with Secrets Manager on moto.
+"""The AWS functions' settings (infra/aws/settings.py), with Secrets Manager on moto.
 
 The rules, and the tests that hold them:
 
@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine import ConfigurationError
-from infra.aws_settings import AwsSettings, database_url_from_secret, resolve_database_url
+from infra.aws.settings import AwsSettings, database_url_from_secret, resolve_database_url
 from tests.aws_fakes import (
     AWKWARD_PASSWORD,
     PROD_ENV as ENV,

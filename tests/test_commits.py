@@ -1,7 +1,7 @@
 """The two commit paths agree: the same outcome writes the same row and the same attempt record.
 
 The typed path (`commits.fenced_writes`) and the array-driven fast path
-(`bulk_commits.bulk_fenced_writes`) share what an outcome means
+(`fast.fast_fenced_writes`) share what an outcome means
 (`outcomes.outcome_values`); this checks the SQL they build from it. Both
 writes go in one transaction, so they see the same database time.
 """
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows
 from engine.claims.claim import Claim, claim_due
-from engine.commits.bulk import bulk_fenced_writes, takes
+from engine.commits.fast import fast_fenced_writes, takes
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
 from engine.commits.typed import fenced_writes
 from engine.model.registry import ENGINE_COLUMNS, workflow_info
@@ -73,29 +73,29 @@ async def test_both_paths_write_the_same_row_and_attempt_record(
             )
             for user, row in claimed.items()
         }
-        assert takes(writes["bulk"]), "the fast path must be able to take this outcome"
+        assert takes(writes["fast"]), "the fast path must be able to take this outcome"
         [typed] = await fenced_writes(conn, [writes["typed"]], attempt_log=WorkflowAttempt)
-        [bulk] = await bulk_fenced_writes(conn, [writes["bulk"]], attempt_log=WorkflowAttempt)
+        [fast] = await fast_fenced_writes(conn, [writes["fast"]], attempt_log=WorkflowAttempt)
         stored = {
             row.user_id: row._mapping for row in await conn.execute(select(Onboarding.__table__))
         }
-    assert typed is not None and bulk is not None
-    assert engine_columns(stored["typed"]) == engine_columns(stored["bulk"])
-    assert own_columns(stored["typed"]) == own_columns(stored["bulk"])
+    assert typed is not None and fast is not None
+    assert engine_columns(stored["typed"]) == engine_columns(stored["fast"])
+    assert own_columns(stored["typed"]) == own_columns(stored["fast"])
     assert stored["typed"]["wf_version"] == claimed["typed"].wf_version + 1
-    assert typed.duly_notified == bulk.duly_notified
+    assert typed.duly_notified == fast.duly_notified
     if outcome.hold is not None:  # a worker running the next step itself reads the row back
-        assert engine_columns(bulk._mapping) == engine_columns(stored["bulk"])
-        assert own_columns(bulk._mapping) == own_columns(stored["bulk"])
+        assert engine_columns(fast._mapping) == engine_columns(stored["fast"])
+        assert own_columns(fast._mapping) == own_columns(stored["fast"])
     else:  # anything else reads back only that it landed: decoding the row would cost more
-        assert "next_step" not in bulk._mapping
+        assert "next_step" not in fast._mapping
     logged = db.sql(
         "SELECT run_key, workflow, step, attempt, outcome, error, took_ms, finished_at "
         "FROM workflow_attempt ORDER BY run_key"
     )
     assert len(logged) == 2
     by_run = {row[0]: row[1:] for row in logged}
-    assert by_run[str(claimed["typed"].id)] == by_run[str(claimed["bulk"].id)]
+    assert by_run[str(claimed["typed"].id)] == by_run[str(claimed["fast"].id)]
 
 
 async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None:
@@ -113,7 +113,7 @@ async def test_a_fenced_write_is_not_logged_on_either_path(db: Database) -> None
             for user, row in claimed.items()
         }
         assert await fenced_writes(conn, [stale["typed"]], attempt_log=WorkflowAttempt) == [None]
-        assert await bulk_fenced_writes(conn, [stale["bulk"]], attempt_log=WorkflowAttempt) == [
+        assert await fast_fenced_writes(conn, [stale["fast"]], attempt_log=WorkflowAttempt) == [
             None
         ]
     assert db.sql("SELECT count(*) FROM workflow_attempt") == [(0,)]
@@ -137,9 +137,9 @@ async def test_both_paths_log_a_failures_traceback_and_arguments(db: Database) -
             )
             for user, row in claimed.items()
         }  # fmt: skip
-        assert takes(failed["bulk"])
+        assert takes(failed["fast"])
         assert await fenced_writes(conn, [failed["typed"]], attempt_log=WorkflowAttempt) != [None]
-        assert await bulk_fenced_writes(conn, [failed["bulk"]], attempt_log=WorkflowAttempt) != [
+        assert await fast_fenced_writes(conn, [failed["fast"]], attempt_log=WorkflowAttempt) != [
             None
         ]
     logged = db.sql("SELECT outcome, traceback, args FROM workflow_attempt ORDER BY run_key")
@@ -154,7 +154,7 @@ async def test_a_batch_with_one_failure_logs_null_for_the_attempts_that_succeede
     engine = Session.kw["bind"]
     async with engine.begin() as conn:
         claimed = {row.user_id: row for row in await claim_due(conn, info, 2, LEASE)}
-        ok, failing = claimed["typed"], claimed["bulk"]
+        ok, failing = claimed["typed"], claimed["fast"]
         writes = [
             Write(
                 Claim(info, (ok.id,), ok.wf_version),
@@ -168,7 +168,7 @@ async def test_a_batch_with_one_failure_logs_null_for_the_attempts_that_succeede
                               traceback="Traceback ...\nValueError: no\n", args={"args": []}),
             ),
         ]  # fmt: skip
-        assert None not in await bulk_fenced_writes(conn, writes, attempt_log=WorkflowAttempt)
+        assert None not in await fast_fenced_writes(conn, writes, attempt_log=WorkflowAttempt)
     logged = db.sql("SELECT outcome, traceback, args FROM workflow_attempt ORDER BY outcome")
     assert logged == [
         ("failed", "Traceback ...\nValueError: no\n", {"args": []}),
@@ -177,10 +177,10 @@ async def test_a_batch_with_one_failure_logs_null_for_the_attempts_that_succeede
 
 
 async def two_runs(db: Database) -> async_sessionmaker[AsyncSession]:
-    """Two Onboarding runs due at `check`, one per commit path (users "typed" and "bulk")."""
+    """Two Onboarding runs due at `check`, one per commit path (users "typed" and "fast")."""
     Session = await db.create(examples.Base.metadata)
     async with connect_workflows(Session, workflows=[Onboarding]):
-        for user in ("typed", "bulk"):
+        for user in ("typed", "fast"):
             row = Onboarding(user_id=user, email=f"{user}@example.com")
             assert await row.start(Onboarding.check)
     return Session
@@ -212,7 +212,7 @@ async def test_the_fast_path_assigns_text_so_a_length_limit_is_checked_not_trunc
     assert takes(write)
     with pytest.raises(DBAPIError, match="too long"):
         async with engine.begin() as conn:
-            await bulk_fenced_writes(conn, [write], attempt_log=None)
+            await fast_fenced_writes(conn, [write], attempt_log=None)
     assert db.sql("SELECT code FROM bounded") == [("ok",)]
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from engine import connect_workflows
 from engine.claims.claim import Claim, claim_due
-from engine.commits.bulk import bulk_fenced_writes, takes
+from engine.commits.fast import fast_fenced_writes, takes
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
 from engine.model.companions import Companion, CompanionShape, commit_with
 from engine.model.registry import workflow_info
@@ -70,7 +70,7 @@ async def test_the_fast_path_writes_companions_of_landed_writes_only(db: Databas
     fenced = write(second, Companion(PLAIN, ((second.id, "a", 9),)), version=second.wf_version - 1)
     assert takes(landing) and takes(fenced)
     async with engine.begin() as conn:
-        rows = await bulk_fenced_writes(conn, [landing, fenced], attempt_log=None)
+        rows = await fast_fenced_writes(conn, [landing, fenced], attempt_log=None)
     assert [row is not None for row in rows] == [True, False]
     assert db.sql("SELECT run_id, topic, count FROM bounded_notes ORDER BY topic") == [
         (first.id, "a", 1),
@@ -82,7 +82,7 @@ async def test_a_companion_upsert_adds_summed_columns_and_stamps_the_time(db: Da
     engine, (row,) = await claimed_runs(db, 1)
     db.sql("INSERT INTO bounded_notes (run_id, topic, count) VALUES (%s, 'a', 5)", row.id)
     async with engine.begin() as conn:
-        [written] = await bulk_fenced_writes(
+        [written] = await fast_fenced_writes(
             conn, [write(row, Companion(UPSERT, ((row.id, "a", 2),)))], attempt_log=None
         )
     assert written is not None
@@ -113,7 +113,7 @@ async def test_a_refused_companion_refuses_its_write(db: Database) -> None:
     too_long = write(row, Companion(PLAIN, ((row.id, "much too long", 1),)))
     with pytest.raises(DBAPIError):
         async with engine.begin() as conn:
-            await bulk_fenced_writes(conn, [too_long], attempt_log=None)
+            await fast_fenced_writes(conn, [too_long], attempt_log=None)
     assert db.sql("SELECT count(*) FROM bounded_notes") == [(0,)]
     assert db.sql("SELECT next_step FROM bounded") == [("go",)]
 

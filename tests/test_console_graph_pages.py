@@ -49,9 +49,12 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from engine import get_graph_runtime
+from engine.graphs.design.document import Design
 from functions import examples
 from functions.expense_graph import DESIGN, EXPENSE_APPROVAL
 from functions.local.dev import create_dev_app, install_example_graph
+from functions.requests.graphs import save_version
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving
 
@@ -416,3 +419,15 @@ async def test_writes_need_the_forms_csrf_token(client: httpx.AsyncClient) -> No
     index = await client.get(PAGES)
     assert f"expense_claims {claim['subject_key']}" not in index.text  # nothing submitted
     assert 'name="csrf_token"' in index.text  # the submit form carries it
+
+
+async def test_the_api_and_the_designer_save_through_the_request_layer(
+    client: httpx.AsyncClient,
+) -> None:
+    design = {**json.loads(json.dumps(DESIGN)), "name": "saved three ways"}
+    design["nodes"][1]["assigneeUserIds"] = []  # a problem (S16) each door must say alike
+    by_api = (await write(client, "/graphs/templates", json=design)).json()
+    by_designer = (await write(client, f"{PAGES}/designer/save", json=design)).json()
+    direct = (await save_version(get_graph_runtime(), Design.model_validate(design))).response()
+    assert [a["version"] for a in (by_api, by_designer, direct)] == [1, 2, 3]
+    assert by_api["errors"] == by_designer["errors"] == direct["errors"] != []

@@ -1,4 +1,4 @@
-"""The AWS functions' database login (infra/database_login.py, infra/iam_auth.py).
+"""The AWS functions' database login (infra/aws/database_login.py, infra/aws/iam_auth.py).
 
 Against the suite's real PostgreSQL, with roles whose password it checks
 (tests/password_login.py), Secrets Manager on moto:
@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from engine import ConfigurationError
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT, Runtime, install
-from infra.aws_settings import AwsSettings, database_url_from_secret, resolve_database_url
-from infra.database_login import DatabaseLogin
-from infra.pytest_plugin import Database, Server
+from infra.aws.database_login import DatabaseLogin
+from infra.aws.settings import AwsSettings, database_url_from_secret, resolve_database_url
+from infra.testing.pytest_plugin import Database, Server
 from tests.apps.serverless_app import SIGNUP
 from tests.aws_fakes import (
     AWKWARD_PASSWORD,

@@ -13,8 +13,8 @@ from cfnlint.decode.cfn_yaml import load
 from engine.base.errors import ConfigurationError
 from functions.cli.scaffold_template import SCAFFOLD_TEMPLATE, app_template
 from functions.lambdas.runtime import Runtime
-from infra.app_layout import DULY_PACKAGES, check_app_layout
-from infra.pytest_plugin import Server
+from infra.schema.app_layout import DULY_PACKAGES, check_app_layout
+from infra.testing.pytest_plugin import Server
 from tests.aws_fakes import settings_for
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, dev_env, run_duly

@@ -1,4 +1,4 @@
-"""The kick after a commit (`infra/kicks.py`): debounced per process, none lost, never raised.
+"""The kick after a commit (`infra/aws/kicks.py`): debounced per process, none lost, never raised.
 
 The debounce tests drive `AsyncKicker` with a recording `invoke` and read
 the loop's clock; the last ones start, run and deliver through
@@ -17,8 +17,8 @@ import pytest
 
 from engine import connect_workflows
 from engine.base.errors import ConfigurationError
-from infra import kicks
-from infra.kicks import AsyncKicker, aws_wake_invoke, kick_wake_after_commits
+from infra.aws import kicks
+from infra.aws.kicks import AsyncKicker, aws_wake_invoke, kick_wake_after_commits
 from tests.apps import serverless
 from tests.apps.serverless import Reminder
 from tests.conftest import Database

@@ -23,8 +23,8 @@ from engine import connect_workflows
 from engine.testing import drain as drain_steps, move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
-from infra.scheduler import round_up, schedule_expression
-from infra.wake_slots import WakeSlots
+from infra.aws.scheduler import round_up, schedule_expression
+from infra.aws.wake_slots import WakeSlots
 from tests.apps import serverless_app
 from tests.apps.serverless_app import LATER, SIGNUP, Chunk, Outbox, Signup, Stuck
 from tests.aws_fakes import (

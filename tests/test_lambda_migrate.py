@@ -31,8 +31,8 @@ import psycopg
 import pytest
 
 from functions.lambdas.migrate import ANSWER_MARGIN, on_deploy
-from infra.migrate import LOCK_KEY, OWN_VERSIONS
-from infra.pytest_plugin import Server
+from infra.schema.migrate import LOCK_KEY, OWN_VERSIONS
+from infra.testing.pytest_plugin import Server
 from tests.aws_fakes import AWKWARD_PASSWORD, Context, aws_client
 from tests.conftest import Database
 from tests.helpers import free_port, wait_until

@@ -1,4 +1,5 @@
-"""The deployable schema's Alembic migrations (infra/migrate.py, infra/migrations), `duly migrate`.
+"""The deployable schema's Alembic migrations (infra/schema/migrate.py, its migrations),
+`duly migrate`.
 
 - duly's own first revision gives an empty database exactly what `create_all`
   makes for the example app and duly's tables: columns in order with their
@@ -38,10 +39,10 @@ from engine.base.owned_tables import declare_owned_tables
 from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
 from engine.base.sessions import SESSIONS_TABLE
 from functions.cli import build_parser
-from infra import scheduler, wake_slots
-from infra.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata
+from infra.aws import scheduler, wake_slots
+from infra.aws.wake_slots import WakeSlots
 from infra.schema import create_schema
-from infra.wake_slots import WakeSlots
+from infra.schema.migrate import OWN_VERSIONS, deployable_metadata, migrations_for, target_metadata
 from tests.conftest import Database, Server, fresh_database
 from tests.helpers import DULY, REPO_ROOT, dev_env, run_duly
 from tests.schema_helpers import HEAD, schema, tables, version

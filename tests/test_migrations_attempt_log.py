@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from engine.base.partitions import DAYS_AHEAD, day_partition_name, default_partition_name
-from infra.migrate import migrations_for
+from engine.partitions import DAYS_AHEAD, day_partition_name, default_partition_name
+from infra.schema.migrate import migrations_for
 from tests.conftest import Database, Server, fresh_database
 from tests.schema_helpers import HEAD, insert_attempts, schema, table_partitions, version
 

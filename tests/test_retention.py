@@ -70,7 +70,7 @@ from engine.testing import drain, move_clock
 from functions import cli
 from functions.lambdas import work as lambda_work
 from functions.lambdas.runtime import Budget, Runtime
-from infra.aws_settings import AwsSettings
+from infra.aws.settings import AwsSettings
 from tests.conftest import Database
 
 APP = "tests.test_retention"  # this module is the app `duly prune` and the drain load

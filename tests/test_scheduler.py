@@ -1,4 +1,4 @@
-"""The EventBridge Scheduler registration of on_idle (infra/scheduler.py), on moto and PostgreSQL.
+"""EventBridge Scheduler registration of on_idle (infra/aws/scheduler.py), on moto and PostgreSQL.
 
 The rules, and the tests that hold them:
 
@@ -71,7 +71,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from engine import ConfigurationError, run_workflows, wake
 from engine.base.clock import db_now
 from engine.testing import move_clock
-from infra.scheduler import (
+from infra.aws.scheduler import (
     WAKE_INPUT,
     WakeScheduler,
     create_wake_schedule_table,

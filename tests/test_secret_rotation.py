@@ -1,4 +1,4 @@
-"""A database password rotated under a warm Lambda container (infra/secret_login.py).
+"""A database password rotated under a warm Lambda container (infra/aws/secret_login.py).
 
 Against the suite's real PostgreSQL, a role whose password it checks
 (tests/password_login.py), the secret on moto's Secrets Manager:
@@ -26,10 +26,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from functions.lambdas import handlers as lambda_handlers
-from infra.aws_settings import read_secret_string
-from infra.database_login import DatabaseLogin
-from infra.pytest_plugin import Database, Server
-from infra.secret_login import RotatingSecret
+from infra.aws.database_login import DatabaseLogin
+from infra.aws.secret_login import RotatingSecret
+from infra.aws.settings import read_secret_string
+from infra.testing.pytest_plugin import Database, Server
 from tests.apps.serverless_app import SIGNUP
 from tests.aws_fakes import (
     AWKWARD_PASSWORD,

@@ -1,1 +1,1 @@
-"""Fenced writes of a step's outcome: the typed path and the bulk fast path."""
+"""Fenced writes of a step's outcome: the typed path and the fast path."""

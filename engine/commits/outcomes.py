@@ -3,7 +3,7 @@
 `Outcome` is what a step's directive (or its failure) means for its row;
 `Write` carries it to the commit queue with its claim and attempt record.
 Both commit paths, the typed one (`commits`) and the array-driven one
-(`bulk_commits`), take a write's values from `write_fields` and turn them
+(`fast`), take a write's values from `write_fields` and turn them
 into columns with `outcome_values`, so they cannot disagree on what an
 outcome means (`tests/test_commits.py` checks that they write the same).
 """

@@ -4,7 +4,7 @@ Each row's outcome is a data-modifying CTE (`UPDATE ... WHERE key = :k AND wf_ve
 :claimed RETURNING`) with its attempt-log INSERT and its NOTIFY; several rows share one
 statement (`UNION ALL`), and a row missing from the result is the typed outcome "fenced".
 This path takes outcomes that change the row's own columns (typed by SQLAlchemy) or arm a
-wait; the rest take `bulk_commits`. Each shape of statement is built once and kept.
+wait; the rest take `fast`. Each shape of statement is built once and kept.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from engine.base.errors import ConfigurationError
+from engine.base.owned_tables import declare_owned_tables
 
 TEMPLATES = "duly_graph_templates"
 NODES = "duly_graph_nodes"
@@ -97,11 +98,24 @@ ACTION_TYPES = (CREATION, ASSIGNMENT, APPROVAL, STATUS_CHANGE, COMPLETION, NOTIF
 SHORT = 16  # the length of every short code column
 
 
+class GraphTable:
+    """What every graph mixin shares: mapped on a base, it declares duly's own tables
+    there too (`duly_clock` first: every move reads the database clock), as a workflow
+    does, so a base that maps the mixins by hand creates them with `create_all`."""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        # Declarative bases map the class before this runs; unmapped subclasses are skipped.
+        table = cls.__dict__.get("__table__")
+        if isinstance(table, Table):
+            declare_owned_tables(table.metadata)
+
+
 def _fk(table: str, *, ondelete: str) -> ForeignKey:
     return ForeignKey(f"{table}.id", ondelete=ondelete)
 
 
-class GraphTemplate:
+class GraphTemplate(GraphTable):
     """Map onto your base: one version of a named graph."""
 
     __tablename__ = TEMPLATES
@@ -139,7 +153,7 @@ class GraphTemplate:
         )
 
 
-class GraphNode:
+class GraphNode(GraphTable):
     """Map onto your base: a node of a template version's graph."""
 
     __tablename__ = NODES
@@ -169,7 +183,7 @@ class GraphNode:
         return (UniqueConstraint("template_id", "key", name=f"uq_{NODES}_template_key"),)
 
 
-class GraphTransition:
+class GraphTransition(GraphTable):
     """Map onto your base: an edge of a template version's graph."""
 
     __tablename__ = TRANSITIONS
@@ -197,7 +211,7 @@ class GraphTransition:
         )
 
 
-class GraphInstance:
+class GraphInstance(GraphTable):
     """Map onto your base: one subject's run through one template version."""
 
     __tablename__ = INSTANCES
@@ -239,7 +253,7 @@ class GraphInstance:
         )
 
 
-class GraphBranch:
+class GraphBranch(GraphTable):
     """Map onto your base: a token on a node of an instance's graph."""
 
     __tablename__ = BRANCHES
@@ -267,7 +281,7 @@ class GraphBranch:
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
 
 
-class GraphVisit:
+class GraphVisit(GraphTable):
     """Map onto your base: one entry of a branch into a node."""
 
     __tablename__ = VISITS
@@ -292,7 +306,7 @@ class GraphVisit:
         return (Index(f"ix_{VISITS}_instance_node", "instance_id", "node_id"),)
 
 
-class GraphVote:
+class GraphVote(GraphTable):
     """Map onto your base: one assignee's vote at a visit (pending until cast)."""
 
     __tablename__ = VOTES
@@ -316,7 +330,7 @@ class GraphVote:
         return (UniqueConstraint("visit_id", "approver", name=f"uq_{VOTES}_visit_approver"),)
 
 
-class GraphHistory:
+class GraphHistory(GraphTable):
     """Map onto your base: the audit trail, one row per action, never changed."""
 
     __tablename__ = HISTORY

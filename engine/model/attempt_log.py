@@ -32,8 +32,8 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 
 from engine.base.clock import db_now
-from engine.base.partitions import partition_by_day
 from engine.base.subclasses import mapped_subclasses
+from engine.partitions import partition_by_day
 
 OUTCOMES = ("ok", "retry", "failed")
 # What a step attempt records, in the order of the table's columns after `workflow`.
@@ -103,7 +103,7 @@ class AttemptLogColumns:
             Index(f"ix_{table.name}_run"[:63], table.c.workflow, table.c.run_key, table.c.id)
             # Retention walks the log oldest first, a batch at a time (engine.retention).
             Index(f"ix_{table.name}_finished"[:63], table.c.finished_at, table.c.id)
-            # A partition a day by finished_at: pruning drops whole days (engine.base.partitions).
+            # A partition a day by finished_at: pruning drops whole days (engine.partitions).
             partition_by_day(table, "finished_at")
 
 

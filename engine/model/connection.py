@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
 from engine.base.errors import NotConnectedError, NotFoundError, UnsupportedTypeError
-from engine.base.partitions import keep_partitions_ahead
 from engine.model.application import Application, current_application
 from engine.model.attempt_log import attempt_log_classes
 from engine.model.limits import rate_bucket_classes
 from engine.model.registry import WorkflowInfo, registered_workflows, workflow_info
+from engine.partitions import keep_partitions_ahead
 
 log = logging.getLogger("duly.connection")
 

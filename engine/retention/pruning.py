@@ -35,17 +35,17 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.base.clock import db_now
-from engine.base.partitions import keep_partitions_ahead
 from engine.base.seen_signatures import SEEN_SIGNATURES_TABLE
 from engine.base.sessions import SESSIONS_TABLE
 from engine.model.connection import WorkflowConnection
-from engine.retention.partitions import count_partition, drop_partition, split_partitioned
+from engine.partitions import count_partition, drop_partition, keep_partitions_ahead
 from engine.retention.scans import (
     SESSIONS_KEPT_DAYS,
     Scan,
     prune_scans,
     sessions_scan,
     signature_scan,
+    split_partitioned,
 )
 from engine.retention.settings import KINDS, RetentionSettings
 
@@ -214,7 +214,9 @@ async def prune(
     deleted_last = False
     complete = True
     for walk, partition in planned.drops:
-        dropped = await drop_partition(connection, walk.table_name, partition)
+        dropped = await drop_partition(
+            connection.autocommit, connection.engine, walk.table_name, partition
+        )
         if dropped is None:  # its table stayed locked: the next prune drops it
             complete = False
             continue
@@ -295,7 +297,7 @@ async def split_walks(
     conn: AsyncConnection, walks: list[Walk]
 ) -> tuple[list[Walk], list[tuple[Walk, str]]]:
     """Each walk over a partitioned table split into its partitions to drop and its
-    partitions to walk (`engine.retention.partitions`); the others as they are."""
+    partitions to walk (`split_partitioned`); the others as they are."""
     kept: list[Walk] = []
     drops: list[tuple[Walk, str]] = []
     for walk in walks:

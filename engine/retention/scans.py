@@ -5,15 +5,18 @@ every delivery succeeded, with their event records and delivery attempts; durabl
 that ended (completed, failed, cancelled) before it; seen signatures once they expire; the
 console's sessions a day after. Dead letters stay until replayed; the workflow tables (the
 application's rows) are never pruned. Tables are found on a `WorkflowConnection`: its attempt
-log, and the outbox and execution tables among its workflows.
+log, and the outbox and execution tables among its workflows. A partitioned table's walk
+is split into the partitions to drop whole and walks over those that straddle the cutoff.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, DateTime, Table, bindparam, exists
+from sqlalchemy import Column, ColumnElement, DateTime, MetaData, Table, bindparam, exists
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import BindParameter
 
 from engine.base.seen_signatures import seen_signatures
@@ -23,6 +26,7 @@ from engine.events.statuses import PROCESSED, SUCCEEDED
 from engine.executions.durable import WorkflowExecutionRecord
 from engine.executions.state import TERMINAL_STATES
 from engine.model.connection import WorkflowConnection
+from engine.partitions.days import Partition, partitions_of
 from engine.retention.settings import ATTEMPTS, EVENTS, EXECUTIONS
 
 SIGNATURES = "signatures"  # no retention period: a seen signature goes once it expires
@@ -114,3 +118,35 @@ def sessions_scan() -> Scan:
     a session lasts hours, and the cutoff is a day back)."""
     c = console_sessions.c
     return Scan(SESSIONS, console_sessions, c.expires_at, c.id, ())
+
+
+async def split_partitioned(
+    conn: AsyncConnection, scan: Scan, cutoff: datetime
+) -> tuple[list[str], list[Scan]] | None:
+    """The partitions to drop and the walks that prune `scan`'s partitioned table; else None.
+
+    `scan` must have no conditions but its cutoff and no companions (as the
+    attempt log's), so that every row of a partition older than it is prunable.
+    """
+    if scan.where or scan.companions:
+        return None
+    partitions = await partitions_of(conn, scan.table.name)
+    if partitions is None:
+        return None
+    drops = [p for p in partitions if p.holds_only_before(cutoff)]
+    walked = [p for p in partitions if p.holds_before(cutoff) and p not in drops]
+    return (
+        [p.name for p in drops],
+        [partition_scan(scan, p) for p in walked],
+    )
+
+
+def partition_scan(scan: Scan, partition: Partition) -> Scan:
+    """`scan` over one partition of its table (its ctids are that partition's own)."""
+    table = Table(
+        partition.name,
+        MetaData(),
+        Column(scan.at.name, scan.at.type),
+        Column(scan.key.name, scan.key.type),
+    )
+    return Scan(scan.kind, table, table.c[scan.at.name], table.c[scan.key.name], ())

@@ -21,7 +21,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.commits.bulk import bulk_columns, bulk_fenced_writes, takes
+from engine.commits.fast import fast_columns, fast_fenced_writes, takes
 from engine.commits.outcomes import Write
 from engine.commits.typed import fenced_writes
 from engine.model.companions import companion_shapes, write_companions
@@ -37,7 +37,7 @@ MAX_WRITES_PER_STATEMENT = 16  # a statement of more costs more to build than it
 # The fast path's text does not grow with its writes (arrays carry them): a busy worker's
 # commits share one statement further. Measured: the outbox at max_concurrency 100 routed
 # ~7,700 events/s at 16 writes a statement, ~11,000 at 64, no more at 128 or 256.
-MAX_BULK_WRITES_PER_STATEMENT = 64
+MAX_FAST_WRITES_PER_STATEMENT = 64
 
 Pending = tuple[Write, "asyncio.Future[Row[Any] | None]"]
 
@@ -100,7 +100,7 @@ class Committer:
     async def _flush(self, batch: list[Pending]) -> None:
         # One statement per table and path, at most MAX_WRITES_PER_STATEMENT writes each
         # (the typed path's statement grows with its writes, and its cost faster than its
-        # length), MAX_BULK_WRITES_PER_STATEMENT on the fast path.
+        # length), MAX_FAST_WRITES_PER_STATEMENT on the fast path.
         # The fast path's statements are shaped by the user columns their writes change too.
         groups: dict[tuple[str, str, int, Any], list[Pending]] = {}
         for pending in batch:
@@ -108,14 +108,14 @@ class Committer:
             path = _path(write)
             alone = id(write) if path == "fan-out" else 0  # a fan-out commits on its own
             shape = (
-                (bulk_columns(write), companion_shapes(write.companions))
-                if path == "bulk"
+                (fast_columns(write), companion_shapes(write.companions))
+                if path == "fast"
                 else None
             )
             key = (write.claim.info.table.fullname, path, alone, shape)
             groups.setdefault(key, []).append(pending)
         for (_, path, _, _), group in groups.items():
-            most = MAX_BULK_WRITES_PER_STATEMENT if path == "bulk" else MAX_WRITES_PER_STATEMENT
+            most = MAX_FAST_WRITES_PER_STATEMENT if path == "fast" else MAX_WRITES_PER_STATEMENT
             for start in range(0, len(group), most):
                 await self._settle_group(path, group[start : start + most])
 
@@ -143,9 +143,9 @@ class Committer:
     async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
         """Outcomes with the children they start or the parents they finish, in one commit."""
         # The outcomes themselves take the fast path when they can, as outside a transaction.
-        shapes = {(bulk_columns(w), companion_shapes(w.companions)) for w in writes}
+        shapes = {(fast_columns(w), companion_shapes(w.companions)) for w in writes}
         fits = len(shapes) == 1 and all(columns is not None for columns, _ in shapes)
-        write_rows = bulk_fenced_writes if fits else fenced_writes
+        write_rows = fast_fenced_writes if fits else fenced_writes
         async with self._transactions.begin() as conn:
             rows = await write_rows(conn, writes, attempt_log=self._log_for(writes))
             if not fits:
@@ -179,8 +179,8 @@ class Committer:
                     rows = await self._write_in_transaction(writes)
                     break
                 async with self._connection.connect() as conn:
-                    if path == "bulk":
-                        rows = await bulk_fenced_writes(conn, writes, attempt_log=attempt_log)
+                    if path == "fast":
+                        rows = await fast_fenced_writes(conn, writes, attempt_log=attempt_log)
                     else:
                         rows = await fenced_writes(conn, writes, attempt_log=attempt_log)
                 break
@@ -204,7 +204,7 @@ def _path(write: Write) -> str:
     if write.finishes_child_of is not None:
         return "finishing"
     if takes(write):
-        return "bulk"
+        return "fast"
     return "companions" if write.companions else "typed"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from engine.base.errors import ConfigurationError
 from functions.cli.common import Commands
 from functions.cli.output import refused
-from infra.app_layout import check_package_name
+from infra.schema.app_layout import check_package_name
 
 TEMPLATE_SUFFIX = ".tmpl"
 PACKAGE_FOLDER = "package"  # the scaffold's folder that becomes the app's package

@@ -1,7 +1,7 @@
 """`duly migrate`: upgrade to the app's newest revision, print its SQL, write or check one.
 
 The revisions are duly's own for the examples, else the app's directory
-(--directory or DULY_MIGRATIONS); infra/migrate.py says why. With no database,
+(--directory or DULY_MIGRATIONS); infra/schema/migrate.py says why. With no database,
 `--sql` of an app with no revision prints its whole schema, and `--autogenerate`
 compares with a scratch embedded PostgreSQL.
 """
@@ -33,7 +33,7 @@ from functions.command_line import FAILURE, USAGE_ERROR, put_cwd_on_path
 
 if TYPE_CHECKING:
     from infra.embedded import EmbeddedPostgres
-    from infra.migrate import Migrations
+    from infra.schema.migrate import Migrations
 
 
 class SecretUnreadable(Exception):
@@ -77,14 +77,14 @@ def add_migrate(commands: Commands) -> None:
 def run_migrate(args: argparse.Namespace) -> int:
     """`duly migrate`: upgrade to the newest revision, print its SQL, write or check one.
 
-    The revisions are duly's own (infra/migrations/versions) for the examples,
-    else the app's directory (--directory or DULY_MIGRATIONS); infra/migrate.py
+    The revisions are duly's own (infra/schema/migrations/versions) for the examples,
+    else the app's directory (--directory or DULY_MIGRATIONS); infra/schema/migrate.py
     says why. Usage errors exit 2 naming what to change; a database that
     refuses or cannot be reached, 1.
     """
     from alembic.util import CommandError as AlembicError
 
-    from infra.migrate import migrations_for
+    from infra.schema.migrate import migrations_for
 
     try:
         check_migrate_options(args)
@@ -126,7 +126,7 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def print_new_schema(app_module: str, migrations: Migrations | None) -> int:
     """`--sql` for an app with no revision yet: the SQL of its whole schema, no database."""
-    from infra.migrate import target_metadata, write_schema_sql
+    from infra.schema.migrate import target_metadata, write_schema_sql
 
     where = "" if migrations is None else f" in {migrations.versions}"
     heading = (
@@ -203,8 +203,8 @@ def secret_database_url(arn: str) -> str:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from infra.aws_settings import AwsSettings, resolve_database_url
-    from infra.database_login import DatabaseLogin
+    from infra.aws.database_login import DatabaseLogin
+    from infra.aws.settings import AwsSettings, resolve_database_url
 
     try:
         # Only the database fields matter to resolve_database_url.

@@ -1,7 +1,7 @@
 """The console's graph designer: a new template or a copy of a version, and its save.
 
 The designer posts its JSON with fetch to `designer/save`, which saves
-through `save_design` as `POST /graphs/templates` does and also says which
+through the request layer's `save_version` as `POST /graphs/templates` does, and says which
 node or edge each validation problem names; its refusals are JSON too
 (422, 400, 404), since a script reads them.
 """
@@ -18,14 +18,14 @@ from fastapi.responses import HTMLResponse, Response
 from engine.graphs.configure import get_graph_runtime
 from engine.graphs.design.document import design_matches
 from engine.graphs.design.model import load_graph
-from engine.graphs.design.versions import load_design, save_design
+from engine.graphs.design.versions import load_design
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.tables import ANY_SUBMITTER, SUBMITTERS
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.identity.access import allow
 from functions.identity.principal import Role
-from functions.requests.graphs import stored_layout
+from functions.requests.graphs import save_version, stored_layout
 from functions.requests.nesting import DesignBody
 
 PAGES = "/console/graphs"
@@ -106,9 +106,7 @@ async def save_from_designer(design: DesignBody) -> dict[str, Any]:
     The API's response, plus each problem with the node (and edge) it names,
     and the new version's page and activation URLs.
     """
-    runtime = get_graph_runtime()
-    async with runtime.engine.begin() as conn:
-        saved = await save_design(conn, runtime.tables, design, runtime.conditions.names())
+    saved = await save_version(get_graph_runtime(), design)
     version_url = f"{PAGES}/templates/{saved.template_id}"
     return {
         **saved.response(),

@@ -1,7 +1,7 @@
 """The migrate function: the handler of template.yaml's `Custom::DulyMigrate` resource.
 
 Create and Update upgrade DULY_APP's database to its newest revision
-(DULY_MIGRATIONS, else duly's own for the examples) through `infra.migrate`: one
+(DULY_MIGRATIONS, else duly's own for the examples) through `infra.schema.migrate`: one
 transaction under its advisory lock. Delete changes nothing. Every invocation
 answers CloudFormation once, SUCCESS or FAILED, before its time runs out; a
 migration not done by then is rolled back, never committed after the answer.
@@ -26,10 +26,10 @@ from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
 from functions.lambdas.custom_resource import Outcome, Request, RequestUnreadable, answer
 from functions.lambdas.runtime import Budget
-from infra.aws_settings import AwsSettings, resolve_database_url
-from infra.database_login import DatabaseLogin
-from infra.iam_auth import install_iam_auth
-from infra.migrate import migrations_for
+from infra.aws.database_login import DatabaseLogin
+from infra.aws.iam_auth import install_iam_auth
+from infra.aws.settings import AwsSettings, resolve_database_url
+from infra.schema.migrate import migrations_for
 
 log = logging.getLogger("duly.lambda")
 

@@ -6,7 +6,7 @@ runs the HTTP app on it too); an engine of `POOL_SIZE` kept connections with
 registry; the workflow connection, the wake slots and the scheduler; boto3 clients; the
 HTTP app, on the first HTTP event only. Why each: docs/architecture.md, "On AWS Lambda".
 A call to AWS after a committed write (`kick`, `invoke_another_wake`, `tell_idle`) never
-raises: `infra.kicks.survive_aws_call` logs and counts its failure.
+raises: `infra.aws.kicks.survive_aws_call` logs and counts its failure.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from engine.model.application import Application
 from engine.model.connection import WorkflowConnection, open_connection
 from engine.worker.options import MAX_CONCURRENCY
 from infra.app_config import app_application, mapped_event_tables, registry_before_app
-from infra.aws_settings import AwsSettings, read_secret_string, resolve_database_url
-from infra.iam_auth import install_iam_auth
-from infra.kicks import survive_aws_call
-from infra.scheduler import WakeScheduler
+from infra.aws.iam_auth import install_iam_auth
+from infra.aws.kicks import survive_aws_call
+from infra.aws.scheduler import WakeScheduler
+from infra.aws.secret_login import RotatingSecret
+from infra.aws.settings import AwsSettings, read_secret_string, resolve_database_url
+from infra.aws.wake_slots import WakeSlots
 from infra.schema import load_app
-from infra.secret_login import RotatingSecret
-from infra.wake_slots import WakeSlots
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -63,7 +63,7 @@ BOTO_RETRIES = {"mode": "standard", "total_max_attempts": 3}
 
 
 class Scheduler(Protocol):
-    """What the runtime needs of `infra.scheduler.WakeScheduler`."""
+    """What the runtime needs of `infra.aws.scheduler.WakeScheduler`."""
 
     async def on_idle(self, at: datetime | None) -> None: ...
     async def kick(self) -> None: ...
@@ -121,7 +121,7 @@ class Container:
 
 
 def aws_scheduler(runtime: Runtime, engine: AsyncEngine) -> Scheduler:
-    """`infra.scheduler.WakeScheduler` for this deployment, on the runtime's clients."""
+    """`infra.aws.scheduler.WakeScheduler` for this deployment, on the runtime's clients."""
     settings = runtime.settings
     scheduler: Scheduler = WakeScheduler(
         engine,
@@ -323,7 +323,7 @@ class Runtime:
 
     async def kick(self) -> bool:
         """Make sure a wake comes now: one kick per invocation that left work ready (processes
-        that address runs themselves debounce with `infra.kicks`). Never raises: whether
+        that address runs themselves debounce with `infra.aws.kicks`). Never raises: whether
         the kick was sent (a failure is logged and counted; the safety net bounds it)."""
         container = await self.container()
         return await survive_aws_call("kick", container.scheduler.kick)

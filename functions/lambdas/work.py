@@ -5,7 +5,7 @@ delivery's events are parsed by the request layer (`functions.requests`), as HTT
 A mistake in the input is one of duly's errors; anything else raises, so Lambda retries.
 An entry imports what it alone uses when first called (the request models, the event
 layer, retention), so a cold wake of plain workflows loads none of them.
-wake takes a slot (`infra.wake_slots`) and runs a worker until caught up or
+wake takes a slot (`infra.aws.wake_slots`) and runs a worker until caught up or
 `wake_margin_seconds` before the deadline, invoking one more wake while due work waits
 for room, and its successor when it stops behind. The loop: docs/architecture.md.
 """

@@ -37,11 +37,11 @@ from engine.base.clock import db_now
 from functions.lambdas import handlers as lambda_handlers, http_events
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import DEFAULT_BIND_HOST, create_dev_app
-from infra import scheduler as scheduler_tables, wake_slots as slot_tables
-from infra.aws_settings import AwsSettings
-from infra.scheduler import DEFAULT_NAME, WAKE_INPUT, error_code, wake_schedule
+from infra.aws import scheduler as scheduler_tables, wake_slots as slot_tables
+from infra.aws.scheduler import DEFAULT_NAME, WAKE_INPUT, error_code, wake_schedule
+from infra.aws.settings import AwsSettings
+from infra.aws.wake_slots import wake_slots
 from infra.settings import database_url
-from infra.wake_slots import wake_slots
 
 log = logging.getLogger("duly.serverless")
 

@@ -1,4 +1,4 @@
-"""Graph workflows from outside: submit, activate, move and cancel, and what pages read.
+"""Graph workflows from outside: save, activate, submit, move and cancel, and what pages read.
 
 `POST /graphs/...` and the console's forms take the same models and call
 the same functions, over the process's `GraphRuntime`. A subject is named
@@ -17,7 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from engine.base.errors import DulyError, NotAllowedError, NotFoundError
-from engine.graphs.design.versions import activate_template
+from engine.graphs.design.document import Design
+from engine.graphs.design.versions import SavedDesign, activate_template, save_design
 from engine.graphs.moves.actors import Actor
 from engine.graphs.moves.runtime import GraphRuntime
 from engine.graphs.moves.snapshots import AvailableTransition
@@ -113,6 +114,12 @@ async def submit_subject(
         subject, actor, template_name=body.workflow, template_id=body.template_id
     )
     return instance.to_dict()
+
+
+async def save_version(runtime: GraphRuntime, design: Design) -> SavedDesign:
+    """Save the designer's graph as a new inactive version of its name (its problems with it)."""
+    async with runtime.engine.begin() as conn:
+        return await save_design(conn, runtime.tables, design, runtime.conditions.names())
 
 
 async def activate_version(runtime: GraphRuntime, template_id: uuid.UUID) -> dict[str, Any]:

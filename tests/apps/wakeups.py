@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import Workflow, connect_workflows, step, wake_in
-from infra.kicks import aws_wake_invoke, kick_wake_after_commits
+from infra.aws.kicks import aws_wake_invoke, kick_wake_after_commits
 
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:duly-wakeups-wake"
 KICK_INTERVAL = 0.15  # seconds: at most one invoke per this long from the starting process

@@ -31,7 +31,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Page
 
 from functions.local.dev import create_dev_app, install_example_graph
-from infra.pytest_plugin import Server, fresh_database
+from infra.testing.pytest_plugin import Server, fresh_database
 from tests.helpers import examples_configured
 
 CHROMIUM = Path("/usr/lib/chromium/chromium-headless-shell")

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from functions.identity.keys import digest_of, new_key
-from infra.pytest_plugin import Server
+from infra.testing.pytest_plugin import Server
 from tests.browser.conftest import LiveConsole
 from tests.helpers import examples_configured
 from tests.oidc_issuer import CLIENT_ID, LocalIssuer

@@ -5,7 +5,7 @@ an idle container or a new one (a `Runtime` driven on a thread of its own,
 as the Lambda runtime calls a handler), with a fake context whose deadline
 is short, so wakes come and go. Invocations come from three places only:
 the kicks of a process that starts runs (`tests.apps.wakeups`, through
-`infra.kicks`), the wakes themselves (more wakes for a backlog, a successor,
+`infra.aws.kicks`), the wakes themselves (more wakes for a backlog, a successor,
 the scheduler's kick), and EventBridge Scheduler, which moto stands in for
 but never fires: `EventBridge` polls the registered schedule and invokes
 wake with its target input once its `at()` has passed. There is no safety
@@ -32,9 +32,9 @@ import pytest
 from engine import configure_event_registry, connect_workflows
 from functions.lambdas import handlers as lambda_handlers, work as lambda_work
 from functions.lambdas.runtime import WAKE_INPUT, Runtime
-from infra.aws_settings import AwsSettings
-from infra.scheduler import DEFAULT_NAME, metadata as schedule_metadata
-from infra.wake_slots import WakeSlots
+from infra.aws.scheduler import DEFAULT_NAME, metadata as schedule_metadata
+from infra.aws.settings import AwsSettings
+from infra.aws.wake_slots import WakeSlots
 from tests.apps import wakeups
 from tests.apps.wakeups import WAKE_ARN, Piece
 from tests.aws_fakes import Aws, Context, SlotWatch, moto_scheduler, quiet_scheduler

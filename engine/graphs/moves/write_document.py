@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.events.database import event_values
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.subjects import key_values
+from engine.graphs.moves.write_parts import INSTANCE_CHANGED
 from engine.graphs.moves.write_statement import (
     DOCUMENT,
-    INSTANCE_CHANGED,
     INSTANCE_ID,
     write_statement,
 )

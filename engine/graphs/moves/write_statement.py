@@ -13,37 +13,40 @@ from typing import Any, cast as typing_cast
 
 from sqlalchemy import (
     LABEL_STYLE_NONE,
-    Boolean,
-    Float,
-    Integer,
     Select,
     Text,
     Uuid,
-    any_,
     bindparam,
-    case,
     cast,
     column,
-    false,
     func,
     literal_column,
-    null,
     select,
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.types import TypeEngine, to_instance
+from sqlalchemy.types import to_instance
 
 from engine.base.clock import db_now
-from engine.base.literals import SECOND, int_constant, text_constant
+from engine.base.literals import int_constant, text_constant
 from engine.base.notify import announcement
 from engine.events.database import EVENT_FIELDS, queue_events
 from engine.graphs.moves.subjects import state_column
+from engine.graphs.moves.write_parts import (
+    PARTS,
+    TIMER_CANCELLED,
+    TIMER_NEW,
+    Columns,
+    Found,
+    Part,
+    among,
+    deadline,
+)
 from engine.graphs.moves.writes import Shape
-from engine.graphs.tables import APPROVED, PENDING, GraphTables
+from engine.graphs.tables import GraphTables
 from engine.model.registry import WorkflowInfo, workflow_info
 from engine.runs.handles import cancel_statement
 
@@ -54,72 +57,6 @@ DOCUMENT = "move_document"  # the one document parameter: every row to write, as
 INSTANCE_ID = "move_instance_id"  # the instance's id (parameters are named unlike any column: an
 # UPDATE would take a parameter named after one of its columns as a SET)
 
-# The rows of each part of the document, as (field, type): jsonb_to_recordset's columns.
-Columns = tuple[tuple[str, TypeEngine[Any]], ...]
-INSTANCE_CHANGED: Columns = (
-    ("id", Uuid()),
-    ("state_status", Text()),
-    ("status", Text()),
-    ("current_node_id", Uuid()),
-    ("state_code", Text()),
-    ("is_active", Boolean()),
-    ("is_completed", Boolean()),
-    ("branch_count", Integer()),
-    ("done", Boolean()),  # completed by this transaction
-)
-INSTANCE_NEW: Columns = (
-    *INSTANCE_CHANGED,
-    ("template_id", Uuid()),
-    ("subject_type", Text()),
-    ("subject_key", Text()),
-    ("submitted_by", Text()),
-)
-BRANCH_NEW: Columns = (
-    ("id", Uuid()),
-    ("number", Integer()),
-    ("node", Uuid()),
-    ("parent", Uuid()),
-    ("scope", Uuid()),
-    ("fork_node", Uuid()),
-    ("join_node", Uuid()),
-    ("status", Text()),
-    ("done", Boolean()),
-)
-BRANCH_CHANGED: Columns = (
-    ("id", Uuid()),
-    ("node", Uuid()),
-    ("status", Text()),
-    ("done", Boolean()),
-)
-VISIT_NEW: Columns = (
-    ("id", Uuid()),
-    ("branch_id", Uuid()),
-    ("node_id", Uuid()),
-    ("step", Integer()),
-    ("seconds", Float()),
-)
-VISIT_ENDED: Columns = (("id", Uuid()), ("status", Text()))
-VOTE_CAST: Columns = (
-    ("id", Uuid()),
-    ("visit_id", Uuid()),
-    ("approver", Text()),
-    ("target", Uuid()),
-    ("comment", Text()),
-)
-VOTES_CLOSED: Columns = (("visit_id", Uuid()), ("keep", Text()))
-VOTE_NEW: Columns = (("id", Uuid()), ("visit_id", Uuid()), ("approver", Text()))
-HISTORY: Columns = (
-    ("position", Integer()),  # the order the runtime wrote them in
-    ("visit_id", Uuid()),
-    ("action_type", Text()),
-    ("actor", Text()),
-    ("acted_by", Text()),
-    ("step_name", Text()),
-    ("message", Text()),
-    ("details", JSONB()),
-)
-TIMER_NEW: Columns = (("visit_id", Uuid()), ("branch_id", Uuid()), ("seconds", Float()))
-TIMER_CANCELLED: Columns = (("visit_id", Uuid()),)
 EVENT_COLUMNS: Columns = tuple((name, to_instance(type_)) for name, type_ in EVENT_FIELDS)
 
 
@@ -130,15 +67,6 @@ def _rows(document: Any, part: str, columns: Columns) -> Any:
         *(column(name, type_) for name, type_ in columns)
     )
     return rows.render_derived(name=f"{part}_rows", with_types=True)
-
-
-def _among(key: Any, part: str, single: bool) -> Any:
-    """`key` is one of the keys of the document's `part` rows (parameter `keys_<part>`):
-    the key itself when `single` (the part has one row), else an array of them, so the
-    rows are found through the key's index (docs/architecture.md says why)."""
-    if single:
-        return key == bindparam(f"keys_{part}", type_=key.type)
-    return key == any_(bindparam(f"keys_{part}", type_=ARRAY(key.type)))
 
 
 def _bare(given: Any, rows: Any, *columns: Any) -> Select[Any]:
@@ -154,268 +82,24 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     Its two parameters are the instance's id and one JSON document holding
     every row, which PostgreSQL parses once (the `move` CTE) and each part
     of the statement reads with jsonb_to_recordset; the keys of the rows
-    its UPDATEs change come as arrays too (`_among`).
+    its UPDATEs change come as arrays too (`among`).
     """
-    instances, branches, visits = (
-        tables.table("instance"),
-        tables.table("branch"),
-        tables.table("visit"),
-    )
-    votes, history = tables.table("vote"), tables.table("history")
     # The document, parsed once, and the database clock, read once: every row of the
     # transaction has the same time.
     given = select(
         cast(bindparam(DOCUMENT, type_=Text()), JSONB).label("document"), db_now().label("now")
     ).cte("move")
-    # In an INSERT ... SELECT the document's CTE is joined to the rows read from it; an
-    # UPDATE (whose FROM cannot say JOIN) reads both through scalar subqueries.
-    document, now = given.c.document, given.c.now
+    # An UPDATE (whose FROM cannot say JOIN) reads both through scalar subqueries; so do
+    # the parts after the table's.
     document_value = select(given.c.document).scalar_subquery()
     now_value = select(given.c.now).scalar_subquery()
     instance_id = bindparam(INSTANCE_ID, type_=Uuid())
-    ctes: list[Any] = []
-
-    if shape.instance_new:
-        rows = _rows(document, "instance", INSTANCE_NEW)
-        ctes.append(
-            insert(instances)
-            .from_select(
-                [
-                    "id",
-                    "template_id",
-                    "subject_type",
-                    "subject_key",
-                    "submitted_by",
-                    "submitted_at",
-                    "completed_at",
-                    *(name for name, _ in INSTANCE_CHANGED[1:-1]),
-                ],
-                _bare(
-                    given,
-                    rows,
-                    rows.c.id,
-                    rows.c.template_id,
-                    rows.c.subject_type,
-                    rows.c.subject_key,
-                    rows.c.submitted_by,
-                    now,
-                    case((rows.c.done, now), else_=null()),
-                    *(rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]),
-                ),
-            )
-            .cte("instance_new")
-        )
-    if shape.instance_changed:
-        rows = _rows(document_value, "instance", INSTANCE_CHANGED)
-        ctes.append(
-            update(instances)
-            # The one row of "instance" is the instance itself: found by the key it is given.
-            .where(instances.c.id == instance_id, instances.c.id == rows.c.id)
-            .values(
-                {
-                    **{name: rows.c[name] for name, _ in INSTANCE_CHANGED[1:-1]},
-                    "completed_at": case((rows.c.done, now_value), else_=instances.c.completed_at),
-                }
-            )
-            .cte("instance_changed")
-        )
-    if shape.branches_new:
-        rows = _rows(document, "branches_new", BRANCH_NEW)
-        ctes.append(
-            insert(branches)
-            .from_select(
-                [
-                    "id",
-                    "instance_id",
-                    "number",
-                    "current_node_id",
-                    "parent_branch_id",
-                    "fork_scope",
-                    "fork_node_id",
-                    "join_node_id",
-                    "status",
-                    "started_at",
-                    "completed_at",
-                ],
-                _bare(
-                    given,
-                    rows,
-                    rows.c.id,
-                    instance_id,
-                    rows.c.number,
-                    rows.c.node,
-                    rows.c.parent,
-                    rows.c.scope,
-                    rows.c.fork_node,
-                    rows.c.join_node,
-                    rows.c.status,
-                    now,
-                    case((rows.c.done, now), else_=null()),
-                ),
-            )
-            .cte("branches_new")
-        )
-    if shape.branches_changed:
-        rows = _rows(document_value, "branches_changed", BRANCH_CHANGED)
-        ctes.append(
-            update(branches)
-            .where(branches.c.id == rows.c.id)
-            .where(_among(branches.c.id, "branches_changed", shape.single_keys))
-            .values(
-                current_node_id=rows.c.node,
-                status=rows.c.status,
-                completed_at=case((rows.c.done, now_value), else_=branches.c.completed_at),
-            )
-            .cte("branches_changed")
-        )
-    if shape.visits_new:
-        rows = _rows(document, "visits_new", VISIT_NEW)
-        seen = visits.alias("seen")
-        # Iterations count per (instance, node), 1, 2, ...: the visits before this
-        # statement, plus this transaction's own position among its entries of the node.
-        before = (
-            select(func.count())
-            .where(seen.c.instance_id == instance_id, seen.c.node_id == rows.c.node_id)
-            .scalar_subquery()
-        )
-        ctes.append(
-            insert(visits)
-            .from_select(
-                [
-                    "id",
-                    "instance_id",
-                    "branch_id",
-                    "node_id",
-                    "status",
-                    "is_current",
-                    "iteration",
-                    "deadline_at",
-                    "entered_at",
-                ],
-                _bare(
-                    given,
-                    rows,
-                    rows.c.id,
-                    instance_id,
-                    rows.c.branch_id,
-                    rows.c.node_id,
-                    text_constant(PENDING),
-                    true(),
-                    before + rows.c.step,
-                    deadline(rows.c.seconds, now),  # NULL seconds: no deadline
-                    now,
-                ),
-            )
-            .cte("visits_new")
-        )
-    if shape.visits_ended:
-        rows = _rows(document_value, "visits_ended", VISIT_ENDED)
-        ctes.append(
-            update(visits)
-            .where(visits.c.id == rows.c.id)
-            .where(_among(visits.c.id, "visits_ended", shape.single_keys))
-            .values(status=rows.c.status, is_current=false(), completed_at=now_value)
-            .cte("visits_ended")
-        )
-    if shape.vote_cast:
-        rows = _rows(document, "vote_cast", VOTE_CAST)
-        cast_vote = insert(votes).from_select(
-            [
-                "id",
-                "visit_id",
-                "instance_id",
-                "approver",
-                "status",
-                "target_node_id",
-                "is_available",
-                "comment",
-                "acted_at",
-            ],
-            _bare(
-                given,
-                rows,
-                rows.c.id,
-                rows.c.visit_id,
-                instance_id,
-                rows.c.approver,
-                text_constant(APPROVED),
-                rows.c.target,
-                true(),
-                rows.c.comment,
-                now,
-            ),
-        )
-        ctes.append(
-            cast_vote.on_conflict_do_update(
-                index_elements=[votes.c.visit_id, votes.c.approver],
-                set_={
-                    "status": cast_vote.excluded.status,
-                    "target_node_id": cast_vote.excluded.target_node_id,
-                    "comment": cast_vote.excluded.comment,
-                    "acted_at": cast_vote.excluded.acted_at,
-                },
-            ).cte("vote_cast")
-        )
-    if shape.votes_closed:
-        rows = _rows(document_value, "votes_closed", VOTES_CLOSED)
-        ctes.append(
-            update(votes)
-            .where(
-                votes.c.visit_id == rows.c.visit_id,
-                _among(votes.c.visit_id, "votes_closed", shape.single_keys),
-                votes.c.status == text_constant(PENDING),
-                # The vote cast by this transaction is its own CTE's row.
-                votes.c.approver.is_distinct_from(rows.c.keep),
-            )
-            .values(is_available=false())
-            .cte("votes_closed")
-        )
-    if shape.votes_new:
-        rows = _rows(document, "votes_new", VOTE_NEW)
-        ctes.append(
-            insert(votes)
-            .from_select(
-                ["id", "visit_id", "instance_id", "approver", "status", "is_available", "comment"],
-                _bare(
-                    given,
-                    rows,
-                    rows.c.id,
-                    rows.c.visit_id,
-                    instance_id,
-                    rows.c.approver,
-                    text_constant(PENDING),
-                    true(),
-                    text_constant(""),
-                ),
-            )
-            .cte("votes_new")
-        )
-    if shape.history:
-        rows = _rows(document, "history", HISTORY)
-        ctes.append(
-            insert(history)
-            .from_select(
-                [
-                    *("instance_id", "visit_id", "action_type", "actor", "acted_by"),
-                    *("step_name", "message", "metadata", "created_at"),
-                ],
-                _bare(
-                    given,
-                    rows,
-                    instance_id,
-                    rows.c.visit_id,
-                    rows.c.action_type,
-                    rows.c.actor,
-                    rows.c.acted_by,
-                    rows.c.step_name,
-                    rows.c.message,
-                    rows.c.details,
-                    now,
-                    # Ids (the identity) are drawn in this order: the order they were written.
-                ).order_by(rows.c.position),
-            )
-            .cte("history_new")
-        )
+    read = (given, document_value, now_value)
+    ctes: list[Any] = [
+        _part(part, tables, read, instance_id, shape.single_keys)
+        for part in PARTS
+        if getattr(shape, part.flag or part.cte)
+    ]
     if shape.subject is not None:
         ctes.append(_subject_update(shape.subject, document_value).cte("subject_state"))
     announced: list[ColumnElement[Any]] = []
@@ -442,6 +126,42 @@ def write_statement(tables: GraphTables, shape: Shape) -> Select[Any]:
     return select(given.c.now.label("written_at"), *announced).add_cte(given, *ctes)
 
 
+def _part(
+    part: Part, tables: GraphTables, read: tuple[Any, Any, Any], instance_id: Any, single: bool
+) -> Any:
+    """The CTE of one part, its rows read from the document of the `move` CTE (`read`: that
+    CTE, and its document and clock as scalar subqueries).
+
+    An INSERT ... SELECT joins the document's CTE to the rows read from it; an UPDATE
+    reads both through the scalar subqueries.
+    """
+    given, document_value, now_value = read
+    table = tables.table(part.table)
+    if part.where is None:
+        document, now = given.c.document, given.c.now
+    else:
+        document, now = document_value, now_value
+    rows = _rows(document, part.rows or part.cte, part.columns)
+    found = Found(rows, table, instance_id, now, single)
+    values = {
+        name: rows.c[source] if isinstance(source, str) else source(found)
+        for name, source in part.values
+    }
+    if part.where is not None:
+        return update(table).where(*part.where(found)).values(values).cte(part.cte)
+    chosen = _bare(given, rows, *values.values())
+    if part.order is not None:
+        chosen = chosen.order_by(rows.c[part.order])
+    written = insert(table).from_select(list(values), chosen)
+    if part.upsert is not None:
+        keys, changed = part.upsert
+        written = written.on_conflict_do_update(
+            index_elements=[table.c[key] for key in keys],
+            set_={name: written.excluded[name] for name in changed},
+        )
+    return written.cte(part.cte)
+
+
 def _subject_update(cls: type[Any], document: Any) -> Any:
     table = cls.__table__
     keys = list(table.primary_key.columns)
@@ -450,7 +170,7 @@ def _subject_update(cls: type[Any], document: Any) -> Any:
     return (
         update(table)
         # One subject a statement: its key given as scalars, which its index answers.
-        .where(*(_among(key, f"subject_key_{i}", True) for i, key in enumerate(keys)))
+        .where(*(among(key, f"subject_key_{i}", True) for i, key in enumerate(keys)))
         .where(*(key == given.c[f"key_{i}"] for i, key in enumerate(keys)))
         .values({table.c[state_column(cls)]: given.c.code})
     )
@@ -487,9 +207,3 @@ def timer_insert(
             int_constant(0),
         ),
     )
-
-
-def deadline(seconds: ColumnElement[Any], now: ColumnElement[Any] | None = None) -> Any:
-    """`now` (the database clock) plus `seconds`: a visit's deadline and its timer's alike."""
-    start = db_now() if now is None else now
-    return start + seconds * SECOND

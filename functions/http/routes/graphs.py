@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.versions import list_templates, load_design, save_design
+from engine.graphs.design.versions import list_templates, load_design
 from engine.graphs.moves.runtime import GraphRuntime
 from functions.http.refusals import GraphRefusal, conflict, not_found
 from functions.identity.access import allow, principal_of
@@ -64,10 +64,7 @@ async def graph_templates() -> dict[str, Any]:
 @router.post("/templates", dependencies=[allow(Role.DESIGNER)])
 async def save_graph_template(design: DesignBody) -> dict[str, Any]:
     """Save the designer's graph as a new inactive version; its validation errors come back."""
-    runtime = _runtime()
-    async with runtime.engine.begin() as conn:
-        saved = await save_design(conn, runtime.tables, design, runtime.conditions.names())
-    return saved.response()
+    return (await graphs.save_version(_runtime(), design)).response()
 
 
 @router.get("/templates/{template_id}", dependencies=[allow(Role.VIEWER)])

@@ -1,7 +1,7 @@
 """Alembic migrations of the deployable schema: the app's tables, duly's own, the clock.
 
 `deployable_metadata` (what `create_schema` makes, plus the AWS functions'
-tables) is Alembic's `target_metadata`. One environment (`infra/migrations`)
+tables) is Alembic's `target_metadata`. One environment (`infra/schema/migrations`)
 serves every app; an app's revisions live in a directory of its own
 (`--directory`, or DULY_MIGRATIONS). `Migrations` upgrades in one transaction
 under an advisory lock, autogenerates and checks. An app with its own Alembic
@@ -32,7 +32,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from engine.base import settings as variables
 from engine.base.owned_tables import OWNED_TABLES, declare_owned_tables
-from infra import scheduler, wake_slots
+from infra.aws import scheduler, wake_slots
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url
 

@@ -76,7 +76,7 @@ def app_roots(top: str, root: Path | None) -> list[Path]:
 
 def installed_folder(package: str) -> Path:
     """The folder of duly's own top-level `package` (this installation's)."""
-    here = Path(__file__).resolve().parent.parent  # beside infra/ sit engine/ and functions/
+    here = Path(__file__).resolve().parents[2]  # beside infra/ sit engine/ and functions/
     return here / package
 
 

@@ -2,7 +2,7 @@
 
 The variables are declared in `engine.base.settings`: the database
 (DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's Secrets Manager secret, under
-`infra.database_login`'s settings),
+`infra.aws.database_login`'s settings),
 the wake function and its schedule (DULY_WAKE_FUNCTION_ARN,
 DULY_SCHEDULE_GROUP, DULY_SCHEDULER_ROLE_ARN), DULY_APP, and the wakes'
 bounds (DULY_MAX_WAKES, DULY_WAKE_MARGIN_SECONDS). Everything is checked at
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from engine.base import settings as variables
 from engine.base.errors import ConfigurationError
-from infra.database_login import DatabaseLogin, secret_fields
+from infra.aws.database_login import DatabaseLogin, secret_fields
 from infra.settings import DEFAULT_APP, database_url
 
 DEFAULT_MAX_WAKES = variables.MAX_WAKES.default

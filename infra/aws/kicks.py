@@ -22,7 +22,7 @@ from engine.base.errors import ConfigurationError, first_line
 from engine.base.settings import WAKE_FUNCTION_ARN
 from engine.model import telemetry
 from engine.model.connection import WorkflowConnection
-from infra.scheduler import wake_invoker
+from infra.aws.scheduler import wake_invoker
 
 log = logging.getLogger("duly.kicks")
 
@@ -189,7 +189,7 @@ async def kick_wake_after_commits(
     """Invoke the wake function (debounced) whenever `connection` leaves work ready now.
 
     `invoke` is the asynchronous invoke of the wake function (`aws_wake_invoke()`,
-    or `infra.scheduler.wake_invoker`). Leaving the block stops listening and
+    or `infra.aws.scheduler.wake_invoker`). Leaving the block stops listening and
     flushes: a kick still waiting is sent, and the sends are awaited.
     """
     kicker = AsyncKicker(invoke, interval)

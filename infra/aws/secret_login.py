@@ -21,7 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from infra.database_login import DatabaseLogin, secret_fields
+from infra.aws.database_login import DatabaseLogin, secret_fields
 
 log = logging.getLogger("duly.lambda")
 

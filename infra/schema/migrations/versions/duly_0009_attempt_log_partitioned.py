@@ -3,7 +3,7 @@
 Its rows are not rewritten: the old table becomes one partition, up to the end of the
 UTC day of its newest row, and is dropped whole once past the retention period (it
 builds one index, the primary key with finished_at, over them). Downgrading copies the
-rows back into a plain table. See `infra.partitioning`.
+rows back into a plain table. See `engine.partitions.converting`.
 
 Revision ID: duly_0009
 Revises: duly_0008
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from infra.partitioning import partition_attempt_log, unpartition_attempt_log
+from engine.partitions import partition_attempt_log, unpartition_attempt_log
 
 revision: str = "duly_0009"
 down_revision: str | Sequence[str] | None = "duly_0008"

@@ -4,7 +4,7 @@ Tests, the benchmark and ``duly dev`` need a real PostgreSQL without Docker or a
 system install. The wheel ships one, but leaves its postmaster running when the
 owning process is SIGKILLed (a timed-out test, a crashed worker), and it has no
 restart or tuning. This module adds both, plus a watchdog process
-(``infra/embedded_watchdog.py``) that stops the server once its owner is gone.
+(``infra/embedded/watchdog.py``) that stops the server once its owner is gone.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PG_CTL = POSTGRES_BIN_PATH / "pg_ctl"
 PG_CTL_TIMEOUT = 30  # seconds, for pg_ctl -w stop and restart
 DEFAULT_PORT = 5432  # the port number in the socket file's name, .s.PGSQL.5432
 CONNECT_TIMEOUT = 10.0  # seconds to wait for connections after a restart
-WATCHDOG_SCRIPT = Path(__file__).with_name("embedded_watchdog.py")
+WATCHDOG_SCRIPT = Path(__file__).with_name("watchdog.py")
 TEST_SETTINGS = {
     # Durability off: a test database is thrown away, and commits get ~10x cheaper.
     "fsync": "off",

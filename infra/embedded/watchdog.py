@@ -1,7 +1,7 @@
 """Stop an embedded PostgreSQL once the process that started it is gone.
 
 Spawned, detached, by `infra.embedded.start_embedded` as `python
-embedded_watchdog.py <owner pid> <data dir> <delete: 0|1> <pg_ctl> [<user>]`.
+watchdog.py <owner pid> <data dir> <delete: 0|1> <pg_ctl> [<user>]`.
 It polls the owner (a SIGKILLed one runs no atexit hook); once it has exited
 or is an unreaped zombie, it stops the server with `pg_ctl -m fast` as the
 server's user and deletes the data dir if asked. Standard library and psutil

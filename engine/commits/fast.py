@@ -77,10 +77,10 @@ def logged_fields(attempt_log: type[Any] | None, failures: bool) -> tuple[str, .
 
 def takes(write: Write) -> bool:
     """Whether the fast path alone can commit this write: it fits, touching no other row."""
-    return bulk_columns(write) is not None and not write.needs_transaction
+    return fast_columns(write) is not None and not write.needs_transaction
 
 
-def bulk_columns(write: Write) -> tuple[str, ...] | None:
+def fast_columns(write: Write) -> tuple[str, ...] | None:
     """The user columns this write changes if the fast path can write it, else None.
 
     It can when it arms no wait, takes no event key, is logged, and changes only
@@ -99,15 +99,15 @@ def all_plain(info: WorkflowInfo, changed: tuple[str, ...]) -> bool:
     return all(array_type(info.table.c[name]) is not None for name in changed)
 
 
-async def bulk_fenced_writes(
+async def fast_fenced_writes(
     conn: AsyncConnection, writes: Sequence[Write], *, attempt_log: type[Any] | None
 ) -> list[Row[Any] | None]:
     """Commit engine-only outcomes to rows of one table in one short statement."""
     info = writes[0].claim.info
     changed = tuple(sorted(writes[0].outcome.changes))
-    if any(bulk_columns(write) != changed for write in writes):
+    if any(fast_columns(write) != changed for write in writes):
         raise InvalidArgumentError(
-            "bulk_fenced_writes() takes writes that change the same plain columns."
+            "fast_fenced_writes() takes writes that change the same plain columns."
         )
     columns: dict[str, list[Any]] = {f"key{i}": [] for i in range(len(info.mapper.primary_key))}
     failures = attempt_log is not None and logs_failure(writes)
@@ -136,7 +136,7 @@ async def bulk_fenced_writes(
         columns.update(companion_parameters(shape, f"c{index}_", attached))
     # The row comes back whole only for a worker that runs its next step itself.
     whole = any(write.outcome.hold is not None for write in writes)
-    statement = bulk_statement(info, attempt_log, changed, shapes, whole, failures)  # type: ignore[arg-type]
+    statement = fast_statement(info, attempt_log, changed, shapes, whole, failures)  # type: ignore[arg-type]
     written: list[Row[Any] | None] = [None] * len(writes)
     for row in await fetch(conn, statement, unnest_arrays(columns)):
         written[row.v_position] = row
@@ -144,7 +144,7 @@ async def bulk_fenced_writes(
 
 
 @lru_cache(maxsize=STATEMENT_CACHE_SIZE)
-def bulk_statement(
+def fast_statement(
     info: WorkflowInfo,
     attempt_log: type[Any] | None,
     changed: tuple[str, ...] = (),

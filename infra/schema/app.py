@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from engine.model.attempt_log import attempt_log_classes
 from engine.model.registry import registered_workflows
-from infra.app_layout import check_app_layout
+from infra.schema.app_layout import check_app_layout
 
 
 def load_app(module_name: str) -> list[MetaData]:

@@ -3,7 +3,7 @@
 A generic JSON secret (host, port, username, password, dbname, engine), an
 RDS-managed master user secret (username and password only: DULY_DATABASE_HOST,
 _PORT and _NAME say the rest), or IAM database authentication
-(DULY_DATABASE_IAM_AUTH: no password at all; `infra.iam_auth` puts a fresh token
+(DULY_DATABASE_IAM_AUTH: no password at all; `infra.aws.iam_auth` puts a fresh token
 on each connection). The settings win over the secret's fields, so an RDS Proxy's
 endpoint replaces the instance's. A refusal names the field, never a secret's value.
 """

@@ -9,7 +9,7 @@ added first lets ATTACH skip its scan); going back copies the rows into a plain 
 
 from __future__ import annotations
 
-from engine.base.partitions import MAX_NAME_BYTES, ensure_partitions_sql
+from engine.partitions.days import MAX_NAME_BYTES, ensure_partitions_sql
 
 COLUMN = "finished_at"  # what the attempt log is partitioned by
 UNPARTITIONED = "_unpartitioned"  # the old table's suffix once it is a partition
