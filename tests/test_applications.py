@@ -12,9 +12,19 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
+from sqlalchemy.orm import DeclarativeBase
 
-from engine import DatabaseEventRegistry, Duly, EventSettings, WorkflowEvent
+from engine import (
+    ConfigurationError,
+    DatabaseEventRegistry,
+    Duly,
+    EventSettings,
+    WorkflowEvent,
+    connect_workflows,
+    declare_engine_tables,
+)
 from engine.graphs.moves.notifications import STATE_ASSIGNMENT
 from engine.graphs.moves.runtime import GraphRuntime
 from infra.testing.pytest_plugin import Database, Server, fresh_database
@@ -24,6 +34,13 @@ from tests.graph_world import LINEAR_EDGES, LINEAR_NODES, TABLES
 from tests.helpers import wait_until
 
 PING = "app.ping"
+
+
+class SecondBase(DeclarativeBase):
+    """A second outbox, beside the outbox tests' one in the same database."""
+
+
+declare_engine_tables(SecondBase, prefix="second_", attempts=False)
 
 
 async def serve(db: Database, name: str, seen: list[tuple[str, str]]) -> Duly:
@@ -90,3 +107,12 @@ async def test_two_applications_on_two_databases_see_only_their_own(
             assert await count(Session, app.Instance) == 1
             # Each handler heard its own application's two events, and nothing of the other's.
             assert sorted(seen) == sorted([(PING, name), (STATE_ASSIGNMENT, "1")])
+
+
+async def test_a_registry_without_an_outbox_refuses_a_database_with_two(db: Database) -> None:
+    Session = await db.create(outbox_app.Base.metadata, SecondBase.metadata)
+    async with connect_workflows(Session):
+        registry = DatabaseEventRegistry(settings=EventSettings(mode="production"))
+        with pytest.raises(ConfigurationError, match="more than one outbox"):
+            await registry.publish(WorkflowEvent(PING))
+    assert await count(Session, outbox_app.Event) == 0
