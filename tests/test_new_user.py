@@ -91,7 +91,7 @@ def test_an_app_of_ones_own_runs_from_its_folder_and_its_database_is_reachable(
         assert [workflow["name"] for workflow in workflows] == ["invoice"]
         # The banner points at the app's own (first) workflow, not the example's.
         url = f"http://127.0.0.1:{port}"
-        banner = f"duly dev: open {url}/console (or /runs/invoice, /workflows, /docs)\n"
+        banner = f"duly dev: open {url}/console (or /workflows/invoice/runs, /workflows, /docs)\n"
         wait_for(lambda: "database: " in output.text, SETTLE, "the database line", output)
         assert banner in output.text
         assert "DULY_APP is not set" not in output.text

@@ -13,6 +13,9 @@ a page by amount breaks its ties by key.
   that pages stop where it ends, hold every matching run once: test_pages_never_repeat_or_skip
 - the console's search box takes the same text, and its value survives paging (each page's
   next link carries it): test_the_console_search_survives_paging
+- code other than the doors searches with names imported from `engine`, as the README says
+  of everything: test_a_filter_read_and_a_page_listed_with_engine_s_names,
+  test_the_readme_sends_its_readers_to_engine_alone
 - `duly runs --where` reads the same text, with today's flags ANDed, and refuses a mistake
   with exit status 2: test_duly_runs_where_takes_the_same_language
 """
@@ -32,6 +35,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+import engine
+from engine import RunFilter, connect_workflows, find_workflow, list_runs, parse_filter
 from engine.views import runs as run_views
 from functions.app import create_app
 from tests.apps import search
@@ -304,3 +309,25 @@ async def test_a_duration_past_the_calendar_is_refused_at_every_door(
 async def client_keys(Session: async_sessionmaker[AsyncSession], q: str) -> list[str]:
     async with serving(create_app(Session, run_worker=False)) as client:
         return await keys_of(client, q=q, limit=RUNS)
+
+
+async def test_a_filter_read_and_a_page_listed_with_engine_s_names(db: Database) -> None:
+    Session = await filled(db)
+    async with connect_workflows(Session) as connection:
+        info = find_workflow(connection, "payment")
+        filters = parse_filter(info, "state:failed amount>=200")
+        assert isinstance(filters, RunFilter)
+        page = await list_runs(connection, info, filters, limit=100)
+        everything = await list_runs(connection, info, limit=100)
+    assert sorted(int(run.key) for run in page.runs) == failed_from(200)
+    assert [run.key for run in everything.runs] == newest(list(ALL))
+
+
+def test_the_readme_sends_its_readers_to_engine_alone() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "Everything is imported from `engine`" in readme
+    # Public submodules only (`engine.testing`, `engine.dataclass`, `engine.partitions` for a
+    # revision); the rest are private, and what they hold is exported by `engine`.
+    named = set(re.findall(r"`(engine\.[a-z_]+)\.", readme))
+    assert named <= {"engine.testing", "engine.dataclass", "engine.partitions"}
+    assert {"find_workflow", "parse_filter", "RunFilter", "list_runs"} <= set(engine.__all__)
