@@ -14,6 +14,7 @@ The browser is Debian's `chromium-headless-shell` (installed by `.ci/run`);
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import socket
 import threading
@@ -57,9 +58,14 @@ class LiveConsole:
     _uvicorn: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
     _failure: BaseException | None = None
+    application: Any = None  # the served app's application, once started
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="console", daemon=True)
+        # The thread serves in a copy of this context: the application that
+        # examples_configured() made current here (its registry, its graph runtime).
+        here = contextvars.copy_context()
+        self._thread = threading.Thread(target=here.run, args=(self._run,), name="console")
+        self._thread.daemon = True
         self._thread.start()
         if not self._ready.wait(STARTUP):
             raise AssertionError("the console did not start in time")
@@ -95,7 +101,9 @@ class LiveConsole:
                 if task.done() or time.monotonic() > deadline:
                     raise AssertionError("uvicorn did not start")
                 await asyncio.sleep(0.01)
-            await install_example_graph()
+            self.application = app.state.application
+            with app.state.application.current():  # as a request of the app's would
+                await install_example_graph()
             self.url = f"http://127.0.0.1:{port}"
             self._ready.set()
             await task

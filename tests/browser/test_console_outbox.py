@@ -8,8 +8,8 @@
   every other page's check is in the tests that open them):
   test_the_login_and_error_pages_are_accessible
 
-The handler is registered by this module on the registry the live console
-routes with (the examples' `DatabaseEventRegistry`), for an event type of
+The handler is registered by this module on the registry the live console's
+application routes with (the examples' `DatabaseEventRegistry`), for an event type of
 its own, so no other test's events reach it.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from engine import WorkflowEvent, get_event_registry
+from engine import WorkflowEvent
 from tests.browser.conftest import LiveConsole
 
 EVENT_TYPE = "console.test.flaky"
@@ -52,7 +52,7 @@ def status_after_reloads(page: Page, wanted: str) -> None:
 def test_a_dead_letter_is_replayed_from_its_page(
     page: Page, console: LiveConsole, accessible: Callable[[Page], None]
 ) -> None:
-    get_event_registry().register(EVENT_TYPE, handle, validator=accepts)
+    console.application.event_registry.register(EVENT_TYPE, handle, validator=accepts)
     mark = uuid.uuid4().hex
     event_id = f"console-{mark[:12]}"
     published = page.request.post(
@@ -91,7 +91,7 @@ def test_the_login_and_error_pages_are_accessible(
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     accessible(page)
     reply = page.goto("/console/runs/onboarding/not-a-number")
-    assert reply is not None and reply.status == 400
+    assert reply is not None and reply.status == 422
     expect(page.get_by_role("alert")).to_contain_text("expected int")
     accessible(page)
     reply = page.goto("/console/runs/no_such_workflow")
