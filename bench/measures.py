@@ -38,7 +38,7 @@ from bench.harness import (
 from bench.models import FanChild, FanParent, Latency, NoOp, Timer, Waiter
 from bench.server_cost import cost_between, one_row, per_unit, read_server, settled_reading
 from engine import Workflow, connect_workflows, run_workflows, wake
-from infra.embedded import PG_CTL, EmbeddedPostgres
+from infra.embedded.server import PG_CTL, EmbeddedPostgres
 
 START_EVERY = 0.010  # seconds between two start() calls in the latency run: 100 steps/s
 # Two steps a run, so the timer run offers the worker the same 100 steps/s; at twice that,
