@@ -20,7 +20,7 @@ from engine.bulk.dead_letters import (
     resume_replay,
     start_replay,
 )
-from engine.bulk.progress import BATCH_SIZE, Actor, BulkProgress
+from engine.bulk.progress import BATCH_SIZE, AuditActor, BulkProgress
 from engine.bulk.runs import (
     BulkCancel,
     BulkRun,
@@ -35,7 +35,7 @@ from engine.bulk.runs import (
 
 __all__ = [
     "BATCH_SIZE",
-    "Actor",
+    "AuditActor",
     "BulkCancel",
     "BulkChangedError",
     "BulkProgress",

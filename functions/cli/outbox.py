@@ -19,13 +19,22 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import EventSettings, Worker, get_event_registry
-from engine.bulk import DeadLetterFilter, apply_replay, plan_replay, start_replay
-from engine.events import views
+from engine import (
+    DeadLetterFilter,
+    DrainProgress,
+    EventSettings,
+    EventTables,
+    Worker,
+    WorkerOptions,
+    apply_replay,
+    drain_progress,
+    due_event_ids,
+    get_event_registry,
+    plan_replay,
+    start_replay,
+)
 from engine.events.configure import routing_of
-from engine.events.records import EventTables
 from engine.model.connection import WorkflowConnection, activate, open_connection
-from engine.worker.options import WorkerOptions
 from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
@@ -129,7 +138,7 @@ async def drain_outbox(
     # loop (and a LISTEN connection) beside run_until_idle.
     worker = Worker(connection, options)
     async with activate(connection):
-        ids, since = await views.due_event_ids(tables)
+        ids, since = await due_event_ids(tables)
         bar = ProgressBar(progress, len(ids), tty=progress.isatty())
         watcher = asyncio.create_task(watch(bar, tables, ids, since, connection.autocommit))
         try:
@@ -137,7 +146,7 @@ async def drain_outbox(
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        result = await views.drain_progress(tables, ids, since)
+        result = await drain_progress(tables, ids, since)
         bar.finish(result.routed)
     print(drain_report(tables.outbox_table.name, result), flush=True)
     return 0
@@ -154,11 +163,11 @@ async def watch(
     bar.show(0)
     while True:
         await asyncio.sleep(TTY_TICK if bar.tty else PLAIN_TICK)
-        result = await views.drain_progress(tables, ids, since, engine=engine)
+        result = await drain_progress(tables, ids, since, engine=engine)
         bar.show(result.routed)
 
 
-def drain_report(outbox: str, result: views.DrainProgress) -> str:
+def drain_report(outbox: str, result: DrainProgress) -> str:
     """What `duly drain` prints at the end: of the events due at its start, what became of them."""
     still = result.due - result.routed
     lines = [

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from engine import WorkerOptions
 from engine.model.connection import WorkflowConnection, open_connection
-from engine.worker.options import MAX_CONCURRENCY
 from functions.app_config import (
     configure_app_events,
     configure_app_graphs,
@@ -47,9 +47,7 @@ from infra.schema import load_app
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from engine.events.records import EventTables
-    from engine.events.routing import EventRegistry
-    from engine.retention import RetentionSettings
+    from engine import EventRegistry, EventTables, RetentionSettings
 
 
 log = logging.getLogger("duly.lambda")
@@ -152,7 +150,7 @@ class Runtime:
         scheduler: SchedulerFactory = aws_scheduler,
         invoke: Callable[[], Awaitable[None]] | None = None,
         clients: Callable[[str], Any] | None = None,
-        max_concurrency: int = MAX_CONCURRENCY,
+        max_concurrency: int = WorkerOptions.max_concurrency,
         engine_options: dict[str, Any] | None = None,
         retention: RetentionSettings | None = None,
     ) -> None:
@@ -185,7 +183,7 @@ class Runtime:
     def retention(self) -> RetentionSettings:
         """The retention settings given, else the environment's (read once, when first used)."""
         if self._retention is None:
-            from engine.retention import RetentionSettings  # read on the first drain only
+            from engine import RetentionSettings
 
             self._retention = RetentionSettings.from_env()
         return self._retention

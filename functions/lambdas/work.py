@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
-from engine.base import settings as variables
-from engine.base.errors import DulyError, NotFoundError
-from engine.claims.next_due import next_due
+from engine import (
+    DulyError,
+    NotFoundError,
+    Worker,
+    next_due,
+    registered_workflows,
+    run_workflows,
+    settings as variables,
+)
 from engine.model.connection import activate
-from engine.model.registry import registered_workflows
-from engine.worker.loop import Worker
-from engine.worker.running import run_workflows
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError, Problem
@@ -36,7 +39,7 @@ from functions.requests.errors import InputError, Problem
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from engine.events.event import WorkflowEvent
+    from engine import WorkflowEvent
     from functions.requests.runs import DeliverRequest
 
 log = logging.getLogger("duly.lambda")
@@ -114,7 +117,7 @@ async def record_direct(
     session: AsyncSession, principal: str, action: str, workflow: str, subject: Any, count: int
 ) -> None:
     """Record in the audit trail, in `session`'s transaction, that a direct invoke acted."""
-    from engine.base.audit import record_action
+    from engine import record_action
 
     await record_action(
         session,
@@ -307,8 +310,8 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: there is nothing to drain. Map "
             "WorkflowOutbox, WorkflowEventRecord and WorkflowDeliveryAttempt on your base."
         )
+    from engine import prune
     from engine.events.configure import routing_of
-    from engine.retention import prune
 
     if container.registry is None:  # an outbox is mapped, so the event layer is configured
         raise NotFoundError(f"{container.app_module} configures no event registry.")

@@ -13,20 +13,23 @@ from typing import Any
 from sqlalchemy import ColumnElement
 from sqlalchemy.orm import make_transient_to_detached
 
-from engine.base.audit import record_action
-from engine.bulk import Actor
-from engine.events.database import replay_statement
-from engine.events.records import EventTables
+from engine import (
+    AuditActor,
+    Call,
+    EventTables,
+    WorkflowInfo,
+    cancel_statement,
+    children_finished,
+    record_action,
+    refresh_row,
+    replay_statement,
+    run_statement,
+    start_statement,
+)
 from engine.model.connection import current_connection
-from engine.model.registry import WorkflowInfo
-from engine.model.rows import refresh_row
-from engine.model.steps import Call
-from engine.runs.fanout import children_finished
-from engine.runs.handles import cancel_statement, run_statement
-from engine.runs.start import start_statement
 
 
-async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: Actor) -> bool:
+async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: AuditActor) -> bool:
     """Insert `row` with `call` due now and record `run.start`; False on a unique conflict
     (nothing written, nothing recorded)."""
     statement, params = start_statement(info, row, call)
@@ -56,7 +59,7 @@ async def run_recorded(
     info: WorkflowInfo,
     where: Sequence[ColumnElement[bool]],
     call: Call[Any],
-    actor: Actor,
+    actor: AuditActor,
     subject: Any,
 ) -> int:
     """Run `call` now on the runs `where` matches and record `run.step`; how many."""
@@ -69,7 +72,7 @@ async def run_recorded(
 
 
 async def cancel_recorded(
-    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], actor: Actor, subject: Any
+    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], actor: AuditActor, subject: Any
 ) -> int:
     """End the live runs `where` matches and record `run.cancel`; how many were live."""
     async with current_connection().sessionmaker.begin() as session:
@@ -82,7 +85,7 @@ async def cancel_recorded(
 
 
 async def replay_recorded(
-    tables: EventTables, event_ids: list[str] | None, actor: Actor
+    tables: EventTables, event_ids: list[str] | None, actor: AuditActor
 ) -> list[str]:
     """Make dead letters due again (those of `event_ids`, or every one) and record
     `outbox.replay`; their ids. A replay that found nothing to replay records nothing (the
@@ -112,7 +115,7 @@ async def replay_recorded(
 
 async def _record(
     session: Any,
-    actor: Actor,
+    actor: AuditActor,
     action: str,
     info: WorkflowInfo,
     subject: Any,

@@ -95,7 +95,7 @@ class Server:
 @contextlib.contextmanager
 def open_server() -> Iterator[Server]:
     """DULY_TEST_DATABASE_URL's server, else an embedded PostgreSQL stopped on exit."""
-    from engine.base import settings as variables  # not at import: the plugin stays light
+    from engine import settings as variables
 
     given = variables.TEST_DATABASE_URL.read()
     if given:
@@ -187,7 +187,7 @@ def app_modules(config: pytest.Config) -> list[str]:
     named: list[str] = config.getini(APP_INI)
     if named:
         return named
-    from engine.base import settings as variables  # not at import: the plugin stays light
+    from engine import settings as variables
 
     return (variables.APP.text() or "").replace(",", " ").split()
 
