@@ -33,6 +33,7 @@ LAZY_MODULES: dict[str, str] = {
         "apply_replay apply_runs AuditActor BulkCancel BulkProgress BulkRun DeadLetterFilter "
         "plan_replay plan_runs resume_replay resume_runs RunAction start_replay start_runs"
     ),
+    "engine.bulk.single": "cancel_recorded replay_recorded run_recorded start_recorded",
     "engine.claims.next_due": "next_due",
     "engine.claims.stranded": "stranded_runs StrandedRuns",
     "engine.events.actions": "Action ActionRegistry",
@@ -43,7 +44,7 @@ LAZY_MODULES: dict[str, str] = {
     "engine.events.configure": (
         "configure_event_registry configure_event_registry_from_settings get_event_registry"
     ),
-    "engine.events.database": "DatabaseEventRegistry event_values replay_statement",
+    "engine.events.database": "DatabaseEventRegistry event_values",
     "engine.events.event": (
         "model_created_event model_deleted_event model_updated_event WorkflowEvent"
     ),
@@ -97,18 +98,17 @@ LAZY_MODULES: dict[str, str] = {
     "engine.model.connection": "connect_workflows",
     "engine.model.limits": "Limit RateBucket",
     "engine.model.registry": "ENGINE_COLUMNS registered_workflows WorkflowInfo",
-    "engine.model.rows": "refresh_row",
-    "engine.model.steps": "Call step Step",
+    "engine.model.steps": "Call Step step",
     "engine.model.telemetry": "current_run latest_metrics",
     "engine.partitions": "partition_attempt_log unpartition_attempt_log",
     "engine.retention": "Batch count_prunable prune PruneResult RetentionSettings",
     "engine.runs.directives": "every wait_for wake_in",
-    "engine.runs.fanout": "child children_finished fan_out",
-    "engine.runs.handles": "cancel_statement Handle run_statement",
+    "engine.runs.fanout": "child fan_out",
+    "engine.runs.handles": "Handle",
     "engine.runs.keys": "RunKey",
     "engine.runs.refusals": "Delivery MOVED_MEANWHILE REFUSAL_REASONS",
     "engine.runs.schedules": "SCHEDULE_ACTIONS ScheduleAction steer_schedule Steered",
-    "engine.runs.start": "start_many start_statement",
+    "engine.runs.start": "start_many",
     "engine.runs.workflow": "Workflow",
     "engine.tables": "declare_engine_tables EngineTables",
     "engine.views.activity": "activity",
@@ -201,6 +201,12 @@ if TYPE_CHECKING:
         start_replay as start_replay,
         start_runs as start_runs,
     )
+    from engine.bulk.single import (
+        cancel_recorded as cancel_recorded,
+        replay_recorded as replay_recorded,
+        run_recorded as run_recorded,
+        start_recorded as start_recorded,
+    )
     from engine.claims.next_due import next_due as next_due
     from engine.claims.stranded import StrandedRuns as StrandedRuns, stranded_runs as stranded_runs
     from engine.events.actions import Action as Action, ActionRegistry as ActionRegistry
@@ -219,7 +225,6 @@ if TYPE_CHECKING:
     from engine.events.database import (
         DatabaseEventRegistry as DatabaseEventRegistry,
         event_values as event_values,
-        replay_statement as replay_statement,
     )
     from engine.events.event import (
         WorkflowEvent as WorkflowEvent,
@@ -358,7 +363,6 @@ if TYPE_CHECKING:
         WorkflowInfo as WorkflowInfo,
         registered_workflows as registered_workflows,
     )
-    from engine.model.rows import refresh_row as refresh_row
     from engine.model.steps import Call as Call, Step as Step, step as step
     from engine.model.telemetry import current_run as current_run, latest_metrics as latest_metrics
     from engine.partitions import (
@@ -373,16 +377,8 @@ if TYPE_CHECKING:
         prune as prune,
     )
     from engine.runs.directives import every as every, wait_for as wait_for, wake_in as wake_in
-    from engine.runs.fanout import (
-        child as child,
-        children_finished as children_finished,
-        fan_out as fan_out,
-    )
-    from engine.runs.handles import (
-        Handle as Handle,
-        cancel_statement as cancel_statement,
-        run_statement as run_statement,
-    )
+    from engine.runs.fanout import child as child, fan_out as fan_out
+    from engine.runs.handles import Handle as Handle
     from engine.runs.keys import RunKey as RunKey
     from engine.runs.refusals import (
         MOVED_MEANWHILE as MOVED_MEANWHILE,
@@ -395,7 +391,7 @@ if TYPE_CHECKING:
         Steered as Steered,
         steer_schedule as steer_schedule,
     )
-    from engine.runs.start import start_many as start_many, start_statement as start_statement
+    from engine.runs.start import start_many as start_many
     from engine.runs.workflow import Workflow as Workflow
     from engine.tables import (
         EngineTables as EngineTables,

@@ -31,6 +31,7 @@ from engine import (
     due_event_ids,
     get_event_registry,
     plan_replay,
+    replay_recorded,
     start_replay,
 )
 from engine.events.configure import routing_of
@@ -49,7 +50,6 @@ from functions.cli.common import (
 )
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
-from functions.requests.audited import replay_recorded
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,14 @@ from pydantic import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine import AuditActor, EventTables, WorkflowEvent, event_detail, event_values
-from functions.requests.audited import replay_recorded
+from engine import (
+    AuditActor,
+    EventTables,
+    WorkflowEvent,
+    event_detail,
+    event_values,
+    replay_recorded,
+)
 from functions.requests.errors import ConflictError, InputError, from_validation
 from functions.requests.lookup import MAX_TEXT
 from functions.requests.nesting import JsonObject

@@ -40,12 +40,14 @@ from engine import (
     Step,
     StepError,
     WorkflowInfo,
+    cancel_recorded,
     first_line,
     key_of,
     key_text,
     parse_key,
+    run_recorded,
+    start_recorded,
 )
-from functions.requests.audited import cancel_recorded, run_recorded, start_recorded
 from functions.requests.errors import (
     ConflictError,
     InputError,

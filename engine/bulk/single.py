@@ -1,4 +1,4 @@
-"""The single writes (a run's start, step, cancel; a replay), each audited in its transaction.
+"""One run's writes (a start, a step, a cancel) and a replay, each audited in its transaction.
 
 The engine's own statements (a start's insert, a handle's run and cancel), run in a
 session whose transaction also records who acted: the record exists exactly when the
@@ -13,20 +13,17 @@ from typing import Any
 from sqlalchemy import ColumnElement
 from sqlalchemy.orm import make_transient_to_detached
 
-from engine import (
-    AuditActor,
-    Call,
-    EventTables,
-    WorkflowInfo,
-    cancel_statement,
-    children_finished,
-    record_action,
-    refresh_row,
-    replay_statement,
-    run_statement,
-    start_statement,
-)
+from engine.base.audit import record_action
+from engine.bulk.progress import AuditActor
+from engine.events.database import replay_statement
+from engine.events.records import EventTables
 from engine.model.connection import current_connection
+from engine.model.registry import WorkflowInfo
+from engine.model.rows import refresh_row
+from engine.model.steps import Call
+from engine.runs.fanout import children_finished
+from engine.runs.handles import cancel_statement, run_statement
+from engine.runs.start import start_statement
 
 
 async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: AuditActor) -> bool:
