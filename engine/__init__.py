@@ -191,6 +191,7 @@ __all__ = [  # noqa: RUF022
     "drawn_design",
     "due_event_ids",
     "effective_assignees",
+    "ensure_partitions_sql",
     "event_detail",
     "event_values",
     "every",

@@ -100,7 +100,7 @@ LAZY_MODULES: dict[str, str] = {
     "engine.model.registry": "ENGINE_COLUMNS registered_workflows WorkflowInfo",
     "engine.model.steps": "Call Step step",
     "engine.model.telemetry": "current_run latest_metrics",
-    "engine.partitions": "partition_attempt_log unpartition_attempt_log",
+    "engine.partitions": "ensure_partitions_sql partition_attempt_log unpartition_attempt_log",
     "engine.retention": "Batch count_prunable prune PruneResult RetentionSettings",
     "engine.runs.directives": "every wait_for wake_in",
     "engine.runs.fanout": "child fan_out",
@@ -366,6 +366,7 @@ if TYPE_CHECKING:
     from engine.model.steps import Call as Call, Step as Step, step as step
     from engine.model.telemetry import current_run as current_run, latest_metrics as latest_metrics
     from engine.partitions import (
+        ensure_partitions_sql as ensure_partitions_sql,
         partition_attempt_log as partition_attempt_log,
         unpartition_attempt_log as unpartition_attempt_log,
     )
