@@ -24,8 +24,8 @@ from bench import measures
 from engine.graphs.configure import forget_graph_runtime
 from functions import examples
 from functions.app import create_app
-from functions.app_config import configure_app_graphs
 from functions.local.dev import install_example_graph
+from infra.app_config import configure_app_graphs
 from infra.embedded import EmbeddedPostgres
 
 WARMUP_FETCHES = 5  # left out: the first fetches plan statements and fill caches

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 # Each module, and the public names it defines (space-separated).
 LAZY_MODULES: dict[str, str] = {
+    "engine.application": "Duly",
     "engine.base.audit": "AuditEntry MAX_ACTIONS_READ recent_actions record_action",
     "engine.base.clock": "clock_shift db_now",
     "engine.base.cron": "Cron",
@@ -42,7 +43,8 @@ LAZY_MODULES: dict[str, str] = {
         "model_change_event"
     ),
     "engine.events.configure": (
-        "configure_event_registry configure_event_registry_from_settings get_event_registry"
+        "configure_event_registry configure_event_registry_from_settings get_event_registry "
+        "routing_of"
     ),
     "engine.events.database": "DatabaseEventRegistry event_values",
     "engine.events.event": (
@@ -94,11 +96,14 @@ LAZY_MODULES: dict[str, str] = {
         "GraphNode GraphTables GraphTemplate GraphTransition GraphVisit GraphVote STATUS_CHANGE "
         "SUBMITTERS"
     ),
+    "engine.model.application": "Application current_application",
     "engine.model.attempt_log": "attempt_log_classes AttemptLog",
-    "engine.model.connection": "connect_workflows",
+    "engine.model.connection": (
+        "application_for connect_workflows open_connection WorkflowConnection"
+    ),
     "engine.model.limits": "Limit RateBucket",
     "engine.model.registry": "ENGINE_COLUMNS registered_workflows WorkflowInfo",
-    "engine.model.steps": "Call Step step",
+    "engine.model.steps": "Call step Step",
     "engine.model.telemetry": "current_run latest_metrics",
     "engine.partitions": "ensure_partitions_sql partition_attempt_log unpartition_attempt_log",
     "engine.retention": "Batch count_prunable prune PruneResult RetentionSettings",
@@ -133,6 +138,7 @@ SUBMODULES = {
 LAZY = {name: module for module, names in LAZY_MODULES.items() for name in names.split()}
 
 if TYPE_CHECKING:
+    from engine.application import Duly as Duly
     from engine.base import settings as settings
     from engine.base.audit import (
         MAX_ACTIONS_READ as MAX_ACTIONS_READ,
@@ -221,6 +227,7 @@ if TYPE_CHECKING:
         configure_event_registry as configure_event_registry,
         configure_event_registry_from_settings as configure_event_registry_from_settings,
         get_event_registry as get_event_registry,
+        routing_of as routing_of,
     )
     from engine.events.database import (
         DatabaseEventRegistry as DatabaseEventRegistry,
@@ -352,11 +359,20 @@ if TYPE_CHECKING:
         graph_tables as graph_tables,
     )
     from engine.model import telemetry as telemetry
+    from engine.model.application import (
+        Application as Application,
+        current_application as current_application,
+    )
     from engine.model.attempt_log import (
         AttemptLog as AttemptLog,
         attempt_log_classes as attempt_log_classes,
     )
-    from engine.model.connection import connect_workflows as connect_workflows
+    from engine.model.connection import (
+        WorkflowConnection as WorkflowConnection,
+        application_for as application_for,
+        connect_workflows as connect_workflows,
+        open_connection as open_connection,
+    )
     from engine.model.limits import Limit as Limit, RateBucket as RateBucket
     from engine.model.registry import (
         ENGINE_COLUMNS as ENGINE_COLUMNS,

@@ -18,7 +18,13 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import connect_workflows, registered_workflows, run_workflows
+from engine import (
+    Application,
+    application_for,
+    connect_workflows,
+    registered_workflows,
+    run_workflows,
+)
 from functions.console.auth import ConsoleAuth
 from functions.console.routes import console_router
 from functions.console.templating import (
@@ -46,35 +52,42 @@ from functions.http.routes.docs import (
     docs_router,
     workflow_openapi,
 )
+from functions.http.state import Current
 
 
 def create_app(
-    Session: async_sessionmaker[AsyncSession],
+    Session: async_sessionmaker[AsyncSession] | Application,
     *,
     run_worker: bool,
     worker_options: dict[str, Any] | None = None,
     allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
-    """The HTTP API over Session's database, with a worker in its lifespan if run_worker.
+    """The HTTP API over an application (or a session factory's), with a worker in its
+    lifespan if run_worker; every request runs with the application current.
 
     `allowed_hosts` are the `Host` names served (default DULY_ALLOWED_HOSTS; unset, any).
     """
+    given = Session if isinstance(Session, Application) else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # From a session factory, the application takes the parts configured by now.
+        application = given if given is not None else application_for(Session)
+        app.state.application = application
         if run_worker:
-            async with run_workflows(Session, **(worker_options or {})) as worker:
+            async with run_workflows(application, **(worker_options or {})) as worker:
                 app.state.connection = worker.connection
                 yield
         else:
-            async with connect_workflows(Session) as connection:
+            async with connect_workflows(application) as connection:
                 app.state.connection = connection
                 yield
 
     # docs_url and redoc_url None: FastAPI's own pages load their scripts from a CDN;
     # openapi_url None: docs_router serves the schema behind a role.
     app = FastAPI(title="duly", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.Session = Session
+    app.state.Session = given.Session if given is not None else Session
+    app.state.application = given
     install_handlers(app)
     settings = GuardSettings.from_env(
         public_prefixes=(f"{CONSOLE_STATIC_URL}/", f"{DOCS_ASSETS_URL}/")
@@ -88,6 +101,7 @@ def create_app(
     if hosts is not None:  # before the guard: a foreign Host learns nothing of credentials
         app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(SecurityHeaders)  # outermost: refusals and 500s carry them too
+    app.add_middleware(Current)  # every request finds its application
     for resource in (health, runs, outbox, events, writes, schedules, bulk, audit, graphs):
         app.include_router(resource.router)
     app.include_router(docs_router)

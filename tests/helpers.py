@@ -31,8 +31,8 @@ from engine import configure_event_registry, get_event_registry
 from engine.base.notify import EVERYONE
 from engine.graphs.configure import forget_graph_runtime
 from engine.worker.loop import Worker
-from functions.app_config import configure_app_graphs
 from functions.local.command import configure_events
+from infra.app_config import configure_app_graphs
 from infra.settings import Settings
 
 T = TypeVar("T")
@@ -154,8 +154,11 @@ async def serving(app: FastAPI, **options: Any) -> AsyncIterator[httpx.AsyncClie
             assert time.monotonic() < deadline, "uvicorn did not start in time"
             await asyncio.sleep(0.01)
         base_url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
-            yield client
+        # The test's own calls reach the app's database as its requests do.
+        application = getattr(app.state, "application", None)
+        with application.current() if application is not None else contextlib.nullcontext():
+            async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
+                yield client
     finally:
         server.should_exit = True
         await task

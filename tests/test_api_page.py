@@ -16,13 +16,6 @@ from tests.helpers import REPO_ROOT
 PAGE = REPO_ROOT / "docs" / "api.md"
 ENTRY = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)`: \S", re.MULTILINE)
 PUBLIC_SUBMODULES = {"engine", "engine.testing", "engine.dataclass"}
-# The modules whose process globals are being replaced by an application object: the
-# import-linter contract's `ignore_imports` names the same.
-AWAITING_THE_APPLICATION = {
-    "engine.model.connection",
-    "engine.events.configure",
-    "engine.graphs.configure",
-}
 
 
 def documented() -> list[str]:
@@ -65,11 +58,7 @@ def test_every_public_name_resolves() -> None:
 def test_the_doors_import_only_public_names() -> None:
     imports = engine_imports()
     assert any(module == "engine" for _, module, _ in imports)  # the walk found them
-    private = [
-        (where, module)
-        for where, module, _ in imports
-        if module not in PUBLIC_SUBMODULES | AWAITING_THE_APPLICATION
-    ]
+    private = [(where, module) for where, module, _ in imports if module not in PUBLIC_SUBMODULES]
     assert private == []
     unknown = [
         (where, name)

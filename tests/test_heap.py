@@ -74,7 +74,8 @@ async def test_a_worker_settles_the_heap_when_it_starts(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(heap.SETTING, raising=False)
-    monkeypatch.setattr(heap, "_settled", False)  # as in a process no worker ran in yet
+    monkeypatch.setattr(heap.gc, "get_freeze_count", lambda: 0)  # no worker ran here yet
     Session = await db.create(behaviour.Base.metadata)
     async with run_workflows(Session, workflows=[Held]):
+        monkeypatch.undo()
         assert heap.settle() is False  # done already, by the worker's start

@@ -113,7 +113,7 @@ def refuse(given: Mapping[str, Any]) -> object:
     raise ValueError("refused")
 
 
-# What `duly drain` and the drain function route with (functions.app_config finds it).
+# What `duly drain` and the drain function route with (infra.app_config finds it).
 event_registry = DatabaseEventRegistry(
     outbox=Outbox, settings=EventSettings(mode="production", async_delivery=True, max_retries=0)
 )

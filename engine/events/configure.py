@@ -1,18 +1,18 @@
-"""The process's event registry: which one `get_event_registry()` answers.
+"""The application's event registry: which one `get_event_registry()` answers.
 
-Until something is configured it is an `InMemoryEventRegistry` made at
-import. `configure_event_registry(registry)` sets it (None goes back to
-that default); `configure_event_registry_from_settings()` chooses it from
+The registry belongs to the current application (`engine.model.application`):
+until something is configured it is an `InMemoryEventRegistry` made for it.
+`configure_event_registry(registry)` sets it (None goes back to a fresh
+default); `configure_event_registry_from_settings()` chooses it from
 `DULY_EVENT_REGISTRY` (an instance, dotted path, class, factory or
 `{"class", "options"}` JSON, as `engine.base.resolve` reads them) or, when that
 is unset, by `DULY_MODE`: a `DatabaseEventRegistry` in production, an
 `InMemoryEventRegistry` otherwise. The outbox's step routes with whatever
-registry this answers in the worker's process.
+registry this answers for the worker's application.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from engine.base.errors import UnsupportedTypeError
@@ -20,31 +20,24 @@ from engine.base.resolve import resolve_object
 from engine.events.database import DatabaseEventRegistry
 from engine.events.routing import EventRegistry, InMemoryEventRegistry, Routes
 from engine.events.settings import EventSettings
-
-_lock = threading.Lock()
-_default: EventRegistry = InMemoryEventRegistry()
-_configured: EventRegistry | None = None
-_env_settings: list[EventSettings] = []  # read once, when a registry without settings drains
+from engine.model.application import ambient_application
 
 
 def get_event_registry() -> EventRegistry:
-    """The registry configured for this process (the import-time in-memory one until then)."""
-    return _configured if _configured is not None else _default
-
-
-def default_event_registry() -> EventRegistry:
-    """The import-time in-memory registry, which answers until something is configured."""
-    return _default
+    """The current application's registry (an in-memory one until one is configured)."""
+    app = ambient_application()
+    registry: EventRegistry | None = app.event_registry
+    if registry is None:
+        registry = app.event_registry = InMemoryEventRegistry()
+    return registry
 
 
 def configure_event_registry(registry: EventRegistry | None) -> None:
-    """Make `registry` the process's registry; None puts the import-time default back.
+    """Make `registry` the current application's registry; None puts a fresh default back.
 
     The registry is trusted to be one (the type hint is not checked at runtime).
     """
-    global _configured
-    with _lock:
-        _configured = registry
+    ambient_application().event_registry = registry
 
 
 def configure_event_registry_from_settings(settings: EventSettings | None = None) -> EventRegistry:
@@ -86,7 +79,8 @@ def routing_of(registry: EventRegistry) -> tuple[Routes, EventSettings]:
         )
     settings = getattr(registry, "settings", None)
     if not isinstance(settings, EventSettings):
-        if not _env_settings:
-            _env_settings.append(EventSettings.from_env())
-        settings = _env_settings[0]
+        app = ambient_application()
+        if app.event_settings is None:
+            app.event_settings = EventSettings.from_env()
+        settings = app.event_settings
     return routes, settings

@@ -43,7 +43,7 @@ from engine.base.notify import announcement
 from engine.events.deliveries import DeliveryLog, delivery_log
 from engine.events.draining import Verdict, drain_event
 from engine.events.event import WorkflowEvent
-from engine.events.records import EventTables, outbox_tables_of, tables_for
+from engine.events.records import EventTables, OutboxColumns, outbox_tables_of, tables_for
 from engine.events.routing import RoutedRegistry
 from engine.events.settings import EventSettings
 from engine.events.statuses import DEAD_LETTER, FAILED, PENDING
@@ -83,7 +83,18 @@ class DatabaseEventRegistry(RoutedRegistry):
         """The event tables this registry writes: its outbox's, or the connection's."""
         if self._outbox is not None:
             return tables_for(self._outbox)
-        tables = outbox_tables_of(info.cls for info in current_connection().workflows)
+        outboxes = [
+            info.cls
+            for info in current_connection().workflows
+            if issubclass(info.cls, OutboxColumns)
+        ]
+        if len(outboxes) > 1:
+            names = ", ".join(getattr(cls, "__tablename__", cls.__name__) for cls in outboxes)
+            raise ConfigurationError(
+                f"The workflow database maps more than one outbox ({names}): give the "
+                "DatabaseEventRegistry the one it publishes into (outbox=...)."
+            )
+        tables = outbox_tables_of(outboxes)
         if tables is None:
             raise ConfigurationError(
                 "No outbox table in the workflow database: map WorkflowOutbox, "

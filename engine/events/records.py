@@ -23,14 +23,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.base.clock import DATABASE_TIME
 from engine.base.errors import ConfigurationError
+from engine.base.subclasses import mapped_subclasses
 from engine.events.statuses import (
     PENDING,
     STATUS_LENGTH,
 )
-
-_record_classes: list[type[Any]] = []
-_outbox_classes: list[type[Any]] = []
-_delivery_classes: list[type[Any]] = []
 
 
 def _mapped_table(cls: type[Any]) -> Table | None:
@@ -53,8 +50,6 @@ class WorkflowEventRecord:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        if _mapped_table(cls) is not None:
-            _record_classes.append(cls)
 
 
 class OutboxColumns:
@@ -78,7 +73,6 @@ class OutboxColumns:
         if table is not None:
             # The views count by status; failed and dead rows are the ones people look for.
             Index(f"ix_{table.name}_status"[:63], table.c.status, table.c.created_at)
-            _outbox_classes.append(cls)
 
 
 class WorkflowDeliveryAttempt:
@@ -98,7 +92,6 @@ class WorkflowDeliveryAttempt:
         table = _mapped_table(cls)
         if table is not None:
             Index(f"ix_{table.name}_status"[:63], table.c.status, table.c.handler)
-            _delivery_classes.append(cls)
 
 
 @dataclass(frozen=True)
@@ -128,7 +121,9 @@ class EventTables:
 def outbox_classes_on(metadatas: Iterable[MetaData]) -> list[type[Any]]:
     """The outbox classes mapped on these metadata (an app's), in the order they were mapped."""
     wanted = list(metadatas)
-    return [cls for cls in _outbox_classes if any(cls.metadata is m for m in wanted)]
+    return [
+        cls for cls in mapped_subclasses(OutboxColumns) if any(cls.metadata is m for m in wanted)
+    ]
 
 
 def outbox_tables_of(classes: Iterable[type[Any]]) -> EventTables | None:
@@ -161,7 +156,7 @@ def _find_tables(outbox: type[Any]) -> EventTables:
         return found[-1]
 
     return EventTables(
-        record=sibling(_record_classes, "WorkflowEventRecord"),
+        record=sibling(mapped_subclasses(WorkflowEventRecord), "WorkflowEventRecord"),
         outbox=outbox,
-        delivery=sibling(_delivery_classes, "WorkflowDeliveryAttempt"),
+        delivery=sibling(mapped_subclasses(WorkflowDeliveryAttempt), "WorkflowDeliveryAttempt"),
     )

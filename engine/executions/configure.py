@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +19,7 @@ from engine.base.resolve import resolve_object
 from engine.executions.durable import DurableWorkflowEngine
 from engine.executions.local import LocalWorkflowEngine
 from engine.executions.state import WorkflowDefinition, WorkflowExecution
+from engine.model.application import ambient_application
 
 PRODUCTION = "production"
 ENGINE_OPERATIONS = ("start", "status", "resume", "cancel")
@@ -75,31 +75,24 @@ class WorkflowEngineSettings:
         )
 
 
-_lock = threading.Lock()
-_active: WorkflowEngine | None = None
-
-
 def get_workflow_engine() -> WorkflowEngine:
-    """The active engine; without one, the settings' engine, installed for later calls."""
-    global _active
-    engine = _active
-    if engine is not None:
-        return engine
-    with _lock:  # one default per process, however many callers race for it
-        if _active is None:
-            settings = WorkflowEngineSettings.from_env()
-            _active = resolve_workflow_engine(settings.workflow_engine, settings)
-        return _active
+    """The current application's engine; without one, the settings' engine, installed on it
+    for later calls."""
+    app = ambient_application()
+    engine: WorkflowEngine | None = app.workflow_engine
+    if engine is None:
+        settings = WorkflowEngineSettings.from_env()
+        engine = app.workflow_engine = resolve_workflow_engine(settings.workflow_engine, settings)
+    return engine
 
 
 def configure_workflow_engine(engine: WorkflowEngine | None) -> None:
-    """Make `engine` the process's active engine; None clears it (the settings choose again).
+    """Make `engine` the current application's engine; None clears it (the settings choose
+    again).
 
     The engine is trusted to be one (the type hint is not checked at runtime).
     """
-    global _active
-    with _lock:
-        _active = engine
+    ambient_application().workflow_engine = engine
 
 
 def configure_workflow_engine_from_settings(

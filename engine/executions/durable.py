@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from engine.executions.state import (
     WorkflowState,
     require_state,
 )
+from engine.model.application import ambient_application, current_application
 from engine.model.connection import current_connection
 from engine.model.registry import EngineOwned
 from engine.model.steps import step
@@ -176,18 +176,15 @@ def _finish(
     return None  # the run ends
 
 
-_lock = threading.Lock()
-# The engines of this process that registered definitions, the latest registration last.
-_registering: list[weakref.ref[DurableWorkflowEngine]] = []
-
-
 def definition_for(record: type[Any], workflow_id: str) -> WorkflowDefinition | None:
-    """The definition a worker runs for `workflow_id` on `record`'s rows, if one is registered."""
-    with _lock:
-        engines = [ref() for ref in reversed(_registering)]
+    """The definition a worker runs for `workflow_id` on `record`'s rows, if one is registered
+    on the current application (its engines that registered, the latest first)."""
+    app = current_application()
+    registering = app.durable_engines if app is not None else []
+    engines = [ref() for ref in reversed(registering)]
     for engine in engines:
         if engine is not None and engine.serves(record):
-            found = engine.definitions.get(workflow_id)
+            found: WorkflowDefinition | None = engine.definitions.get(workflow_id)
             if found is not None:
                 return found
     return None
@@ -207,10 +204,10 @@ class DurableWorkflowEngine:
 
     def register(self, definition: WorkflowDefinition) -> WorkflowDefinition:
         """Let this process's workers run `definition` (a later one for its id replaces it)."""
-        with _lock:
-            self._definitions[definition.workflow_id] = definition
-            _registering[:] = [r for r in _registering if r() not in (None, self)]
-            _registering.append(weakref.ref(self))
+        self._definitions[definition.workflow_id] = definition
+        registering = ambient_application().durable_engines
+        registering[:] = [r for r in registering if r() not in (None, self)]
+        registering.append(weakref.ref(self))
         return definition
 
     def serves(self, record: type[Any]) -> bool:

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.orm import Mapped, class_mapper, mapped_column
 
 from engine.base.clock import db_now
+from engine.base.subclasses import mapped_subclasses
 from engine.partitions import partition_by_day
 
 OUTCOMES = ("ok", "retry", "failed")
@@ -51,12 +52,10 @@ FAILURE_FIELDS: tuple[tuple[str, Any], ...] = (
     ("args", Text),  # JSON text, stored as JSON
 )
 
-_log_classes: list[type[Any]] = []
-
 
 def attempt_log_classes() -> list[type[Any]]:
     """Every AttemptLog class mapped in this process."""
-    return list(_log_classes)
+    return mapped_subclasses(AttemptLog)
 
 
 def run_key(row: object) -> str:
@@ -106,7 +105,6 @@ class AttemptLogColumns:
             Index(f"ix_{table.name}_finished"[:63], table.c.finished_at, table.c.id)
             # A partition a day by finished_at: pruning drops whole days (engine.partitions).
             partition_by_day(table, "finished_at")
-            _log_classes.append(cls)
 
 
 class AttemptLog(AttemptLogColumns):

@@ -1,10 +1,11 @@
 """The process's link to the workflow database: which session factory, tables and log.
 
-`connect_workflows(Session)` (and every `run_workflows`) makes a connection
-current for the process, so `row.start()`, `row.history()` and the handles
-(`Model.by(...)`) find their database without being passed one. The connection is
-process-wide rather than per task on purpose: an ASGI lifespan and the
-requests it serves run in different tasks.
+`connect_workflows(Session or app)` (and every `run_workflows`) opens the
+application's connection and makes the application current in this context
+(`engine.model.application`), so `row.start()`, `row.history()` and the handles
+(`Model.by(...)`) find their database without being passed one. An ASGI
+lifespan and the requests it serves run in different tasks: the HTTP app
+makes its application current for each request.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
 from engine.base.errors import NotConnectedError, NotFoundError, UnsupportedTypeError
+from engine.model.application import Application, current_application
 from engine.model.attempt_log import attempt_log_classes
 from engine.model.limits import rate_bucket_classes
 from engine.model.registry import WorkflowInfo, registered_workflows, workflow_info
@@ -38,6 +40,8 @@ class WorkflowConnection:
     attempt_log: type[Any] | None
     rate_bucket: type[Any] | None = None
     kicks: list[Callable[[str], None]] = field(default_factory=list)
+    # The application this connection is of, once one was made current with it.
+    application: Application | None = field(default=None, repr=False)
     # The same engine and pool, each statement its own transaction.
     autocommit: AsyncEngine = field(init=False)
 
@@ -50,14 +54,21 @@ class WorkflowConnection:
             kick(workflow)
 
 
-_active: list[WorkflowConnection] = []
-
-
 def current_connection() -> WorkflowConnection:
-    """The connection entered most recently in this process."""
-    if not _active:
+    """The connection of the application current in this context."""
+    found = current_application()
+    if found is None or found.connection is None:
         raise NotConnectedError()
-    return _active[-1]
+    return found.connection
+
+
+def application_for(Session: async_sessionmaker[AsyncSession] | Application) -> Application:
+    """`Session`'s application: the one given, or one built on the session factory with the
+    parts of the application current here (what its app module configured)."""
+    if isinstance(Session, Application):
+        return Session
+    ambient = current_application()
+    return ambient.parts_for(Session) if ambient is not None else Application(Session)
 
 
 def session_engine(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
@@ -96,24 +107,43 @@ async def open_connection(
 
 
 @contextlib.asynccontextmanager
-async def activate(connection: WorkflowConnection) -> AsyncIterator[WorkflowConnection]:
-    """Make `connection` current for the process while the block runs."""
-    _active.append(connection)
+async def activate(
+    target: Application | WorkflowConnection, workflows: Iterable[type[Any]] | None = None
+) -> AsyncIterator[WorkflowConnection]:
+    """Open an application's connection (unless open) and make the application current while
+    the block runs; given an open connection, its application (made once, with the parts of
+    the one current here)."""
+    if isinstance(target, WorkflowConnection):
+        if target.application is None:
+            target.application = application_for(target.sessionmaker)
+            target.application.connection = target
+        app = target.application
+    else:
+        app = target
+    if app.Session is None:
+        raise NotConnectedError()
+    opened = app.connection is None
+    if opened:
+        chosen = workflows if workflows is not None else app.workflows
+        app.connection = await open_connection(app.Session, chosen)
+        app.connection.application = app
+    assert app.connection is not None
     try:
-        yield connection
+        with app.current():
+            yield app.connection
     finally:
-        _active.remove(connection)
+        if opened:
+            app.connection = None
 
 
 @contextlib.asynccontextmanager
 async def connect_workflows(
-    Session: async_sessionmaker[AsyncSession],
+    Session: async_sessionmaker[AsyncSession] | Application,
     *,
     workflows: Iterable[type[Any]] | None = None,
 ) -> AsyncIterator[WorkflowConnection]:
     """Address runs (start, history, ...) from a process that runs no steps."""
-    connection = await open_connection(Session, workflows)
-    async with activate(connection):
+    async with activate(application_for(Session), workflows) as connection:
         yield connection
 
 

@@ -20,8 +20,7 @@ from sqlalchemy import DateTime, Double, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from engine.base.errors import ConfigurationError
-
-_bucket_classes: list[type[Any]] = []
+from engine.base.subclasses import mapped_subclasses
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def check_limit(limit: object, table: Table, owner: str) -> Limit:
 
 def rate_bucket_classes() -> list[type[Any]]:
     """Every RateBucket class mapped in this process."""
-    return list(_bucket_classes)
+    return mapped_subclasses(RateBucket)
 
 
 class RateBucketColumns:
@@ -95,8 +94,6 @@ class RateBucketColumns:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        if isinstance(cls.__dict__.get("__table__"), Table):
-            _bucket_classes.append(cls)
 
 
 class RateBucket(RateBucketColumns):

@@ -16,15 +16,12 @@ SETTING = GC_TUNING.name
 DEFAULT_YOUNG_THRESHOLD = 700  # CPython's own, left alone if an application set another
 YOUNG_THRESHOLD = 7_000
 
-_settled = False
-
 
 def settle() -> bool:
-    """Freeze the process's objects and collect young ones less often; once. Whether it did."""
-    global _settled
-    if _settled or not GC_TUNING.read():
+    """Freeze the process's objects and collect young ones less often; once (the collector's
+    own freeze count says whether it was done). Whether it did."""
+    if gc.get_freeze_count() > 0 or not GC_TUNING.read():
         return False
-    _settled = True
     gc.freeze()
     young, middle, old = gc.get_threshold()
     if young == DEFAULT_YOUNG_THRESHOLD:

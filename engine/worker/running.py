@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine.base.errors import ConfigurationError, NotRunningError
-from engine.model.connection import activate, open_connection
+from engine.model.application import Application, current_application
+from engine.model.connection import activate, application_for
 from engine.model.steps import DEFAULT_LANE
 from engine.worker.idle import OnIdle
 from engine.worker.loop import Worker
@@ -31,7 +32,7 @@ from engine.worker.options import (
 
 @contextlib.asynccontextmanager
 async def run_workflows(
-    Session: async_sessionmaker[AsyncSession],
+    Session: async_sessionmaker[AsyncSession] | Application,
     *,
     max_concurrency: int = MAX_CONCURRENCY,
     lease: timedelta = LEASE,
@@ -56,6 +57,7 @@ async def run_workflows(
         )
     if max_idle_interval is None:
         max_idle_interval = SUSPENDING_IDLE_INTERVAL if suspends_when_idle else IDLE_INTERVAL
+    app = application_for(Session)
     options = WorkerOptions(
         max_concurrency=max_concurrency,
         lease=lease,
@@ -63,34 +65,33 @@ async def run_workflows(
         max_idle_interval=max_idle_interval,
         shutdown_timeout=shutdown_timeout,
         listen=not suspends_when_idle,
-        on_idle=on_idle,
+        on_idle=on_idle if on_idle is not None else app.on_idle,
         listen_engine=listen_engine,
         lanes=frozenset([lanes] if isinstance(lanes, str) else lanes),
     )
-    connection = await open_connection(Session, workflows)
-    worker = Worker(connection, options)
-    async with activate(connection):
+    async with activate(app, workflows) as connection:
+        worker = Worker(connection, options)
         connection.kicks.append(worker.kick)
-        _running.append(worker)
+        app.workers.append(worker)
         await worker.start()
         try:
             yield worker
         finally:
-            _running.remove(worker)
+            app.workers.remove(worker)
             connection.kicks.remove(worker.kick)
             await worker.stop()
 
 
-_running: list[Worker] = []
-
-
 async def wake(timeout: timedelta | float) -> bool:
-    """Ask this process's worker to look; True once it is caught up and has told on_idle.
+    """Ask the current application's worker to look; True once it is caught up and has told
+    on_idle.
 
     False when `timeout` passes first, or at once when eight callers are
     already waiting (the worker is asked to look all the same).
     """
-    if not _running:
+    app = current_application()
+    if app is None or not app.workers:
         raise NotRunningError()
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    return await _running[-1].wake(seconds)
+    worker: Worker = app.workers[-1]
+    return await worker.wake(seconds)

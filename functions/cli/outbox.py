@@ -26,17 +26,17 @@ from engine import (
     EventTables,
     Worker,
     WorkerOptions,
+    WorkflowConnection,
     apply_replay,
+    connect_workflows,
     drain_progress,
     due_event_ids,
     get_event_registry,
     plan_replay,
     replay_recorded,
+    routing_of,
     start_replay,
 )
-from engine.events.configure import routing_of
-from engine.model.connection import WorkflowConnection, activate, open_connection
-from functions.app_config import configure_app_events, mapped_event_tables
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
@@ -50,6 +50,7 @@ from functions.cli.common import (
 )
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
+from infra.app_config import configure_app_events, mapped_event_tables
 
 
 @dataclass(frozen=True)
@@ -128,16 +129,15 @@ async def drain_outbox(
 ) -> int:
     """Route the outbox rows due now, and what they make due now; print what became of them."""
     tables = app.tables
-    connection = await open_connection(Session, [tables.outbox])
     options = WorkerOptions(
         max_concurrency=settings.outbox_batch_size,
         lease=timedelta(seconds=settings.outbox_claim_ttl_seconds),
         listen=False,
     )
-    # A worker of our own, run until nothing is due: run_workflows would start its pass
-    # loop (and a LISTEN connection) beside run_until_idle.
-    worker = Worker(connection, options)
-    async with activate(connection):
+    async with connect_workflows(Session, workflows=[tables.outbox]) as connection:
+        # A worker of our own, run until nothing is due: run_workflows would start its pass
+        # loop (and a LISTEN connection) beside run_until_idle.
+        worker = Worker(connection, options)
         ids, since = await due_event_ids(tables)
         bar = ProgressBar(progress, len(ids), tty=progress.isatty())
         watcher = asyncio.create_task(watch(bar, tables, ids, since, connection.autocommit))
@@ -199,8 +199,7 @@ async def replay_dead_letters(
     Every one is replayed in the bulk replay's batches (a bar on a terminal, each batch in
     the audit trail); chosen ids in one statement, recorded as one action.
     """
-    connection = await open_connection(Session, [app.tables.outbox])
-    async with activate(connection):
+    async with connect_workflows(Session, workflows=[app.tables.outbox]) as connection:
         if event_ids is None:
             count = await replay_every_dead_letter(connection, app.tables, sys.stderr)
             replayed: list[str] = []

@@ -32,7 +32,6 @@ from engine import (
     parse_filter,
     run_detail,
 )
-from functions.app_config import mapped_event_tables
 from functions.cli.common import (
     SET_UP_ERRORS,
     Commands,
@@ -43,6 +42,7 @@ from functions.cli.common import (
 )
 from functions.cli.output import aligned, refused
 from functions.requests.runs import url_key
+from infra.app_config import mapped_event_tables
 
 SHOWN_ATTEMPTS = 50  # a run's newest attempts `duly show` prints
 

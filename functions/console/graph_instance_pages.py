@@ -35,10 +35,10 @@ from engine import (
     design_matches,
     drawn_design,
     effective_assignees,
+    get_graph_runtime,
     load_graph,
     required_approvals,
 )
-from engine.graphs.configure import get_graph_runtime
 from functions.console.graph_diagrams import instance_marks
 from functions.console.graph_pages import (
     NOTES,

@@ -26,13 +26,13 @@ from engine import (
     NotFoundError,
     describe_design_error,
     design_matches,
+    get_graph_runtime,
     list_templates,
     load_design,
     load_graph,
     subject_types,
     validate_graph,
 )
-from engine.graphs.configure import get_graph_runtime
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of

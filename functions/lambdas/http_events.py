@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from engine.model.connection import activate
 from functions.lambdas.public_url import refuse_an_open_public_url
 from functions.lambdas.runtime import Budget, LambdaHandler, Runtime
 from functions.lambdas.work import drain as drain_outbox, http_wake
@@ -54,13 +53,10 @@ def _make_http(runtime: Runtime) -> LambdaHandler:
     app = create_app(container.Session, run_worker=False)
     # The lifespan is off under mangum (it would run on every invocation): set what it sets.
     app.state.connection = container.connection
+    app.state.application = container.application
     serve(runtime, app)
 
-    async def connected(scope: Any, receive: Any, send: Any) -> None:
-        async with activate(container.connection):
-            await app(scope, receive, send)
-
     asyncio.set_event_loop(runtime.loop)
-    handler: LambdaHandler = Mangum(connected, lifespan="off")
+    handler: LambdaHandler = Mangum(app, lifespan="off")
     runtime.http_handler = handler
     return handler

@@ -28,14 +28,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from engine import WorkerOptions
-from engine.model.connection import WorkflowConnection, open_connection
-from functions.app_config import (
-    configure_app_events,
-    configure_app_graphs,
-    mapped_event_tables,
-    registry_before_app,
-)
+from engine import Application, WorkerOptions, WorkflowConnection, open_connection
+from infra.app_config import app_application, mapped_event_tables, registry_before_app
 from infra.aws.iam_auth import install_iam_auth
 from infra.aws.kicks import survive_aws_call
 from infra.aws.scheduler import WakeScheduler
@@ -114,6 +108,7 @@ class Container:
     engine: AsyncEngine
     Session: async_sessionmaker[AsyncSession]
     connection: WorkflowConnection
+    application: Application  # the app's, current in every invocation
     app_module: str
     registry: EventRegistry | None  # None: the app uses no event layer
     tables: EventTables | None  # the app's outbox, if it maps one
@@ -277,13 +272,14 @@ class Runtime:
         before = registry_before_app()
         metadatas = load_app(app_module)
         tables = mapped_event_tables(metadatas)
-        registry = configure_app_events(app_module, before, tables.outbox if tables else None)
-        configure_app_graphs(app_module)
+        application = app_application(app_module, metadatas, Session, before)
+        registry = application.event_registry
         connection = await open_connection(Session)
+        connection.application, application.connection = application, connection
         slots = WakeSlots(engine, max(1, int(settings.max_wakes)))
         scheduler = self._scheduler_factory(self, engine)
         return Container(
-            engine, Session, connection, app_module, registry, tables, slots, scheduler
+            engine, Session, connection, application, app_module, registry, tables, slots, scheduler
         )
 
     def _database_url(self) -> str:

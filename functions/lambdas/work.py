@@ -31,7 +31,6 @@ from engine import (
     run_workflows,
     settings as variables,
 )
-from engine.model.connection import activate
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError, Problem
@@ -145,11 +144,14 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
 
     registry = database_registry(container.tables, container.registry)
     outbox = container.tables.outbox_table.name
-    async with activate(container.connection), container.Session.begin() as session:
-        stored = await registry.publish_many(events, session=session)
-        if stored:
-            subject = {"event_ids": stored}
-            await record_direct(session, principal, "outbox.publish", outbox, subject, len(stored))
+    with container.application.current():
+        async with container.Session.begin() as session:
+            stored = await registry.publish_many(events, session=session)
+            if stored:
+                subject = {"event_ids": stored}
+                await record_direct(
+                    session, principal, "outbox.publish", outbox, subject, len(stored)
+                )
     new = set(stored)
     ids = [e.event_id for e in events]
     # An outbox row is due now: routed by a wake, which nothing runs yet.
@@ -201,7 +203,7 @@ async def _wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:
     caught_up = released = False
     try:
         async with run_workflows(
-            container.Session,
+            container.application.parts_for(container.Session),  # its own connection
             on_idle=rt.tell_idle,
             suspends_when_idle=True,
             lease=budget.lease(),
@@ -310,8 +312,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: there is nothing to drain. Map "
             "WorkflowOutbox, WorkflowEventRecord and WorkflowDeliveryAttempt on your base."
         )
-    from engine import prune
-    from engine.events.configure import routing_of
+    from engine import prune, routing_of
 
     if container.registry is None:  # an outbox is mapped, so the event layer is configured
         raise NotFoundError(f"{container.app_module} configures no event registry.")
@@ -329,7 +330,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     if budget.until_stop() > 0:
         lease = min(budget.lease().total_seconds(), float(settings.outbox_claim_ttl_seconds))
         async with run_workflows(
-            container.Session,
+            container.application.parts_for(container.Session),  # its own connection
             workflows=[tables.outbox],
             suspends_when_idle=True,
             lease=_seconds(lease),
@@ -380,7 +381,7 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     container = await rt.container()
     connection = container.connection
     info = find_writable(connection, workflow)  # an unknown one's refusal names the app's
-    async with activate(connection):
+    with container.application.current():
         delivered = await deliver_event(info, request)
     if delivered:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here

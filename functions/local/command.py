@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import EventRegistry, connect_workflows, get_event_registry, outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
-from functions.app_config import configure_app_events, configure_app_graphs
 from functions.command_line import (
     INTERRUPTED,
     USAGE_ERROR,
@@ -38,6 +37,7 @@ from functions.command_line import (
 from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from functions.local.server import dev_config
+from infra.app_config import configure_app_events, configure_app_graphs
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
 from infra.settings import Settings

@@ -33,10 +33,10 @@ from engine import (
     activate_template,
     active_template_id,
     connect_workflows,
+    get_graph_runtime,
     save_design,
     settings as variables,
 )
-from engine.graphs.configure import get_graph_runtime
 from engine.testing import MAX_CLOCK_SHIFT, move_clock, reset_clock
 from functions.app import create_app
 from functions.console.auth import require_reader
@@ -49,7 +49,7 @@ from functions.identity.principal import Role
 from functions.requests.lookup import database_registry, event_tables
 
 if TYPE_CHECKING:
-    from engine.model.connection import WorkflowConnection
+    from engine import WorkflowConnection
 
 log = logging.getLogger("duly.dev")
 

@@ -29,6 +29,7 @@ from engine import (
     InvalidArgumentError,
     RunAction,
     RunFilter,
+    WorkflowConnection,
     WorkflowInfo,
     apply_replay,
     apply_runs,
@@ -41,7 +42,6 @@ from engine import (
     start_replay,
     start_runs,
 )
-from engine.model.connection import WorkflowConnection
 from functions.requests.errors import ConflictError, InputError
 from functions.requests.lookup import StepName, find_step
 from functions.requests.nesting import JsonObject

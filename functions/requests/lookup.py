@@ -22,13 +22,13 @@ from engine import (
     NotFoundError,
     OutboxColumns,
     Step,
+    WorkflowConnection,
     WorkflowInfo,
     find_workflow,
     get_event_registry,
     key_text,
     outbox_tables_of,
 )
-from engine.model.connection import WorkflowConnection
 from functions.requests.errors import from_validation
 
 __all__ = [

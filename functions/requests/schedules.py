@@ -16,11 +16,11 @@ from engine import (
     ScheduleAction,
     ScheduledRun,
     Steered,
+    WorkflowConnection,
     list_schedules,
     record_action,
     steer_schedule,
 )
-from engine.model.connection import WorkflowConnection
 from functions.requests.lookup import find_writable
 from functions.requests.runs import url_key
 

@@ -18,8 +18,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine import ConfigurationError, first_line, settings as variables, telemetry
-from engine.model.connection import WorkflowConnection
+from engine import (
+    ConfigurationError,
+    WorkflowConnection,
+    first_line,
+    settings as variables,
+    telemetry,
+)
 from infra.aws.scheduler import wake_invoker
 
 log = logging.getLogger("duly.kicks")

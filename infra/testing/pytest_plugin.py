@@ -3,7 +3,7 @@
 Installed with duly (the `pytest11` entry point), it loads in every pytest run
 of the environment, so importing it starts nothing and imports neither
 SQLAlchemy, psycopg nor the engine. Its fixtures, all named `duly_*`
-(`duly_server`, `duly_database`, `duly_metadata`, `duly_session`,
+(`duly_server`, `duly_database`, `duly_metadata`, `duly_session`, `duly_app`,
 `duly_connection`, `duly_drain`, `duly_clock`), are described in README.md;
 the async ones need pytest-asyncio, and `duly_server` needs `duly[local]`
 unless DULY_TEST_DATABASE_URL names a server.
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-    from engine.model.connection import WorkflowConnection
+    from engine import Duly, WorkflowConnection
     from infra.embedded import EmbeddedPostgres
 
 try:
@@ -217,6 +217,7 @@ class Drain:
     """`await duly_drain()`: run every step due now, and what they make due now."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
+    application: Duly | None = None  # whose registry and graph runtime its steps use
 
     async def __call__(
         self, workflows: Iterable[type[Any]] | None = None, *, max_concurrency: int = 8
@@ -224,7 +225,10 @@ class Drain:
         """How many steps it started (see `engine.testing.drain`)."""
         from engine.testing import drain
 
-        return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
+        if self.application is None:
+            return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
+        with self.application.current():
+            return await drain(self.sessionmaker, workflows, max_concurrency=max_concurrency)
 
 
 @dataclass(frozen=True)
@@ -292,21 +296,38 @@ async def duly_session(
     return await duly_database.create(*metadatas)
 
 
+@pytest.fixture
+def duly_app(pytestconfig: pytest.Config, duly_session: async_sessionmaker[AsyncSession]) -> Duly:
+    """The app's application on this test's database: its event registry (a database one
+    for its outbox) and graph runtime, configured as `duly dev` and the Lambda runtime do."""
+    from engine import Duly, current_application
+    from infra.app_config import app_application
+
+    modules = app_modules(pytestconfig)
+    if not modules:
+        current = current_application()
+        return current.parts_for(duly_session, Duly) if current else Duly(duly_session)  # type: ignore[return-value]
+    metadatas = app_metadata(modules)
+    application = app_application(modules[-1], metadatas, duly_session, None, Duly)
+    assert isinstance(application, Duly)
+    return application
+
+
 @async_fixture
-async def duly_connection(
-    duly_session: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[WorkflowConnection]:
-    """`connect_workflows(duly_session)` entered: `row.start()` and handles reach this database."""
+async def duly_connection(duly_app: Duly) -> AsyncIterator[WorkflowConnection]:
+    """`connect_workflows(duly_app)` entered: `row.start()`, handles, the app's registry and
+    graph runtime reach this database, and workers started in the test serve its app."""
     from engine import connect_workflows
 
-    async with connect_workflows(duly_session) as connection:
+    async with connect_workflows(duly_app) as connection:
         yield connection
 
 
 @pytest.fixture
-def duly_drain(duly_session: async_sessionmaker[AsyncSession]) -> Drain:
-    """`await duly_drain()` runs what is due now on this test's database, deterministically."""
-    return Drain(duly_session)
+def duly_drain(duly_session: async_sessionmaker[AsyncSession], duly_app: Duly) -> Drain:
+    """`await duly_drain()` runs what is due now on this test's database, deterministically,
+    with the app's registry and graph runtime."""
+    return Drain(duly_session, duly_app)
 
 
 @pytest.fixture

@@ -116,7 +116,8 @@ class GraphRuntime:
         self.events = events
         self._engine = engine
         if tables.timer is not None:
-            # The expired deadlines of these tables escalate through this runtime.
+            # The expired deadlines of these tables escalate through this runtime in the
+            # application current where it is built (an application given it takes it too).
             register_escalation(tables.timer.__table__.name, self.escalate)
 
     def reading(self) -> AbstractAsyncContextManager[AsyncConnection]:

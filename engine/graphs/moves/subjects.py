@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from sqlalchemy import Table, Text, inspect
+from sqlalchemy import Text, inspect
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm.attributes import set_committed_value
 
 from engine.base.errors import ConfigurationError, NotFoundError
-
-_subjects: dict[str, type[Any]] = {}
+from engine.base.subclasses import mapped_subclasses
 
 
 class GraphSubject:
@@ -29,16 +28,10 @@ class GraphSubject:
 
     workflow_state: Mapped[str | None] = mapped_column(Text, default=None)
 
-    def __init_subclass__(cls, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        table = cls.__dict__.get("__table__")
-        if isinstance(table, Table):
-            _subjects[table.name] = cls
-
 
 def subject_class(subject_type: str) -> type[Any]:
     """The subject class mapped on table `subject_type`."""
-    found = _subjects.get(subject_type)
+    found = _subjects().get(subject_type)
     if found is None:
         raise NotFoundError(
             f"No graph subject is mapped on the table {subject_type!r}: map GraphSubject "
@@ -49,7 +42,12 @@ def subject_class(subject_type: str) -> type[Any]:
 
 def subject_types() -> list[str]:
     """The tables of every subject class mapped in this process."""
-    return sorted(_subjects)
+    return sorted(_subjects())
+
+
+def _subjects() -> dict[str, type[Any]]:
+    """The subject classes mapped in this process by table (the latest mapped wins)."""
+    return {cls.__table__.name: cls for cls in mapped_subclasses(GraphSubject)}
 
 
 def state_column(cls: type[Any]) -> str:

@@ -23,6 +23,7 @@ from engine.graphs.moves.history import state_name
 from engine.graphs.moves.states import BranchState
 from engine.graphs.moves.unit import Unit
 from engine.graphs.tables import BRANCHES, COMPLETED, INSTANCES, STATUS_CHANGE, TIMERS, VISITS
+from engine.model.application import ambient_application, current_application
 from engine.model.registry import EngineOwned, workflow_info
 from engine.model.steps import step
 from engine.runs.workflow import Workflow
@@ -33,8 +34,6 @@ ESCALATION_RETRIES = 5  # a failed escalation (a lost connection, say) is tried 
 
 # instance id, branch id, visit id: what an expired timer hands its runtime.
 Escalation = Callable[[uuid.UUID, uuid.UUID, uuid.UUID], Awaitable[object]]
-
-_escalations: dict[str, Escalation] = {}
 
 
 class GraphTimer(Workflow, EngineOwned):
@@ -62,17 +61,18 @@ class GraphTimer(Workflow, EngineOwned):
 
 
 def register_escalation(timer_table: str, escalate: Escalation) -> None:
-    """Have `escalate` run the expired timers of `timer_table` in this process (the last wins)."""
-    _escalations[timer_table] = escalate
+    """Have `escalate` run the expired timers of `timer_table` for the current application."""
+    ambient_application().escalations[timer_table] = escalate
 
 
 def escalation_for(timer_table: str) -> Escalation:
-    """The escalation registered for `timer_table`."""
-    found = _escalations.get(timer_table)
+    """The escalation the current application registered for `timer_table`."""
+    app = current_application()
+    found: Escalation | None = app.escalations.get(timer_table) if app is not None else None
     if found is None:
         raise ConfigurationError(
-            f"No GraphRuntime serves the timers of {timer_table!r} in this process: construct "
-            "the application's GraphRuntime before its workers run."
+            f"No GraphRuntime serves the timers of {timer_table!r} in this application: give "
+            "the application its GraphRuntime before its workers run."
         )
     return found
 

@@ -18,8 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from engine import GraphRuntime, list_templates, load_design
-from engine.graphs.configure import get_graph_runtime
+from engine import GraphRuntime, get_graph_runtime, list_templates, load_design
 from functions.http.refusals import GraphRefusal, conflict, not_found
 from functions.identity.access import allow, principal_of
 from functions.identity.principal import Role

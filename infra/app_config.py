@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sqlalchemy import MetaData
 
 if TYPE_CHECKING:
-    from engine import EventRegistry, EventTables, GraphRuntime
+    from engine import Application, EventRegistry, EventTables, GraphRuntime
 
 APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 APP_GRAPH_RUNTIME = "graph_runtime"  # the app module's graph runtime
@@ -30,7 +30,7 @@ def registry_before_app() -> EventRegistry | None:
     event layer (so nothing configured a registry)."""
     if EVENT_CONFIGURE not in sys.modules:
         return None
-    from engine.events.configure import get_event_registry
+    from engine import get_event_registry
 
     return get_event_registry()
 
@@ -70,17 +70,20 @@ def configure_app_events(
     """
     if outbox is None and EVENT_CONFIGURE not in sys.modules:
         return None
-    from engine import DatabaseEventRegistry, Routes
-    from engine.events.configure import (
+    from engine import (
+        DatabaseEventRegistry,
+        InMemoryEventRegistry,
+        Routes,
         configure_event_registry,
-        default_event_registry,
         get_event_registry,
     )
 
-    before = before if before is not None else default_event_registry()
     registry = get_event_registry()
-    if registry is not before:
-        return registry
+    if registry is not before and (
+        before is not None or type(registry) is not InMemoryEventRegistry
+    ):
+        return registry  # the app configured its own
+    before = registry
     module = sys.modules.get(app_module)
     chosen = getattr(module, APP_REGISTRY, None)
     if not isinstance(chosen, DatabaseEventRegistry):
@@ -98,11 +101,33 @@ def configure_app_graphs(app_module: str) -> GraphRuntime | None:
     """Configure the app module's `graph_runtime`, if it has one; that runtime."""
     if GRAPH_RUNTIME not in sys.modules:  # no graph runtime was ever made in this process
         return None
-    from engine import GraphRuntime
-    from engine.graphs.configure import configure_graph_runtime
+    from engine import GraphRuntime, configure_graph_runtime
 
     module = sys.modules.get(app_module)
     runtime = getattr(module, APP_GRAPH_RUNTIME, None)
     if not isinstance(runtime, GraphRuntime):
         return None
     return configure_graph_runtime(runtime)
+
+
+def app_application(
+    app_module: str,
+    metadatas: Sequence[MetaData],
+    Session: Any,
+    before: EventRegistry | None,
+    kind: type[Application] | None = None,
+) -> Application:
+    """The application (a `kind`: the model's plain one unless told, which imports no views)
+    of the app module on `Session`: its event registry (for its outbox) and graph runtime
+    configured as `duly dev`, the Lambda runtime and the pytest plugin configure them (one
+    path). `before` is `registry_before_app()` before the import."""
+    from engine import Application, current_application
+
+    current = current_application()
+    chosen = kind or Application
+    made = current.parts_for(Session, chosen) if current is not None else chosen(Session)
+    with made.current():  # what is configured goes to the new application, nowhere else
+        tables = mapped_event_tables(metadatas)
+        configure_app_events(app_module, before, tables.outbox if tables else None)
+        configure_app_graphs(app_module)
+    return made
