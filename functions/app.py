@@ -18,10 +18,13 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import connect_workflows, run_workflows
-from engine.model.application import Application
-from engine.model.connection import application_for
-from engine.model.registry import registered_workflows
+from engine import (
+    Application,
+    application_for,
+    connect_workflows,
+    registered_workflows,
+    run_workflows,
+)
 from functions.console.auth import ConsoleAuth
 from functions.console.routes import console_router
 from functions.console.templating import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.base import settings as variables
+from engine import settings as variables
 
 USAGE_ERROR = 2  # exit status for bad settings or arguments, or a missing extra
 FAILURE = 1  # exit status when the database cannot be reached or refuses

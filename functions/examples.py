@@ -19,9 +19,15 @@ from sqlalchemy import JSON, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
+    STATE_ASSIGNMENT,
+    STATE_COMPLETION,
+    ConditionRegistry,
     Cron,
     DatabaseEventRegistry,
+    GraphRuntime,
+    GraphSubject,
     Limit,
+    StaticDirectory,
     Workflow,
     WorkflowEvent,
     child,
@@ -32,11 +38,6 @@ from engine import (
     wait_for,
     wake_in,
 )
-from engine.graphs.moves.conditions import ConditionRegistry
-from engine.graphs.moves.directory import StaticDirectory
-from engine.graphs.moves.notifications import STATE_ASSIGNMENT, STATE_COMPLETION
-from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.moves.subjects import GraphSubject
 from functions import expense_graph
 
 log = logging.getLogger("duly.examples")

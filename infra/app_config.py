@@ -16,10 +16,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sqlalchemy import MetaData
 
 if TYPE_CHECKING:
-    from engine.events.records import EventTables
-    from engine.events.routing import EventRegistry
-    from engine.graphs.moves.runtime import GraphRuntime
-    from engine.model.application import Application
+    from engine import Application, EventRegistry, EventTables, GraphRuntime
 
 APP_REGISTRY = "event_registry"  # the app module's registry, when it configures none itself
 APP_GRAPH_RUNTIME = "graph_runtime"  # the app module's graph runtime
@@ -33,7 +30,7 @@ def registry_before_app() -> EventRegistry | None:
     event layer (so nothing configured a registry)."""
     if EVENT_CONFIGURE not in sys.modules:
         return None
-    from engine.events.configure import get_event_registry
+    from engine import get_event_registry
 
     return get_event_registry()
 
@@ -42,7 +39,7 @@ def mapped_event_tables(metadatas: Sequence[MetaData]) -> EventTables | None:
     """The event tables an app maps on its bases, or None when it maps no outbox."""
     if EVENT_RECORDS not in sys.modules:  # no outbox mixin was ever imported, so none mapped
         return None
-    from engine.events.records import outbox_classes_on, tables_for
+    from engine import outbox_classes_on, tables_for
 
     mapped = outbox_classes_on(metadatas)
     return tables_for(mapped[-1]) if mapped else None
@@ -73,9 +70,13 @@ def configure_app_events(
     """
     if outbox is None and EVENT_CONFIGURE not in sys.modules:
         return None
-    from engine.events.configure import configure_event_registry, get_event_registry
-    from engine.events.database import DatabaseEventRegistry
-    from engine.events.routing import InMemoryEventRegistry, Routes
+    from engine import (
+        DatabaseEventRegistry,
+        InMemoryEventRegistry,
+        Routes,
+        configure_event_registry,
+        get_event_registry,
+    )
 
     registry = get_event_registry()
     if registry is not before and (
@@ -100,8 +101,7 @@ def configure_app_graphs(app_module: str) -> GraphRuntime | None:
     """Configure the app module's `graph_runtime`, if it has one; that runtime."""
     if GRAPH_RUNTIME not in sys.modules:  # no graph runtime was ever made in this process
         return None
-    from engine.graphs.configure import configure_graph_runtime
-    from engine.graphs.moves.runtime import GraphRuntime
+    from engine import GraphRuntime, configure_graph_runtime
 
     module = sys.modules.get(app_module)
     runtime = getattr(module, APP_GRAPH_RUNTIME, None)
@@ -121,7 +121,7 @@ def app_application(
     of the app module on `Session`: its event registry (for its outbox) and graph runtime
     configured as `duly dev`, the Lambda runtime and the pytest plugin configure them (one
     path). `before` is `registry_before_app()` before the import."""
-    from engine.model.application import Application, current_application
+    from engine import Application, current_application
 
     current = current_application()
     chosen = kind or Application

@@ -14,8 +14,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 
 DEFAULT_APP = variables.APP.default
 DEFAULT_HOST = variables.HOST.default

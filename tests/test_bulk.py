@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import connect_workflows, run_workflows
 from engine.bulk import (
-    Actor,
+    AuditActor,
     BulkCancel,
     BulkChangedError,
     BulkProgress,
@@ -40,7 +40,7 @@ from tests.bulk_helpers import add_failed, audit
 from tests.conftest import Database
 from tests.helpers import wait_until
 
-OPS = Actor("ops@example.com", "cli")
+OPS = AuditActor("ops@example.com", "cli")
 FAILED = RunFilter(state="failed")
 
 

@@ -206,7 +206,7 @@ async def test_events_are_listed_newest_first_by_status_a_page_at_a_time(
     [offset] = [
         p for p in schema["paths"]["/outbox/events"]["get"]["parameters"] if p["name"] == "offset"
     ]
-    assert offset["schema"]["maximum"] == views.MAX_OFFSET
+    assert offset["schema"]["maximum"] == views.MAX_OUTBOX_OFFSET
     assert unknown_cursor.status_code == 404
     assert unknown_cursor.json() == {"detail": "No outbox row 'nope' to page from."}
 

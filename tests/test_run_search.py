@@ -326,8 +326,8 @@ async def test_a_filter_read_and_a_page_listed_with_engine_s_names(db: Database)
 def test_the_readme_sends_its_readers_to_engine_alone() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert "Everything is imported from `engine`" in readme
-    # Public submodules only (`engine.testing`, `engine.dataclass`, `engine.partitions` for a
-    # revision); the rest are private, and what they hold is exported by `engine`.
+    # Public submodules only (`engine.testing`, `engine.dataclass`); the rest are private,
+    # and what they hold is exported by `engine` (docs/api.md).
     named = set(re.findall(r"`(engine\.[a-z_]+)\.", readme))
-    assert named <= {"engine.testing", "engine.dataclass", "engine.partitions"}
+    assert named <= {"engine.testing", "engine.dataclass"}
     assert {"find_workflow", "parse_filter", "RunFilter", "list_runs"} <= set(engine.__all__)

@@ -6,7 +6,8 @@
     async for progress in apply_runs(connection, info, filters, action, progress, actor): ...
 
 Runs (run a step, cancel) and the outbox's dead letters (replay) alike; each applied batch
-records who acted in the audit trail, in the batch's own transaction.
+records who acted in the audit trail, in the batch's own transaction, as one run's start,
+step or cancel and a replay do (`single.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from engine.bulk.dead_letters import (
     resume_replay,
     start_replay,
 )
-from engine.bulk.progress import BATCH_SIZE, Actor, BulkProgress
+from engine.bulk.progress import BATCH_SIZE, AuditActor, BulkProgress
 from engine.bulk.runs import (
     BulkCancel,
     BulkRun,
@@ -32,10 +33,11 @@ from engine.bulk.runs import (
     resume_runs,
     start_runs,
 )
+from engine.bulk.single import cancel_recorded, replay_recorded, run_recorded, start_recorded
 
 __all__ = [
     "BATCH_SIZE",
-    "Actor",
+    "AuditActor",
     "BulkCancel",
     "BulkChangedError",
     "BulkProgress",
@@ -46,11 +48,15 @@ __all__ = [
     "RunPlan",
     "apply_replay",
     "apply_runs",
+    "cancel_recorded",
     "filter_subject",
     "plan_replay",
     "plan_runs",
+    "replay_recorded",
     "resume_replay",
     "resume_runs",
+    "run_recorded",
+    "start_recorded",
     "start_replay",
     "start_runs",
 ]

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, exists, func, or_, select
 from engine.base.errors import BulkChangedError, DulyError
 from engine.bulk.progress import (
     BATCH_SIZE,
-    Actor,
+    AuditActor,
     BulkProgress,
     confirm_count,
     digest_of,
@@ -134,7 +134,7 @@ async def apply_replay(
     tables: EventTables,
     filters: DeadLetterFilter,
     progress: BulkProgress,
-    actor: Actor,
+    actor: AuditActor,
 ) -> AsyncGenerator[BulkProgress]:
     """Replay the matching dead letters batch by batch from `progress`; yield after each commit.
 

@@ -26,7 +26,7 @@ BATCH_SIZE = 200  # rows a batch's transaction reads at most
 
 
 @dataclass(frozen=True)
-class Actor:
+class AuditActor:
     """Who acts, and through which door (http, console, cli, lambda): the audit's actor and via."""
 
     id: str
@@ -163,7 +163,7 @@ def _count(given: Any) -> int:
 
 
 async def hold_position(
-    session: AsyncSession, progress: BulkProgress, actor: Actor, *, action: str, workflow: str
+    session: AsyncSession, progress: BulkProgress, actor: AuditActor, *, action: str, workflow: str
 ) -> None:
     """Before a batch, in its transaction: a BulkChangedError unless `progress` is a start, or
     the last position this bulk action reached, sealed in its audit record for `actor`.
@@ -224,7 +224,7 @@ async def confirm_count(
 async def record_batch(
     session: AsyncSession,
     progress: BulkProgress,
-    actor: Actor,
+    actor: AuditActor,
     *,
     read: int,
     done: int,

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.base.clock import db_now
 from engine.bulk.progress import (
     BATCH_SIZE,
-    Actor,
+    AuditActor,
     BulkProgress,
     confirm_count,
     digest_of,
@@ -195,7 +195,7 @@ async def apply_runs(
     filters: RunFilter,
     action: RunAction,
     progress: BulkProgress,
-    actor: Actor,
+    actor: AuditActor,
 ) -> AsyncGenerator[BulkProgress]:
     """Act on the matching runs batch by batch from `progress`; yield after each commit.
 
@@ -217,7 +217,7 @@ async def _batch(
     filters: RunFilter,
     action: RunAction,
     progress: BulkProgress,
-    actor: Actor,
+    actor: AuditActor,
 ) -> BulkProgress:
     """One batch, in the caller's transaction: read, lock what is free, act, record."""
     await hold_position(session, progress, actor, action=action.name, workflow=info.name)

@@ -47,7 +47,7 @@ from engine.model.connection import current_connection
 from engine.model.due import due
 
 STATEMENT_CACHE_SIZE = 64
-MAX_OFFSET = 100_000  # rows an offset may skip: past that, a page goes on from `before`
+MAX_OUTBOX_OFFSET = 100_000  # rows an offset may skip: past that, a page goes on from `before`
 # What a row can be seen as: the stored statuses and the derived one.
 VIEW_STATUSES = (PENDING, CLAIMED, PROCESSED, FAILED, DEAD_LETTER)
 # The open statuses: what is still to do, or needs a person (the overview counts only these).
@@ -193,9 +193,9 @@ async def list_outbox(
     """
     if status is not None and status not in VIEW_STATUSES:
         raise EventError(f"No outbox status {status!r}: use one of {', '.join(VIEW_STATUSES)}.")
-    if limit < 1 or not 0 <= offset <= MAX_OFFSET:
+    if limit < 1 or not 0 <= offset <= MAX_OUTBOX_OFFSET:
         raise EventError(
-            f"The limit must be at least 1 and the offset from 0 to {MAX_OFFSET:,}: "
+            f"The limit must be at least 1 and the offset from 0 to {MAX_OUTBOX_OFFSET:,}: "
             "page further on with `before`."
         )
     statement = page_statement(tables, status, before is not None)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 
-from engine.bulk import Actor
+from engine import AuditActor
 
 CLI = "cli"  # the audit's door
 
 
-def cli_actor() -> Actor:
+def cli_actor() -> AuditActor:
     """Who runs the command: the name of the process's user id (`cli` when it has none)."""
-    return Actor(os_user() or CLI, CLI)
+    return AuditActor(os_user() or CLI, CLI)
 
 
 def os_user() -> str | None:

@@ -11,8 +11,7 @@ from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError
-from engine.base.audit import AuditEntry, recent_actions
+from engine import AuditEntry, DulyError, recent_actions
 from functions.cli.common import (
     SET_UP_ERRORS,
     Commands,

@@ -15,9 +15,7 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError, connect_workflows
-from engine.views.overview import RUN_STATES
-from engine.views.runs import find_workflow
+from engine import RUN_STATES, DulyError, connect_workflows, find_workflow
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,

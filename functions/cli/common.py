@@ -18,9 +18,7 @@ from typing import Any, TypeAlias
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
-from engine import NotFoundError
-from engine.base import settings as variables
-from engine.base.errors import first_line
+from engine import NotFoundError, first_line, settings as variables
 from functions.cli.develop import LOCAL_EXTRA
 from functions.command_line import (
     FAILURE,

@@ -15,7 +15,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 from functions.cli.common import Commands
 from functions.cli.output import refused
 from infra.schema.app_layout import check_package_name

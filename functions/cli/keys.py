@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 from functions.cli.common import Commands
 from functions.cli.output import refused
 from functions.identity.keys import NAME, ApiKey, digest_of, new_key, parse_keys

@@ -17,8 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine import ConfigurationError
-from engine.base import settings as variables
+from engine import ConfigurationError, settings as variables
 from functions.cli.common import (
     CommandError,
     Commands,

@@ -19,13 +19,24 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import EventSettings, Worker, get_event_registry
-from engine.bulk import DeadLetterFilter, apply_replay, plan_replay, start_replay
-from engine.events import views
-from engine.events.configure import routing_of
-from engine.events.records import EventTables
-from engine.model.connection import WorkflowConnection, activate, open_connection
-from engine.worker.options import WorkerOptions
+from engine import (
+    DeadLetterFilter,
+    DrainProgress,
+    EventSettings,
+    EventTables,
+    Worker,
+    WorkerOptions,
+    WorkflowConnection,
+    apply_replay,
+    connect_workflows,
+    drain_progress,
+    due_event_ids,
+    get_event_registry,
+    plan_replay,
+    replay_recorded,
+    routing_of,
+    start_replay,
+)
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,
@@ -39,7 +50,6 @@ from functions.cli.common import (
 )
 from functions.cli.output import PLAIN_TICK, TTY_TICK, ProgressBar
 from functions.cli.progress import BatchBar
-from functions.requests.audited import replay_recorded
 from infra.app_config import configure_app_events, mapped_event_tables
 
 
@@ -119,17 +129,16 @@ async def drain_outbox(
 ) -> int:
     """Route the outbox rows due now, and what they make due now; print what became of them."""
     tables = app.tables
-    connection = await open_connection(Session, [tables.outbox])
     options = WorkerOptions(
         max_concurrency=settings.outbox_batch_size,
         lease=timedelta(seconds=settings.outbox_claim_ttl_seconds),
         listen=False,
     )
-    # A worker of our own, run until nothing is due: run_workflows would start its pass
-    # loop (and a LISTEN connection) beside run_until_idle.
-    worker = Worker(connection, options)
-    async with activate(connection):
-        ids, since = await views.due_event_ids(tables)
+    async with connect_workflows(Session, workflows=[tables.outbox]) as connection:
+        # A worker of our own, run until nothing is due: run_workflows would start its pass
+        # loop (and a LISTEN connection) beside run_until_idle.
+        worker = Worker(connection, options)
+        ids, since = await due_event_ids(tables)
         bar = ProgressBar(progress, len(ids), tty=progress.isatty())
         watcher = asyncio.create_task(watch(bar, tables, ids, since, connection.autocommit))
         try:
@@ -137,7 +146,7 @@ async def drain_outbox(
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        result = await views.drain_progress(tables, ids, since)
+        result = await drain_progress(tables, ids, since)
         bar.finish(result.routed)
     print(drain_report(tables.outbox_table.name, result), flush=True)
     return 0
@@ -154,11 +163,11 @@ async def watch(
     bar.show(0)
     while True:
         await asyncio.sleep(TTY_TICK if bar.tty else PLAIN_TICK)
-        result = await views.drain_progress(tables, ids, since, engine=engine)
+        result = await drain_progress(tables, ids, since, engine=engine)
         bar.show(result.routed)
 
 
-def drain_report(outbox: str, result: views.DrainProgress) -> str:
+def drain_report(outbox: str, result: DrainProgress) -> str:
     """What `duly drain` prints at the end: of the events due at its start, what became of them."""
     still = result.due - result.routed
     lines = [
@@ -190,8 +199,7 @@ async def replay_dead_letters(
     Every one is replayed in the bulk replay's batches (a bar on a terminal, each batch in
     the audit trail); chosen ids in one statement, recorded as one action.
     """
-    connection = await open_connection(Session, [app.tables.outbox])
-    async with activate(connection):
+    async with connect_workflows(Session, workflows=[app.tables.outbox]) as connection:
         if event_ids is None:
             count = await replay_every_dead_letter(connection, app.tables, sys.stderr)
             replayed: list[str] = []

@@ -13,8 +13,7 @@ from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.model.connection import open_connection
-from engine.retention import Batch, PruneResult, RetentionSettings, count_prunable, prune
+from engine import Batch, PruneResult, RetentionSettings, count_prunable, open_connection, prune
 from functions.cli.common import (
     SET_UP_ERRORS,
     Commands,

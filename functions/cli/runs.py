@@ -13,14 +13,25 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError, connect_workflows
-from engine.base.shown import json_value
-from engine.events.records import EventTables
-from engine.model.registry import ENGINE_COLUMNS
-from engine.views.filters import parse_filter
-from engine.views.overview import RUN_STATES, WorkflowCounts, overview
-from engine.views.run import RunDetail, run_detail
-from engine.views.runs import DEFAULT_PAGE, RUN_ORDERS, RunFilter, RunPage, find_workflow, list_runs
+from engine import (
+    DEFAULT_PAGE,
+    ENGINE_COLUMNS,
+    RUN_ORDERS,
+    RUN_STATES,
+    DulyError,
+    EventTables,
+    RunDetail,
+    RunFilter,
+    RunPage,
+    WorkflowCounts,
+    connect_workflows,
+    find_workflow,
+    json_value,
+    list_runs,
+    overview,
+    parse_filter,
+    run_detail,
+)
 from functions.cli.common import (
     SET_UP_ERRORS,
     Commands,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 
 SCAFFOLD_TEMPLATE = Path(__file__).resolve().parent / "scaffold" / "template.yaml.tmpl"
 # What in duly's template is duly's, and what an app's says instead ({{package}} filled in).

@@ -16,9 +16,7 @@ from typing import TextIO
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import DulyError, RunBusyError, connect_workflows
-from engine.runs.schedules import SCHEDULE_ACTIONS
-from engine.views.schedules import ScheduledRun
+from engine import SCHEDULE_ACTIONS, DulyError, RunBusyError, ScheduledRun, connect_workflows
 from functions.cli.actor import cli_actor
 from functions.cli.common import (
     SET_UP_ERRORS,

@@ -16,9 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from engine.base.errors import DulyError
-from engine.model.registry import WorkflowInfo
-from engine.views.overview import RUN_STATES
+from engine import RUN_STATES, DulyError, WorkflowInfo
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.identity.access import allow
 from functions.identity.actors import console_actor

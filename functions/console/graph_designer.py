@@ -15,12 +15,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import design_matches
-from engine.graphs.design.model import load_graph
-from engine.graphs.design.versions import load_design
-from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.tables import ANY_SUBMITTER, SUBMITTERS
+from engine import (
+    ANY_SUBMITTER,
+    SUBMITTERS,
+    GraphRuntime,
+    design_matches,
+    get_graph_runtime,
+    load_design,
+    load_graph,
+)
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.identity.access import allow

@@ -7,11 +7,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.graphs.design.model import Graph
-from engine.graphs.design.problems import Problem
-from engine.graphs.moves.history import HistoryEntry
-from engine.graphs.moves.snapshots import BranchSnapshot
-from engine.graphs.tables import ASSIGNMENT, CONDITION, STATUS_CHANGE
+from engine import (
+    ASSIGNMENT,
+    CONDITION,
+    STATUS_CHANGE,
+    BranchSnapshot,
+    Graph,
+    HistoryEntry,
+    Problem,
+)
 
 
 def instance_marks(

@@ -18,19 +18,25 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
-from engine.base.errors import DulyError, NotFoundError
-from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import design_matches, drawn_design
-from engine.graphs.design.model import Graph, Node, load_graph
-from engine.graphs.moves.actors import Actor
-from engine.graphs.moves.directory import admitted, effective_assignees
-from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.moves.snapshots import AvailableTransition, BranchSnapshot
-from engine.graphs.moves.votes import (
+from engine import (
+    Actor,
+    AvailableTransition,
+    BranchSnapshot,
     CastVotes,
+    DulyError,
+    Graph,
+    GraphRuntime,
+    Node,
+    NotFoundError,
+    admitted,
     counted_voters,
     counts_votes,
     current_votes,
+    design_matches,
+    drawn_design,
+    effective_assignees,
+    get_graph_runtime,
+    load_graph,
     required_approvals,
 )
 from functions.console.graph_diagrams import instance_marks

@@ -20,13 +20,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.routing import NoMatchFound
 
-from engine.base.errors import ConfigurationError, DulyError, NotFoundError
-from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.document import describe, design_matches
-from engine.graphs.design.model import load_graph
-from engine.graphs.design.validation import validate_graph
-from engine.graphs.design.versions import list_templates, load_design
-from engine.graphs.moves.subjects import subject_types
+from engine import (
+    ConfigurationError,
+    DulyError,
+    NotFoundError,
+    describe_design_error,
+    design_matches,
+    get_graph_runtime,
+    list_templates,
+    load_design,
+    load_graph,
+    subject_types,
+    validate_graph,
+)
 from functions.console.graph_diagrams import problem_json
 from functions.console.rendering import ConsolePage, render
 from functions.http.errors import message_of, status_of
@@ -202,7 +208,7 @@ def picked(request: Request, user: str) -> str:
 def refusal(exc: DulyError | ValidationError) -> tuple[int, str]:
     """The status and sentence a refused write answers with, as the JSON API's would."""
     if isinstance(exc, ValidationError):
-        return 422, f"The form is not valid: {describe(exc)}."
+        return 422, f"The form is not valid: {describe_design_error(exc)}."
     if isinstance(exc, ConfigurationError):
         raise exc  # the deployment's mistake, not the form's: a logged 500
     return status_of(exc), message_of(exc)

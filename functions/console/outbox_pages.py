@@ -15,10 +15,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from engine.events import views
-from engine.events.records import EventTables
-from engine.views.overview import open_outbox
-from engine.views.run import database_now
+from engine import VIEW_STATUSES, EventTables, database_now, event_detail, list_outbox, open_outbox
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.identity.access import allow
 from functions.identity.actors import console_actor
@@ -53,7 +50,7 @@ async def outbox_page(
     connection = connection_of(request)
     tables = _tables(request)
     summary = await open_outbox(connection, tables)
-    page = await views.list_outbox(
+    page = await list_outbox(
         tables, status, limit=PAGE, before=before or None, engine=connection.autocommit
     )
     query = {"status": status} if status else {}
@@ -66,7 +63,7 @@ async def outbox_page(
         "summary": summary,
         "page": page,
         "status": status,
-        "statuses": views.VIEW_STATUSES,
+        "statuses": VIEW_STATUSES,
         "next_url": next_url,
         "first_url": "?" + urlencode(query) if before else None,
         "event_url": event_url,
@@ -96,9 +93,7 @@ async def replay_one(request: Request, event_id: str) -> Response:
     tables = _tables(request)
     form = await request.form()
     if form.get("confirmed") != "yes":
-        detail = await views.event_detail(
-            tables, event_id, engine=connection_of(request).autocommit
-        )
+        detail = await event_detail(tables, event_id, engine=connection_of(request).autocommit)
         kind = detail.event.event_type if detail.event else "event"
         question = f"Replay {kind} {event_id}? Its dead-lettered routes run again now."
         target = event_url(event_id)
@@ -125,7 +120,7 @@ async def event_page(
     """One event: as published, its outbox row, and each route's delivery."""
     connection = connection_of(request)
     tables = _tables(request)
-    detail = await views.event_detail(tables, event_id, engine=connection.autocommit)
+    detail = await event_detail(tables, event_id, engine=connection.autocommit)
     async with connection.autocommit.connect() as conn:
         now = await database_now(conn)
     note = DONE.get(done or "")

@@ -18,11 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
-from engine.base.clock import clock_shift, db_now
-from engine.base.errors import NotFoundError
-from engine.events.records import EventTables
-from engine.views.activity import activity
-from engine.views.overview import RUN_STATES, overview
+from engine import RUN_STATES, EventTables, NotFoundError, activity, clock_shift, db_now, overview
 from functions.console.charts import activity_chart
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.identity.access import allow

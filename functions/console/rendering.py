@@ -29,8 +29,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from starlette.routing import Match
 
-from engine.base.errors import ConfigurationError, DulyError
-from engine.base.shown import json_value
+from engine import ConfigurationError, DulyError, json_value
 from functions.console.auth import LoginRequired, can_write, console_auth, remember_browser
 from functions.console.templating import templates
 from functions.http.errors import message_of, status_of

@@ -25,22 +25,30 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import ConfigurationError, DulyError, InvalidArgumentError
-from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.model.steps import Step
-from engine.runs.keys import RunKey
-from engine.runs.refusals import MOVED_MEANWHILE, REFUSAL_REASONS
-from engine.views.filters import filterable_columns, parse_filter, time_columns
-from engine.views.overview import RUN_STATES
-from engine.views.run import RunDetail, database_now, run_detail
-from engine.views.runs import (
+from engine import (
     DEFAULT_PAGE,
+    ENGINE_COLUMNS,
     MAX_FILTER_TEXT,
+    MOVED_MEANWHILE,
+    REFUSAL_REASONS,
     RUN_ORDERS,
+    RUN_STATES,
     SCAN_WINDOW,
+    ConfigurationError,
+    DulyError,
+    InvalidArgumentError,
+    RunDetail,
     RunFilter,
+    RunKey,
     RunPage,
+    Step,
+    WorkflowInfo,
+    database_now,
+    filterable_columns,
     list_runs,
+    parse_filter,
+    run_detail,
+    time_columns,
 )
 from functions.console.charts import timeline
 from functions.console.forms import (

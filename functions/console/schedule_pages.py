@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from engine.views.run import database_now
+from engine import database_now
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.console.run_pages import run_url
 from functions.identity.access import allow, principal_of

@@ -17,8 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.base.clock import db_now
-from engine.base.sessions import console_sessions
+from engine import console_sessions, db_now
 from functions.identity.principal import Principal, Role, Via
 
 SESSION_SECONDS = 12 * 60 * 60  # a session's life

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from engine.base.errors import (
+from engine import (
     AlreadyVotedError,
     ConfigurationError,
     DulyError,

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse
 
-from engine.base import settings as variables
+from engine import settings as variables
 from functions.http.bodies import (
     BodyRefused,
     Limits,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
 
-from engine.base import settings as variables
+from engine import settings as variables
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.model.application import Application
+from engine import Application
 
 if TYPE_CHECKING:
-    from engine.model.connection import WorkflowConnection
+    from engine import WorkflowConnection
 
 
 class Current:

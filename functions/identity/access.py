@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.routing import BaseRoute
 
-from engine.base.errors import NotAllowedError
+from engine import NotAllowedError
 from functions.identity.principal import LOCAL, Principal, Role
 
 PRINCIPAL_SCOPE = "duly.principal"  # where the guard leaves a request's principal

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.base import settings as variables
+from engine import settings as variables
 from functions.identity.iam import iam_caller, iam_principal
 from functions.identity.keys import KeyRing
 from functions.identity.oidc import OidcSettings, OidcVerifier

@@ -15,8 +15,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from functions.identity.principal import RESERVED_IDS, Principal, Role, Via, reserved
 from functions.identity.roles import MAX_NAME, roles_of
 

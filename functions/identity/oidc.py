@@ -21,8 +21,7 @@ import jwt
 from jwt import PyJWKClient
 from jwt.algorithms import has_crypto
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from functions.identity.principal import Principal, Via, reserved
 from functions.identity.roles import CredentialRefused, RoleMap
 

@@ -13,8 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from functions.identity.principal import Role, role_of
 
 NO_ROLE = "none"  # DULY_DEFAULT_ROLE's word for "no role at all"

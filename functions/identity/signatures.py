@@ -23,11 +23,7 @@ from typing import cast
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.base import settings as variables
-from engine.base.clock import db_now
-from engine.base.errors import ConfigurationError
-from engine.base.key_strength import key_refusal
-from engine.base.seen_signatures import record_signature
+from engine import ConfigurationError, db_now, key_refusal, record_signature, settings as variables
 from functions.identity.principal import SIGNED_PREFIX, Principal, Role, Via
 from functions.identity.roles import MAX_NAME, CredentialRefused
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 from functions.lambdas import http_events, work
 from functions.lambdas.observing import invocation
 from functions.lambdas.public_url import checked_by_aws

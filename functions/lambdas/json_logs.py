@@ -14,7 +14,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from engine.model.telemetry import current_run
+from engine import current_run
 
 # The invocation a container runs now: Lambda gives a container one at a time.
 _request_id: list[str | None] = [None]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from engine.events.statuses import DEAD_LETTER
+from engine import DEAD_LETTER
 
 NAMESPACE = "duly"
 DEPLOYMENT = "Deployment"

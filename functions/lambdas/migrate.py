@@ -22,8 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from functions.lambdas.custom_resource import Outcome, Request, RequestUnreadable, answer
 from functions.lambdas.runtime import Budget
 from infra.aws.database_login import DatabaseLogin

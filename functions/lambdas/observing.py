@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from engine.model import telemetry
+from engine import telemetry
 from functions.lambdas.json_logs import invocation_started, restore_logs, use_json_logs
 from functions.lambdas.metrics import WAKE_DURATION, EmbeddedMetrics
 

@@ -28,9 +28,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from engine.model.application import Application
-from engine.model.connection import WorkflowConnection, open_connection
-from engine.worker.options import MAX_CONCURRENCY
+from engine import Application, WorkerOptions, WorkflowConnection, open_connection
 from infra.app_config import app_application, mapped_event_tables, registry_before_app
 from infra.aws.iam_auth import install_iam_auth
 from infra.aws.kicks import survive_aws_call
@@ -43,9 +41,7 @@ from infra.schema import load_app
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from engine.events.records import EventTables
-    from engine.events.routing import EventRegistry
-    from engine.retention import RetentionSettings
+    from engine import EventRegistry, EventTables, RetentionSettings
 
 
 log = logging.getLogger("duly.lambda")
@@ -149,7 +145,7 @@ class Runtime:
         scheduler: SchedulerFactory = aws_scheduler,
         invoke: Callable[[], Awaitable[None]] | None = None,
         clients: Callable[[str], Any] | None = None,
-        max_concurrency: int = MAX_CONCURRENCY,
+        max_concurrency: int = WorkerOptions.max_concurrency,
         engine_options: dict[str, Any] | None = None,
         retention: RetentionSettings | None = None,
     ) -> None:
@@ -182,7 +178,7 @@ class Runtime:
     def retention(self) -> RetentionSettings:
         """The retention settings given, else the environment's (read once, when first used)."""
         if self._retention is None:
-            from engine.retention import RetentionSettings  # read on the first drain only
+            from engine import RetentionSettings
 
             self._retention = RetentionSettings.from_env()
         return self._retention

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
-from engine.base import settings as variables
-from engine.base.errors import DulyError, NotFoundError
-from engine.claims.next_due import next_due
-from engine.model.connection import activate
-from engine.model.registry import registered_workflows
-from engine.worker.loop import Worker
-from engine.worker.running import run_workflows
+from engine import (
+    DulyError,
+    NotFoundError,
+    Worker,
+    next_due,
+    registered_workflows,
+    run_workflows,
+    settings as variables,
+)
 from functions.lambdas.observing import wake_finished
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError, Problem
@@ -36,7 +38,7 @@ from functions.requests.errors import InputError, Problem
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from engine.events.event import WorkflowEvent
+    from engine import WorkflowEvent
     from functions.requests.runs import DeliverRequest
 
 log = logging.getLogger("duly.lambda")
@@ -114,7 +116,7 @@ async def record_direct(
     session: AsyncSession, principal: str, action: str, workflow: str, subject: Any, count: int
 ) -> None:
     """Record in the audit trail, in `session`'s transaction, that a direct invoke acted."""
-    from engine.base.audit import record_action
+    from engine import record_action
 
     await record_action(
         session,
@@ -142,11 +144,14 @@ async def publish(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
 
     registry = database_registry(container.tables, container.registry)
     outbox = container.tables.outbox_table.name
-    async with activate(container.connection), container.Session.begin() as session:
-        stored = await registry.publish_many(events, session=session)
-        if stored:
-            subject = {"event_ids": stored}
-            await record_direct(session, principal, "outbox.publish", outbox, subject, len(stored))
+    with container.application.current():
+        async with container.Session.begin() as session:
+            stored = await registry.publish_many(events, session=session)
+            if stored:
+                subject = {"event_ids": stored}
+                await record_direct(
+                    session, principal, "outbox.publish", outbox, subject, len(stored)
+                )
     new = set(stored)
     ids = [e.event_id for e in events]
     # An outbox row is due now: routed by a wake, which nothing runs yet.
@@ -307,8 +312,7 @@ async def drain(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
             f"{container.app_module} maps no outbox: there is nothing to drain. Map "
             "WorkflowOutbox, WorkflowEventRecord and WorkflowDeliveryAttempt on your base."
         )
-    from engine.events.configure import routing_of
-    from engine.retention import prune
+    from engine import prune, routing_of
 
     if container.registry is None:  # an outbox is mapped, so the event layer is configured
         raise NotFoundError(f"{container.app_module} configures no event registry.")
@@ -377,7 +381,7 @@ async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
     container = await rt.container()
     connection = container.connection
     info = find_writable(connection, workflow)  # an unknown one's refusal names the app's
-    async with activate(connection):
+    with container.application.current():
         delivered = await deliver_event(info, request)
     if delivered:
         await rt.kick()  # the accepted event's step is due now, and no worker runs here

@@ -26,8 +26,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from engine import EventRegistry, connect_workflows, get_event_registry
-from engine.events.records import outbox_classes_on
+from engine import EventRegistry, connect_workflows, get_event_registry, outbox_classes_on
 from engine.testing import read_clock_shift, reset_clock
 from functions.command_line import (
     INTERRUPTED,

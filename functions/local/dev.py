@@ -14,6 +14,7 @@ console's example form) exist only while the app is duly's examples.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from datetime import timedelta
@@ -25,11 +26,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import InvalidArgumentError, NotFoundError, WorkflowEvent, connect_workflows
-from engine.base import settings as variables
-from engine.events.routing import maybe_await
-from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.versions import activate_template, active_template_id, save_design
+from engine import (
+    InvalidArgumentError,
+    NotFoundError,
+    WorkflowEvent,
+    activate_template,
+    active_template_id,
+    connect_workflows,
+    get_graph_runtime,
+    save_design,
+    settings as variables,
+)
 from engine.testing import MAX_CLOCK_SHIFT, move_clock, reset_clock
 from functions.app import create_app
 from functions.console.auth import require_reader
@@ -42,7 +49,7 @@ from functions.identity.principal import Role
 from functions.requests.lookup import database_registry, event_tables
 
 if TYPE_CHECKING:
-    from engine.model.connection import WorkflowConnection
+    from engine import WorkflowConnection
 
 log = logging.getLogger("duly.dev")
 
@@ -232,7 +239,9 @@ async def dev_submit_expense(request: Request, new: NewExpense) -> dict[str, Any
         await database_registry(tables).publish(event, session=session)
     kick = getattr(request.app.state, "kick", None)
     if kick is not None:  # serverless: nothing else runs the outbox row now due
-        await maybe_await(kick())
+        kicked = kick()
+        if inspect.isawaitable(kicked):
+            await kicked
     return {"event_id": event.event_id, "expense_id": new.expense_id}
 
 

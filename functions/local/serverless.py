@@ -32,8 +32,7 @@ from moto.server import ThreadedMotoServer
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.base import settings as variables
-from engine.base.clock import db_now
+from engine import db_now, settings as variables
 from functions.lambdas import handlers as lambda_handlers, http_events
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import DEFAULT_BIND_HOST, create_dev_app

@@ -16,17 +16,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from engine.base.errors import DulyError, InvalidArgumentError
-from engine.bulk import (
-    Actor,
+from engine import (
+    MAX_FILTER_TEXT,
+    AuditActor,
     BulkCancel,
     BulkChangedError,
     BulkProgress,
     BulkRun,
     DeadLetterFilter,
+    DulyError,
+    EventTables,
+    InvalidArgumentError,
     RunAction,
+    RunFilter,
+    WorkflowConnection,
+    WorkflowInfo,
     apply_replay,
     apply_runs,
+    parse_filter,
+    parse_key,
     plan_replay,
     plan_runs,
     resume_replay,
@@ -34,10 +42,6 @@ from engine.bulk import (
     start_replay,
     start_runs,
 )
-from engine.events.records import EventTables
-from engine.model.connection import WorkflowConnection
-from engine.model.registry import WorkflowInfo
-from engine.views.filters import MAX_FILTER_TEXT, RunFilter, parse_filter, parse_key
 from functions.requests.errors import ConflictError, InputError
 from functions.requests.lookup import StepName, find_step
 from functions.requests.nesting import JsonObject
@@ -138,7 +142,7 @@ async def bulk_runs(
     connection: WorkflowConnection,
     info: WorkflowInfo,
     body: BulkRunsRequest,
-    actor: Actor,
+    actor: AuditActor,
     *,
     budget: float | None,
 ) -> dict[str, Any]:
@@ -174,7 +178,7 @@ async def bulk_replay(
     connection: WorkflowConnection,
     tables: EventTables,
     body: BulkReplayRequest,
-    actor: Actor,
+    actor: AuditActor,
     *,
     budget: float | None,
 ) -> dict[str, Any]:

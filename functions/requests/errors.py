@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DataError
 
-from engine.base.errors import DulyError, StepError, first_line
+from engine import DulyError, StepError, first_line
 
 if TYPE_CHECKING:
     from pydantic import ValidationError

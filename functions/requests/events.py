@@ -24,12 +24,14 @@ from pydantic import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine import WorkflowEvent
-from engine.bulk import Actor
-from engine.events import views
-from engine.events.database import event_values
-from engine.events.records import EventTables
-from functions.requests.audited import replay_recorded
+from engine import (
+    AuditActor,
+    EventTables,
+    WorkflowEvent,
+    event_detail,
+    event_values,
+    replay_recorded,
+)
 from functions.requests.errors import ConflictError, InputError, from_validation
 from functions.requests.lookup import MAX_TEXT
 from functions.requests.nesting import JsonObject
@@ -121,7 +123,7 @@ def parse_publish(body: Any) -> list[WorkflowEvent]:
 
 
 async def replay_dead_letters(
-    tables: EventTables, event_ids: list[str] | None, *, actor: Actor
+    tables: EventTables, event_ids: list[str] | None, *, actor: AuditActor
 ) -> list[str]:
     """Make dead-lettered events due again: those of `event_ids`, or every one; their ids.
 
@@ -131,13 +133,13 @@ async def replay_dead_letters(
 
 
 async def replay_event(
-    tables: EventTables, reads: AsyncEngine, event_id: str, *, actor: Actor
+    tables: EventTables, reads: AsyncEngine, event_id: str, *, actor: AuditActor
 ) -> list[str]:
     """Make one dead-lettered event due again, as `actor`; ConflictError when it is not
     dead-lettered."""
     replayed = await replay_dead_letters(tables, [event_id], actor=actor)
     if not replayed:
-        detail = await views.event_detail(tables, event_id, engine=reads)
+        detail = await event_detail(tables, event_id, engine=reads)
         status = detail.outbox.status if detail.outbox is not None else "without an outbox row"
         raise ConflictError(
             f"Event {event_id!r} is {status}, not dead_letter: there is nothing to replay."

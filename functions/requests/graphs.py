@@ -16,14 +16,21 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from engine.base.errors import DulyError, NotAllowedError, NotFoundError
-from engine.graphs.design.document import Design
-from engine.graphs.design.versions import SavedDesign, activate_template, save_design
-from engine.graphs.moves.actors import Actor
-from engine.graphs.moves.runtime import GraphRuntime
-from engine.graphs.moves.snapshots import AvailableTransition
-from engine.graphs.moves.subjects import key_values, subject_class
-from engine.graphs.tables import GraphTables
+from engine import (
+    Actor,
+    AvailableTransition,
+    Design,
+    DulyError,
+    GraphRuntime,
+    GraphTables,
+    NotAllowedError,
+    NotFoundError,
+    SavedDesign,
+    activate_template,
+    key_values,
+    save_design,
+    subject_class,
+)
 from functions.identity.principal import Principal
 
 MAX_COMMENT = 10_000  # characters of a move's comment or a cancel's reason

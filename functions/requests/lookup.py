@@ -13,17 +13,22 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from engine import DatabaseEventRegistry, EventRegistry, EventSettings, get_event_registry
-from engine.base.errors import ConfigurationError, NotFoundError
-from engine.events.records import (
+from engine import (
+    ConfigurationError,
+    DatabaseEventRegistry,
+    EventRegistry,
+    EventSettings,
     EventTables,
+    NotFoundError,
     OutboxColumns,
+    Step,
+    WorkflowConnection,
+    WorkflowInfo,
+    find_workflow,
+    get_event_registry,
+    key_text,
     outbox_tables_of,
 )
-from engine.model.connection import WorkflowConnection
-from engine.model.registry import WorkflowInfo
-from engine.model.steps import Step
-from engine.views.runs import find_workflow, key_text
 from functions.requests.errors import from_validation
 
 __all__ = [

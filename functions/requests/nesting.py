@@ -13,8 +13,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from engine.base.shown import SHOWN_NESTING
-from engine.graphs.design.document import Design
+from engine import SHOWN_NESTING, Design
 from functions.requests.errors import InputError, Place, spelled
 
 # Levels of arrays and objects inside one another in one JSON value: the levels a read shows,

@@ -30,15 +30,24 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import JSON
 
-from engine.base.errors import DulyError, StepError, first_line
-from engine.bulk import Actor
-from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo
-from engine.model.steps import Call, Step
-from engine.runs.keys import RunKey
-from engine.runs.refusals import Delivery
-from engine.views.filters import key_of
-from engine.views.runs import key_text, parse_key
-from functions.requests.audited import cancel_recorded, run_recorded, start_recorded
+from engine import (
+    ENGINE_COLUMNS,
+    AuditActor,
+    Call,
+    Delivery,
+    DulyError,
+    RunKey,
+    Step,
+    StepError,
+    WorkflowInfo,
+    cancel_recorded,
+    first_line,
+    key_of,
+    key_text,
+    parse_key,
+    run_recorded,
+    start_recorded,
+)
 from functions.requests.errors import (
     ConflictError,
     InputError,
@@ -256,7 +265,7 @@ def _matched(info: WorkflowInfo, columns: Columns, name: str, value: Any) -> Col
 # -- the writes -----------------------------------------------------------------------------
 
 
-async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: Actor) -> dict[str, Any]:
+async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: AuditActor) -> dict[str, Any]:
     """Insert a run and its first step, recording `actor`; ConflictError when a unique key
     already has a run."""
     call = build_call(find_step(info, body.step), body.args)
@@ -298,7 +307,7 @@ def delivery_answer(info: WorkflowInfo, delivered: Delivery) -> dict[str, Any]:
 
 
 async def run_step(
-    info: WorkflowInfo, body: RunRequest, *, actor: Actor, key: RunKey | None = None
+    info: WorkflowInfo, body: RunRequest, *, actor: AuditActor, key: RunKey | None = None
 ) -> int:
     """Run a step now on the addressed runs (`key`'s, when the door's URL names it),
     replacing what was scheduled, recording `actor`; how many."""
@@ -308,7 +317,7 @@ async def run_step(
 
 
 async def cancel_runs(
-    info: WorkflowInfo, body: CancelRequest, *, actor: Actor, key: RunKey | None = None
+    info: WorkflowInfo, body: CancelRequest, *, actor: AuditActor, key: RunKey | None = None
 ) -> int:
     """End the addressed runs where they stand (`key`'s, when the door's URL names it),
     recording `actor`; how many were live."""

@@ -10,11 +10,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.base.audit import record_action
-from engine.base.errors import NotFoundError
-from engine.model.connection import WorkflowConnection
-from engine.runs.schedules import SCHEDULE_ACTIONS, ScheduleAction, Steered, steer_schedule
-from engine.views.schedules import ScheduledRun, list_schedules
+from engine import (
+    SCHEDULE_ACTIONS,
+    NotFoundError,
+    ScheduleAction,
+    ScheduledRun,
+    Steered,
+    WorkflowConnection,
+    list_schedules,
+    record_action,
+    steer_schedule,
+)
 from functions.requests.lookup import find_writable
 from functions.requests.runs import url_key
 

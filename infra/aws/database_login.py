@@ -17,8 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from infra.settings import DRIVER
 
 DEFAULT_PORT = 5432

@@ -16,7 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 
 DEFAULT_PORT = 5432
 

@@ -18,10 +18,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from engine.base.errors import ConfigurationError, first_line
-from engine.base.settings import WAKE_FUNCTION_ARN
-from engine.model import telemetry
-from engine.model.connection import WorkflowConnection
+from engine import (
+    ConfigurationError,
+    WorkflowConnection,
+    first_line,
+    settings as variables,
+    telemetry,
+)
 from infra.aws.scheduler import wake_invoker
 
 log = logging.getLogger("duly.kicks")
@@ -209,7 +212,7 @@ def aws_wake_invoke(
     `function_arn` defaults to DULY_WAKE_FUNCTION_ARN; `client` to a boto3
     `lambda` client made (and boto3 imported) on the first kick.
     """
-    arn = function_arn or WAKE_FUNCTION_ARN.read()
+    arn = function_arn or variables.WAKE_FUNCTION_ARN.read()
     if not arn:
         raise ConfigurationError(
             "No wake function to kick: set DULY_WAKE_FUNCTION_ARN (the wake function's ARN, "

@@ -23,8 +23,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
-from engine.base.clock import db_now
-from engine.base.errors import ConfigurationError, InvalidArgumentError
+from engine import ConfigurationError, InvalidArgumentError, db_now
 
 TABLE = "duly_wake_schedule"
 DEFAULT_NAME = "duly-wake"

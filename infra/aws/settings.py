@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from engine.base import settings as variables
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError, settings as variables
 from infra.aws.database_login import DatabaseLogin, secret_fields
 from infra.settings import DEFAULT_APP, database_url
 

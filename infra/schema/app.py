@@ -14,8 +14,7 @@ from typing import Any
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.model.attempt_log import attempt_log_classes
-from engine.model.registry import registered_workflows
+from engine import attempt_log_classes, registered_workflows
 from infra.schema.app_layout import check_app_layout
 
 

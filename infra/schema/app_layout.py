@@ -13,7 +13,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from engine.base.errors import ConfigurationError
+from engine import ConfigurationError
 
 DULY_PACKAGES = ("engine", "functions", "infra")  # duly's top-level packages
 OWN_APP = "functions.examples"  # duly's example app, the one app allowed inside duly's packages

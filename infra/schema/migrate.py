@@ -30,8 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from engine.base import settings as variables
-from engine.base.owned_tables import OWNED_TABLES, declare_owned_tables
+from engine import OWNED_TABLES, declare_owned_tables, settings as variables
 from infra.aws import scheduler, wake_slots
 from infra.schema import load_app
 from infra.settings import DEFAULT_APP, database_url

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-    from engine import Duly
-    from engine.model.connection import WorkflowConnection
+    from engine import Duly, WorkflowConnection
     from infra.embedded import EmbeddedPostgres
 
 try:
@@ -96,7 +95,7 @@ class Server:
 @contextlib.contextmanager
 def open_server() -> Iterator[Server]:
     """DULY_TEST_DATABASE_URL's server, else an embedded PostgreSQL stopped on exit."""
-    from engine.base import settings as variables  # not at import: the plugin stays light
+    from engine import settings as variables
 
     given = variables.TEST_DATABASE_URL.read()
     if given:
@@ -188,7 +187,7 @@ def app_modules(config: pytest.Config) -> list[str]:
     named: list[str] = config.getini(APP_INI)
     if named:
         return named
-    from engine.base import settings as variables  # not at import: the plugin stays light
+    from engine import settings as variables
 
     return (variables.APP.text() or "").replace(",", " ").split()
 
@@ -301,8 +300,7 @@ async def duly_session(
 def duly_app(pytestconfig: pytest.Config, duly_session: async_sessionmaker[AsyncSession]) -> Duly:
     """The app's application on this test's database: its event registry (a database one
     for its outbox) and graph runtime, configured as `duly dev` and the Lambda runtime do."""
-    from engine import Duly
-    from engine.model.application import current_application
+    from engine import Duly, current_application
     from infra.app_config import app_application
 
     modules = app_modules(pytestconfig)

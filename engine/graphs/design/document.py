@@ -172,11 +172,11 @@ def parse_design(body: Mapping[str, Any]) -> Design:
     try:
         return Design.model_validate(body)
     except ValidationError as exc:
-        reasons = describe(exc).rstrip(".")
+        reasons = describe_design_error(exc).rstrip(".")
         raise ConfigurationError(f"The workflow design is not valid: {reasons}.") from exc
 
 
-def describe(exc: ValidationError) -> str:
+def describe_design_error(exc: ValidationError) -> str:
     """pydantic's errors as `where: why`, the first few."""
     shown = []
     for error in exc.errors()[:MAX_SHOWN_ERRORS]:

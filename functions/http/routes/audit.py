@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from engine.base.audit import MAX_ACTIONS_READ, recent_actions
+from engine import MAX_ACTIONS_READ, recent_actions
 from functions.http.state import connection_of
 from functions.identity.access import allow
 from functions.identity.principal import Role

@@ -17,13 +17,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic.json_schema import models_json_schema
 
-from engine.model.steps import Step
+from engine import Step
 from functions.http.refusals import document_refusals
 from functions.requests.lookup import is_outbox
 from functions.requests.runs import MAX_IDEMPOTENCY_KEY, NAME_THE_RUNS, columns_of
 
 if TYPE_CHECKING:
-    from engine.model.registry import WorkflowInfo
+    from engine import WorkflowInfo
 from functions.identity.access import allow
 from functions.identity.principal import Role
 

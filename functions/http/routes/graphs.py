@@ -18,9 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from engine.graphs.configure import get_graph_runtime
-from engine.graphs.design.versions import list_templates, load_design
-from engine.graphs.moves.runtime import GraphRuntime
+from engine import GraphRuntime, get_graph_runtime, list_templates, load_design
 from functions.http.refusals import GraphRefusal, conflict, not_found
 from functions.identity.access import allow, principal_of
 from functions.identity.principal import Role

@@ -10,8 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine.base.errors import first_line
-from engine.model.telemetry import latest_metrics
+from engine import first_line, latest_metrics
 from functions.http.refusals import not_found, unavailable
 from functions.http.state import connection_of
 from functions.identity.access import allow

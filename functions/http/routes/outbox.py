@@ -13,8 +13,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.encoders import jsonable_encoder
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from engine.events import views
-from engine.events.records import EventTables
+from engine import (
+    MAX_OUTBOX_OFFSET,
+    EventTables,
+    event_detail,
+    list_outbox,
+    outbox_summary as read_outbox_summary,
+)
 from functions.http.refusals import conflict, not_found
 from functions.http.routes.runs import DEFAULT_LIMIT, MAX_LIMIT
 from functions.http.segments import RawPathRoute
@@ -26,7 +31,7 @@ from functions.requests import events
 from functions.requests.events import MAX_EVENT_ID, ReplayRequest
 from functions.requests.lookup import event_tables
 
-# The statuses of engine.events.views.VIEW_STATUSES, for validation and the schema.
+# The statuses of engine's VIEW_STATUSES, for validation and the schema.
 OutboxStatus = Literal["pending", "claimed", "processed", "failed", "dead_letter"]
 
 router = APIRouter(
@@ -38,7 +43,7 @@ router = APIRouter(
 @router.get("/outbox", dependencies=[allow(Role.VIEWER)])
 async def outbox_summary(request: Request) -> dict[str, Any]:
     """Outbox rows by status, the next due instant, and handlers with failing routes."""
-    summary = await views.outbox_summary(_tables(request), engine=_reads(request))
+    summary = await read_outbox_summary(_tables(request), engine=_reads(request))
     return jsonable_encoder(summary)
 
 
@@ -48,10 +53,10 @@ async def list_outbox_events(
     status: OutboxStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     before: Annotated[str | None, Query(min_length=1, max_length=MAX_EVENT_ID)] = None,
-    offset: Annotated[int, Query(ge=0, le=views.MAX_OFFSET)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OUTBOX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """Outbox rows newest first; `before` (the last id of a page) or `offset` pages on."""
-    page = await views.list_outbox(
+    page = await list_outbox(
         _tables(request),
         status,
         limit=limit,
@@ -65,7 +70,7 @@ async def list_outbox_events(
 @router.get("/outbox/events/{event_id}", dependencies=[allow(Role.VIEWER)])
 async def outbox_event(request: Request, event_id: str) -> dict[str, Any]:
     """One event as published, its outbox row and each route's delivery record."""
-    detail = await views.event_detail(_tables(request), event_id, engine=_reads(request))
+    detail = await event_detail(_tables(request), event_id, engine=_reads(request))
     return jsonable_encoder(detail)
 
 

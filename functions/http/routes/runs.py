@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.encoders import jsonable_encoder
 
-from engine.base.errors import NotFoundError
-from engine.events.records import EventTables
-from engine.views import run as run_view, runs as run_views
-from engine.views.filters import MAX_FILTER_TEXT, parse_filter
-from engine.views.overview import overview as operator_overview
+from engine import (
+    MAX_FILTER_TEXT,
+    EventTables,
+    NotFoundError,
+    RunFilter,
+    list_runs,
+    overview as operator_overview,
+    parse_filter,
+    run_detail,
+)
 from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
@@ -24,7 +29,7 @@ from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
 from functions.requests.runs import url_key
 
 if TYPE_CHECKING:
-    from engine.model.registry import WorkflowInfo
+    from engine import WorkflowInfo
 from functions.identity.access import allow
 from functions.identity.principal import Role
 
@@ -118,10 +123,10 @@ async def list_workflow_runs(
     """
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    filters = run_views.RunFilter(state=state, step=next_step, key=key, error=error)
+    filters = RunFilter(state=state, step=next_step, key=key, error=error)
     if q is not None:
         filters = parse_filter(info, q).also(filters)
-    page = await run_views.list_runs(
+    page = await list_runs(
         connection, info, filters, order=order, limit=limit, after=after, offset=offset
     )
     return {
@@ -149,6 +154,6 @@ async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
     """One run: its row, its state, what it waits for, and its history when a log is mapped."""
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    detail = await run_view.run_detail(connection, info, url_key(info, key, ("path", "key")))
+    detail = await run_detail(connection, info, url_key(info, key, ("path", "key")))
     found: dict[str, Any] = jsonable_encoder(detail.to_dict())
     return found

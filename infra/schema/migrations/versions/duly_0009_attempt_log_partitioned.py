@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from engine.partitions import partition_attempt_log, unpartition_attempt_log
+from engine import partition_attempt_log, unpartition_attempt_log
 
 revision: str = "duly_0009"
 down_revision: str | Sequence[str] | None = "duly_0008"

@@ -1,4 +1,4 @@
-"""The single writes (a run's start, step, cancel; a replay), each audited in its transaction.
+"""One run's writes (a start, a step, a cancel) and a replay, each audited in its transaction.
 
 The engine's own statements (a start's insert, a handle's run and cancel), run in a
 session whose transaction also records who acted: the record exists exactly when the
@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.orm import make_transient_to_detached
 
 from engine.base.audit import record_action
-from engine.bulk import Actor
+from engine.bulk.progress import AuditActor
 from engine.events.database import replay_statement
 from engine.events.records import EventTables
 from engine.model.connection import current_connection
@@ -26,7 +26,7 @@ from engine.runs.handles import cancel_statement, run_statement
 from engine.runs.start import start_statement
 
 
-async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: Actor) -> bool:
+async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: AuditActor) -> bool:
     """Insert `row` with `call` due now and record `run.start`; False on a unique conflict
     (nothing written, nothing recorded)."""
     statement, params = start_statement(info, row, call)
@@ -56,7 +56,7 @@ async def run_recorded(
     info: WorkflowInfo,
     where: Sequence[ColumnElement[bool]],
     call: Call[Any],
-    actor: Actor,
+    actor: AuditActor,
     subject: Any,
 ) -> int:
     """Run `call` now on the runs `where` matches and record `run.step`; how many."""
@@ -69,7 +69,7 @@ async def run_recorded(
 
 
 async def cancel_recorded(
-    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], actor: Actor, subject: Any
+    info: WorkflowInfo, where: Sequence[ColumnElement[bool]], actor: AuditActor, subject: Any
 ) -> int:
     """End the live runs `where` matches and record `run.cancel`; how many were live."""
     async with current_connection().sessionmaker.begin() as session:
@@ -82,7 +82,7 @@ async def cancel_recorded(
 
 
 async def replay_recorded(
-    tables: EventTables, event_ids: list[str] | None, actor: Actor
+    tables: EventTables, event_ids: list[str] | None, actor: AuditActor
 ) -> list[str]:
     """Make dead letters due again (those of `event_ids`, or every one) and record
     `outbox.replay`; their ids. A replay that found nothing to replay records nothing (the
@@ -112,7 +112,7 @@ async def replay_recorded(
 
 async def _record(
     session: Any,
-    actor: Actor,
+    actor: AuditActor,
     action: str,
     info: WorkflowInfo,
     subject: Any,
