@@ -37,6 +37,7 @@ ALLOWED = {
     ("engine/model/telemetry.py", "_children"): "prometheus' metrics are the process's registry",
     ("engine/model/telemetry.py", "_emitters"): "a platform's metric sinks (Lambda's EMF)",
     ("engine/events/bridge.py", "_warned"): "a warning logged once per process",
+    ("engine/worker/heap.py", "_settled"): "the garbage collector, settled once per process",
     ("engine/graphs/moves/notifications.py", "_publishing"): "tasks kept referenced until done",
 }
 

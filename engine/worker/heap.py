@@ -16,12 +16,16 @@ SETTING = GC_TUNING.name
 DEFAULT_YOUNG_THRESHOLD = 700  # CPython's own, left alone if an application set another
 YOUNG_THRESHOLD = 7_000
 
+# The collector is the process's, so whether it was settled is too. A flag, not
+# gc.get_freeze_count(): that walks every frozen object (tens of ms), on each worker's start.
+_settled: set[str] = set()
+
 
 def settle() -> bool:
-    """Freeze the process's objects and collect young ones less often; once (the collector's
-    own freeze count says whether it was done). Whether it did."""
-    if gc.get_freeze_count() > 0 or not GC_TUNING.read():
+    """Freeze the process's objects and collect young ones less often; once. Whether it did."""
+    if _settled or not GC_TUNING.read():
         return False
+    _settled.add("settled")
     gc.freeze()
     young, middle, old = gc.get_threshold()
     if young == DEFAULT_YOUNG_THRESHOLD:
