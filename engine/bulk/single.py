@@ -37,16 +37,8 @@ async def start_recorded(info: WorkflowInfo, row: Any, call: Call[Any], actor: A
             return False
         refresh_row(info, row, inserted._mapping)
         key = list(info.mapper.primary_key_from_instance(row))
-        await record_action(
-            session,
-            actor=actor.id,
-            via=actor.via,
-            action="run.start",
-            workflow=info.name,
-            subject={"key": key if len(key) > 1 else key[0]},
-            count=1,
-            detail={"step": call.step.name},
-        )
+        subject = {"key": key if len(key) > 1 else key[0]}
+        await _record(session, actor, "run.start", info, subject, 1, call.step.name)
     make_transient_to_detached(row)
     connection.kick(info.name)
     return True
@@ -105,8 +97,7 @@ async def replay_recorded(
             subject=subject,
             count=len(replayed),
         )
-    if replayed:
-        connection.kick(outbox.name)
+    connection.kick(outbox.name)
     return replayed
 
 
