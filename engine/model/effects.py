@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from engine.base.errors import NotInStepError
@@ -89,11 +90,14 @@ class StepEffects:
     async def discard(self) -> None:
         """Roll the effects back: the attempt failed, or its write was fenced."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.rollback()
-            finally:
-                await conn.close()
+        if conn is None:
+            return
+        try:
+            await conn.rollback()
+        except SQLAlchemyError:  # a connection already lost: PostgreSQL rolled it back itself
+            await conn.invalidate()
+        finally:
+            await conn.close()
 
 
 _current: ContextVar[StepEffects | None] = ContextVar("duly_step_effects", default=None)
