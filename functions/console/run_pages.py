@@ -87,7 +87,11 @@ FilterText = Annotated[str | None, Query(max_length=MAX_FILTER_TEXT)]
 DONE = {
     "started": "Started: the run is due now.",
     "run": "Done: {count} run(s) will run the step now.",
-    "deliver": "Delivered: {count} run(s) accepted the event.",
+    "deliver": "Delivered: the run took the event now.",
+    "held": (
+        "Held: the run is not waiting for this event yet; it holds it until it waits for it, "
+        "and drops it if its step fails or it goes another way."
+    ),
     "cancel": "Cancelled: {count} run(s) were still live.",
 }
 
@@ -292,7 +296,8 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             if not delivered:  # one run: one reason, said on its page
                 [reason] = delivered.refused or [MOVED_MEANWHILE]
                 return _back_to_run(info.name, key, action, 0, refused=reason)
-            count = delivered.accepted
+            # Taken now, or held until the run waits: the page says which.
+            return _back_to_run(info.name, key, action, delivered.taken, held=delivered.held)
         else:
             ran = RunRequest(step=chosen.name, args=args)
             count = await runs.run_step(info, ran, actor=console_actor(request), key=addressed)
@@ -330,10 +335,11 @@ async def run_page(
     done: Annotated[str | None, Query(max_length=20)] = None,
     count: Annotated[int, Query(ge=0, le=10**9)] = 0,
     refused: Annotated[str | None, Query(max_length=40)] = None,
+    held: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> HTMLResponse:
     """One run: its row, what it waits for, its attempts as a timeline, and its actions."""
     context = await _run_context(request, workflow, key)
-    note = DONE.get(done or "")
+    note = DONE.get("held" if done == "deliver" and held else done or "")
     context["note"] = note.format(count=count) if note else None
     if done == "deliver" and refused in REFUSAL_REASONS:  # a fixed sentence, never the query's
         context["note"] = f"Not delivered: {REFUSAL_REASONS[refused]}."
@@ -452,11 +458,13 @@ def _confirm_page(
 
 
 def _back_to_run(
-    workflow: str, key: str, action: str, count: int, refused: str | None = None
+    workflow: str, key: str, action: str, count: int, refused: str | None = None, held: int = 0
 ) -> RedirectResponse:
     query: dict[str, Any] = {"done": action, "count": count}
     if refused is not None:
         query["refused"] = refused
+    if held:
+        query["held"] = held
     target = run_url(workflow, key) + "?" + urlencode(query)
     return RedirectResponse(target, status_code=303)
 
