@@ -256,11 +256,9 @@ async def test_deliver_tells_taken_held_and_refused_apart(db: Database) -> None:
         on_its_way = Signup(email="h@example.com")
         await on_its_way.start(Signup.nudge)  # no wait armed until `nudge` runs
     async with function(settings_for(db)) as fn:
+        confirm = {"workflow": "lambda_signup", "step": "confirm", "args": {"code": "c"}}
         answers = [
-            await fn.call(
-                lambda_handlers.deliver,
-                {"workflow": "lambda_signup", "key": run.id, "step": "confirm", "args": {"code": "c"}},
-            )
+            await fn.call(lambda_handlers.deliver, {**confirm, "key": run.id})
             for run in (waiting, on_its_way, finished)
         ]
     said = [(a["accepted"], a["taken"], a["held"], a["refused"], a["message"]) for a in answers]

@@ -49,7 +49,7 @@ def drain(event: Any, context: Any) -> dict[str, Any]:
 
 
 def deliver(event: Any, context: Any) -> dict[str, Any]:
-    """Deliver an outside event to the runs waiting for it; how many took it, held it, refused it."""
+    """Deliver an outside event to the runs named; how many took it, hold it, refused it."""
     return handle(work.deliver, event, context)
 
 
