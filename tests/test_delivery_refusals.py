@@ -235,7 +235,7 @@ async def test_the_console_says_taken_held_or_refused(
         assert await deliver(waiting) == "Delivered: the run took the event now."
         assert await deliver(on_its_way) == (
             "Held: the run is not waiting for this event yet; it holds it until it waits for "
-            "it, and drops it if its step fails or it goes another way."
+            "it, and drops it if it ends, fails or waits for another step first."
         )
         assert await deliver(on_its_way) == (
             "Not delivered: the run, on its way to a wait, holds another event already."

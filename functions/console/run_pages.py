@@ -88,10 +88,8 @@ DONE = {
     "started": "Started: the run is due now.",
     "run": "Done: {count} run(s) will run the step now.",
     "deliver": "Delivered: the run took the event now.",
-    "held": (
-        "Held: the run is not waiting for this event yet; it holds it until it waits for it, "
-        "and drops it if its step fails or it goes another way."
-    ),
+    "held": "Held: the run is not waiting for this event yet; it holds it until it waits for "
+    "it, and drops it if it ends, fails or waits for another step first.",
     "cancel": "Cancelled: {count} run(s) were still live.",
 }
 
@@ -297,7 +295,7 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
                 [reason] = delivered.refused or [MOVED_MEANWHILE]
                 return _back_to_run(info.name, key, action, 0, refused=reason)
             # Taken now, or held until the run waits: the page says which.
-            return _back_to_run(info.name, key, action, delivered.taken, held=delivered.held)
+            return _back_to_run(info.name, key, "held" if delivered.held else action, 1)
         else:
             ran = RunRequest(step=chosen.name, args=args)
             count = await runs.run_step(info, ran, actor=console_actor(request), key=addressed)
@@ -335,11 +333,10 @@ async def run_page(
     done: Annotated[str | None, Query(max_length=20)] = None,
     count: Annotated[int, Query(ge=0, le=10**9)] = 0,
     refused: Annotated[str | None, Query(max_length=40)] = None,
-    held: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> HTMLResponse:
     """One run: its row, what it waits for, its attempts as a timeline, and its actions."""
     context = await _run_context(request, workflow, key)
-    note = DONE.get("held" if done == "deliver" and held else done or "")
+    note = DONE.get(done or "")
     context["note"] = note.format(count=count) if note else None
     if done == "deliver" and refused in REFUSAL_REASONS:  # a fixed sentence, never the query's
         context["note"] = f"Not delivered: {REFUSAL_REASONS[refused]}."
@@ -458,13 +455,11 @@ def _confirm_page(
 
 
 def _back_to_run(
-    workflow: str, key: str, action: str, count: int, refused: str | None = None, held: int = 0
+    workflow: str, key: str, action: str, count: int, refused: str | None = None
 ) -> RedirectResponse:
     query: dict[str, Any] = {"done": action, "count": count}
     if refused is not None:
         query["refused"] = refused
-    if held:
-        query["held"] = held
     target = run_url(workflow, key) + "?" + urlencode(query)
     return RedirectResponse(target, status_code=303)
 
