@@ -47,8 +47,8 @@ async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest)
     """Deliver an event to the addressed runs; what each did with it, counted apart.
 
     `taken`: runs that were waiting for it and go on now; `held`: runs on
-    their way to a wait that keep it until they wait (and drop it if their
-    step fails or goes another way); `accepted`: both; `refused`: the others
+    their way to a wait that keep it until they wait (and drop it if they
+    end, fail or wait for another step first); `accepted`: both; `refused`: the others
     by reason (`unknown_key`, `waiting_for_other_step`, `deadline_passed`,
     `deduplicated`, `holding_another_event`, `finished`, ...); `message`:
     a sentence that says it all.
