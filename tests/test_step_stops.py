@@ -82,5 +82,5 @@ async def test_an_error_not_named_is_still_retried(db: Database) -> None:
 def test_stop_on_takes_exception_classes_only() -> None:
     for wrong in ("CardDeclined", [ValueError, "KeyError"], [42], [BaseException]):
         with pytest.raises(ConfigurationError, match="stop_on takes exception classes"):
-            step(stop_on=wrong)  # type: ignore[call-overload]
+            step(stop_on=wrong)  # type: ignore[arg-type]
     assert issubclass(StepFailed, Exception)

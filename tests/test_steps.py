@@ -41,12 +41,12 @@ def test_a_step_must_be_a_function_whose_body_runs() -> None:
     with pytest.raises(StepError, match="'async def' or a plain 'def'"):
 
         class _Generator:
-            @step
+            @step  # type: ignore[type-var]
             def work(self) -> Iterator[int]:
                 yield 1
 
     with pytest.raises(StepError, match="'async def' or a plain 'def'"):
-        step(print)  # type: ignore[arg-type]
+        step(print)  # type: ignore[type-var]
 
 
 def test_backoff_doubles_up_to_the_cap_and_gives_up_after_the_retries() -> None:
