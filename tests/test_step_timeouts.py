@@ -8,6 +8,8 @@
   test_the_lease_lasts_until_the_timeout_and_not_after
 - a TimeoutError the body raises itself is its own, not the step's timeout:
   test_a_timeout_error_of_the_body_is_its_own
+- a body that swallows its cancellation and returns still failed its attempt:
+  test_a_body_that_swallows_its_cancellation_still_timed_out
 - bad timeouts are refused where the step is declared: test_bad_timeouts_are_refused
 """
 
@@ -95,6 +97,16 @@ async def test_a_timeout_error_of_the_body_is_its_own(db: Database) -> None:
     assert await drain(Session, [Hanging]) == 1
     row = await fetch(Session, Hanging, 1)
     assert row.last_error == "TimeoutError: provider answered nothing in 3 s"
+
+
+async def test_a_body_that_swallows_its_cancellation_still_timed_out(db: Database) -> None:
+    Session = await db.create(controls.Base.metadata)
+    async with connect_workflows(Session, workflows=[Hanging]):
+        assert await Hanging(id=1).start(Hanging.swallows_its_cancellation)
+    assert await drain(Session, [Hanging]) == 1
+    row = await fetch(Session, Hanging, 1)
+    assert (row.next_step, row.attempts, row.note) == (None, 1, "")
+    assert row.last_error is not None and row.last_error.startswith("StepTimeoutError: ")
 
 
 def test_bad_timeouts_are_refused() -> None:

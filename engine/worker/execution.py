@@ -174,14 +174,18 @@ async def _within(qualname: str, limit: timedelta, body: Awaitable[object]) -> o
     """What `body` returned, unless `limit` passes first: then a StepTimeoutError.
 
     The body is cancelled at the timeout; a thread (a plain step) cannot be, so
-    its result is discarded. A TimeoutError the body raised itself is its own.
+    its result is discarded, as is what a body that swallowed its cancellation
+    returned. A TimeoutError the body raised itself is its own.
     """
     try:
         async with asyncio.timeout(limit.total_seconds()) as scope:
-            return await body
+            result = await body
     except TimeoutError:
         if not scope.expired():
             raise
+    else:
+        if not scope.expired():
+            return result
     raise StepTimeoutError(
         f"Step {qualname} did not finish within its timeout of {_duration(limit)}; "
         "the attempt was cancelled."

@@ -75,6 +75,13 @@ class Hanging(Base, Workflow):
         began.append(label)
         await asyncio.Event().wait()
 
+    @step(timeout=0.2)
+    async def swallows_its_cancellation(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.note = "finished anyway"
+
     @step(timeout=5)
     async def provider_timeout(self) -> None:
         raise TimeoutError("provider answered nothing in 3 s")
