@@ -10,6 +10,8 @@
   test_a_timeout_error_of_the_body_is_its_own
 - a body that swallows its cancellation and returns still failed its attempt:
   test_a_body_that_swallows_its_cancellation_still_timed_out
+- what a body wrote through `step_session()` before it timed out is rolled back, and
+  its transaction ended: test_a_timed_out_attempt_leaves_none_of_its_effects
 - bad timeouts are refused where the step is declared: test_bad_timeouts_are_refused
 """
 
@@ -107,6 +109,22 @@ async def test_a_body_that_swallows_its_cancellation_still_timed_out(db: Databas
     row = await fetch(Session, Hanging, 1)
     assert (row.next_step, row.attempts, row.note) == (None, 1, "")
     assert row.last_error is not None and row.last_error.startswith("StepTimeoutError: ")
+
+
+async def test_a_timed_out_attempt_leaves_none_of_its_effects(db: Database) -> None:
+    Session = await db.create(controls.Base.metadata)
+    async with connect_workflows(Session, workflows=[Hanging]):
+        assert await Hanging(id=1).start(Hanging.write_then_hang)
+    assert await drain(Session, [Hanging]) == 1
+    row = await fetch(Session, Hanging, 1)
+    assert (row.next_step, row.attempts, row.claimed_until) == (None, 1, None)
+    assert row.last_error is not None and row.last_error.startswith("StepTimeoutError: ")
+    assert db.sql("SELECT count(*) FROM control_receipt") == [(0,)]
+    [(open_transactions,)] = db.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state LIKE 'idle in transaction%'"
+    )
+    assert open_transactions == 0
 
 
 def test_bad_timeouts_are_refused() -> None:

@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import StepFailed, Workflow, declare_engine_tables, step
+from engine import StepFailed, Workflow, declare_engine_tables, step, step_session
 
 QUICK = timedelta(milliseconds=50)  # a retry's backoff short enough to watch
 
@@ -57,6 +57,14 @@ class Charge(Base, Workflow):
         raise CardExpired("card 4242 expired")
 
 
+class Receipt(Base):
+    """A row a step writes through `step_session()`: there only if its attempt committed."""
+
+    __tablename__ = "control_receipt"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
 class Hanging(Base, Workflow):
     """Steps that never finish on their own, and one that raises its own TimeoutError."""
 
@@ -81,6 +89,12 @@ class Hanging(Base, Workflow):
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             self.note = "finished anyway"
+
+    @step(timeout=0.2)
+    async def write_then_hang(self) -> None:
+        async with step_session() as session:
+            session.add(Receipt(id=self.id))
+        await asyncio.Event().wait()
 
     @step(timeout=5)
     async def provider_timeout(self) -> None:
