@@ -19,6 +19,8 @@ from typing import Any
 
 import boto3
 import httpx
+import psycopg
+import pytest
 
 from functions.local.serverless import POLL_SECONDS, LocalContext, describe_result, parse_at
 from tests.helpers import (
@@ -193,3 +195,66 @@ def test_the_firer_reads_at_expressions_and_says_what_a_wake_did() -> None:
     )
     context = LocalContext(60.0)
     assert 59_000 < context.get_remaining_time_in_millis() <= 60_000
+
+
+IDLE_WINDOW = 30.0  # seconds in which an idle `duly dev --serverless` must query nothing
+COUNTERS = "SELECT xact_commit, sessions FROM pg_stat_database WHERE datname = current_database()"
+OTHER_CLIENTS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+)
+STATS_SETTLE = 1.0  # seconds for a closed backend's counts to reach pg_stat_database
+FIRE_GRACE = 2.0  # seconds a due schedule may take to fire and its step to log, on a busy machine
+
+
+@pytest.mark.processes
+def test_serverless_dev_reads_no_database_while_nothing_is_due_and_fires_on_time(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    args = ("dev", "--serverless", "--no-demo", "--port", str(port))
+    with (
+        duly_process(*args, cwd=REPO_ROOT, env=dev_env(tmp_path / "pgdata")) as (process, output),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=5) as client,
+    ):
+        wait_healthy(process, output, client)
+        wait_line(r"wake \(start\): 0 steps", output, "first wake")
+        url = wait_line(r"database: (\S+)", output, "the database URL").group(1)
+        row = {"user_id": "ada", "email": "ada@example.com"}
+        started = client.post("/workflows/onboarding/start", json={"row": row, "step": "welcome"})
+        assert started.status_code == 201, started.text
+        kicked = wait_line(rf"wake \(kick\): 1 step, caught up, next at {STAMP}", output, "kick")
+
+        # The run waits three days: nothing is due, so nothing may read the database. The
+        # cluster is this test's own: autovacuum, its only other client, is stopped so the
+        # commits counted are duly's. The admin's own commits are counted when it exits.
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("ALTER SYSTEM SET autovacuum = off")
+            admin.execute("SELECT pg_reload_conf()")
+            assert admin.execute(OTHER_CLIENTS).fetchone() == (0,), "a connection is held"
+        time.sleep(STATS_SETTLE)
+        with psycopg.connect(url, autocommit=True) as watcher:
+            before = watcher.execute(COUNTERS).fetchone()
+            time.sleep(IDLE_WINDOW)
+            after = watcher.execute(COUNTERS).fetchone()
+            assert watcher.execute(OTHER_CLIENTS).fetchone() == (0,), "a connection is held"
+        assert before is not None and after is not None
+        # One commit is the watcher's own first read; no session was opened but the watcher's.
+        assert (after[0] - before[0] - 1, after[1] - before[1]) == (0, 0), output.text
+
+        # Move the clock to three seconds before the schedule's instant: the firer reads the
+        # clock once, then fires on the schedule's own time, not before.
+        at = datetime.fromisoformat(kicked.group(1)).replace(tzinfo=UTC)
+        early = (at - datetime.now(UTC)).total_seconds() - 3
+        moved = client.post("/dev/clock", json={"seconds": early})
+        assert moved.status_code == 200, moved.text
+        due = (at - timedelta(seconds=moved.json()["shift_seconds"])).timestamp()
+        check = f"onboarding[{started.json()['key']}] check ok"
+        time.sleep(max(0.0, due - time.time() - 0.3))
+        assert check not in output.text, "the schedule fired before its instant"
+        wait_for(lambda: check in output.text, due - time.time() + FIRE_GRACE, "check", output)
+        assert time.time() >= due
+        wait_line(rf"wake \(schedule at {re.escape(kicked.group(1))} UTC\): 1 step", output, "fire")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(EXIT_TIMEOUT) == 0, output.join()
+    assert "Traceback" not in output.join()

@@ -155,6 +155,7 @@ async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
         shift = await move_clock(request.app.state.Session, by)
     except InvalidArgumentError as exc:  # past the total shift the clock may have
         raise HTTPException(400, str(exc)) from None
+    announce_clock_move(request)
     return {"shift_seconds": shift.total_seconds()}
 
 
@@ -162,7 +163,18 @@ async def dev_move_clock(request: Request, move: ClockMove) -> dict[str, float]:
 async def dev_reset_clock(request: Request) -> dict[str, float]:
     """Put the database clock back on PostgreSQL's own time."""
     await reset_clock(request.app.state.Session)
+    announce_clock_move(request)
     return {"shift_seconds": 0.0}
+
+
+def announce_clock_move(request: Request) -> None:
+    """Tell `app.state.clock_moved`, if set (`duly dev --serverless`'s firer), of the move.
+
+    Workers hear the NOTIFY; the firer holds no connection to hear it on.
+    """
+    moved = getattr(request.app.state, "clock_moved", None)
+    if moved is not None:
+        moved()
 
 
 @console_clock_router.post("/clock", response_model=None)

@@ -4,9 +4,11 @@ No worker runs in the HTTP app: its `app.state.wake`, `drain` and `kick` are a `
 as the `http` entry (`functions.lambdas.handlers.http`, the template's API) gives them.
 The wake entry runs in a second `Runtime` on a thread of its own, with the real
 `WakeScheduler` writing to moto. Kicks go to the local firer, which also reads the
-registered schedule every `POLL_SECONDS` (moto never fires one) and invokes `wake` once its
-instant has passed on the database clock, once per registration, one wake at a time, with
-a fake context of `INVOCATION_SECONDS`. Why: docs/architecture.md, "On AWS Lambda".
+registered schedule from moto every `POLL_SECONDS` (moto never fires one) and invokes `wake`
+at its instant on the database clock (read once at start and once per clock move, never
+while waiting), once per registration, one wake at a time, with a fake context of
+`INVOCATION_SECONDS`. Both containers hold no connection between invocations.
+Why: docs/architecture.md, "On AWS Lambda".
 boto3 and moto are the dev extra's: only `functions.local.command` imports this module.
 """
 
@@ -22,17 +24,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import boto3
 from fastapi import FastAPI
 from moto.server import ThreadedMotoServer
-from sqlalchemy import select, update
+from sqlalchemy import DateTime, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine import db_now, settings as variables
+from engine import clock_shift, settings as variables
 from functions.lambdas import handlers as lambda_handlers, http_events
 from functions.lambdas.runtime import Runtime, install
 from functions.local.dev import DEFAULT_BIND_HOST, create_dev_app
@@ -50,7 +53,7 @@ WAKE_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:duly-dev-wake"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/duly-dev-scheduler"
 GROUP = "duly-dev"
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-POLL_SECONDS = 0.5  # how often the firer reads the schedule
+POLL_SECONDS = 0.5  # how often the firer reads the schedule from moto (never the database)
 KICK_FOLD_SECONDS = 0.1  # kicks this close together are one invocation (the API kicks twice)
 INVOCATION_SECONDS = 60.0  # the fake Lambda context's time to its deadline
 STOP_GRACE_SECONDS = 5.0  # an invocation still running at Ctrl-C gets this long, then cancelled
@@ -149,13 +152,17 @@ def read_schedule(client: Any, group: str = GROUP, name: str = DEFAULT_NAME) -> 
     return Registered(at, json.loads(raw_input) if raw_input else {}, version)
 
 
-async def database_now(rt: Runtime) -> datetime:
-    """The database clock, as the scheduler measured the instants it registered."""
-    container = await rt.container()
-    async with container.engine.connect() as conn:
-        now = (await conn.execute(select(db_now()))).scalar_one()
-    assert isinstance(now, datetime)
-    return now
+async def clock_offset(engine: AsyncEngine) -> timedelta:
+    """The database clock less this machine's, never more than it is: a firing is never early.
+
+    The database's time is read before this machine's, so the difference errs
+    low by the read's return trip (a millisecond on loopback), late not early.
+    """
+    async with engine.connect() as conn:
+        shifted = (func.clock_timestamp() + clock_shift()).cast(DateTime(timezone=True))
+        database = (await conn.execute(select(shifted))).scalar_one()
+    assert isinstance(database, datetime)
+    return database - datetime.now(UTC)
 
 
 # -- the firer --------------------------------------------------------------------------------
@@ -195,7 +202,9 @@ class Firer:
 
     The thread is the wake function's one container: its `Runtime` (engine,
     loop, scheduler) lives there, installed as the process's `runtime()` so
-    the entry is called exactly as Lambda calls it.
+    the entry is called exactly as Lambda calls it. Between invocations it
+    holds no connection and reads no database: `clock_moved` makes it read
+    the database clock again.
     """
 
     def __init__(
@@ -210,13 +219,16 @@ class Firer:
         self.poll = poll
         self.invocation_seconds = invocation_seconds
         self.invocations = 0
-        self._kicked = threading.Event()  # also set to stop, so the wait ends at once
+        self.clock_reads = 0  # database clock reads: at start and once per clock move
+        self._wakeup = threading.Event()  # a kick, a clock move or stop: the wait ends at once
+        self._clock_moved = threading.Event()
         self._stopping = threading.Event()
         self._ready = threading.Event()
         self._failure: BaseException | None = None
-        self._reason: str | None = None  # why the kick waiting was asked for
+        self._reason: str | None = None  # why the kick waiting was asked for; None: no kick
         self._lock = threading.Lock()
         self._fired: tuple[str, str] | None = None
+        self._offset = timedelta(0)  # the database clock less this machine's
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="duly-firer", daemon=True)
 
@@ -227,7 +239,12 @@ class Firer:
         with self._lock:
             if self._reason is None:
                 self._reason = reason
-        self._kicked.set()
+        self._wakeup.set()
+
+    def clock_moved(self) -> None:
+        """The database clock moved (`POST /dev/clock`): read it once, then fire what is due."""
+        self._clock_moved.set()
+        self._wakeup.set()
 
     async def invoked(self) -> None:
         """The runtimes' `invoke`: the asynchronous invoke of the wake function."""
@@ -242,9 +259,9 @@ class Firer:
             raise self._failure
 
     def stop(self) -> None:
-        """Stop polling; an invocation still running gets a grace, then is cancelled."""
+        """Stop waiting; an invocation still running gets a grace, then is cancelled."""
         self._stopping.set()
-        self._kicked.set()
+        self._wakeup.set()
         self._thread.join(STOP_GRACE_SECONDS)
         loop = self._loop
         if self._thread.is_alive() and loop is not None:
@@ -261,6 +278,7 @@ class Firer:
             install(rt)
             rt.run(rt.container())
             self._loop = rt.loop
+            self._read_clock()
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -276,39 +294,62 @@ class Firer:
             install(None)
             rt.close()
 
+    def _read_clock(self) -> None:
+        """Read the database clock's offset from this machine's; hold no connection after."""
+        engine = self.runtime.run(self.runtime.container()).engine
+        try:
+            self._offset = self.runtime.run(clock_offset(engine))
+            self.clock_reads += 1
+        finally:
+            self.runtime.run(engine.dispose())
+
     def _next(self) -> tuple[str, Any] | None:
         """Wait for a kick or the schedule's instant; why, and the event to invoke with."""
         while not self._stopping.is_set():
-            if self._kicked.is_set():
+            self._wakeup.clear()  # before the checks: a signal sent during them is kept
+            if self._clock_moved.is_set():
+                self._clock_moved.clear()
+                self._clock_read_again()
+            with self._lock:
+                kicked = self._reason is not None
+            if kicked:
                 self._stopping.wait(KICK_FOLD_SECONDS)
                 with self._lock:
-                    self._kicked.clear()
                     reason, self._reason = self._reason or "kick", None
                 if self._stopping.is_set():
                     break
                 return reason, dict(WAKE_INPUT)  # an invoke sends what the schedule does
-            due = self._due_schedule()
+            due, wait = self._due_schedule()
             if due is not None:
                 return due
-            self._kicked.wait(self.poll)
+            self._wakeup.wait(min(self.poll, wait))
         return None
 
-    def _due_schedule(self) -> tuple[str, Any] | None:
-        """The schedule's reason and input, if it is registered, not fired yet, and due."""
+    def _clock_read_again(self) -> None:
+        try:
+            self._read_clock()
+        except Exception:
+            log.exception("could not read the database clock; trying again")
+            self._clock_moved.set()  # the next pass, a poll later
+
+    def _due_schedule(self) -> tuple[tuple[str, Any] | None, float]:
+        """The schedule's reason and input if it is registered, not fired yet, and due;
+        else None and how long until its instant (at most a poll)."""
         try:
             registered = read_schedule(self.runtime.client("scheduler"))
-            if registered is None:
-                self._fired = None
-                return None
-            if registered.version == self._fired:
-                return None
-            if registered.at > self.runtime.run(database_now(self.runtime)):
-                return None
         except Exception:
             log.exception("could not read the wake schedule; trying again")
-            return None
+            return None, self.poll
+        if registered is None:
+            self._fired = None
+            return None, self.poll
+        if registered.version == self._fired:
+            return None, self.poll
+        early = (registered.at - (datetime.now(UTC) + self._offset)).total_seconds()
+        if early > 0:
+            return None, early
         self._fired = registered.version
-        return f"schedule at {registered.describe()}", registered.input
+        return (f"schedule at {registered.describe()}", registered.input), 0.0
 
     def _invoke(self, reason: str, event: Any) -> None:
         """One wake invocation, as Lambda makes it; logged with what it did."""
@@ -320,6 +361,8 @@ class Firer:
             # Lambda would retry an asynchronous invoke twice; the next kick or schedule will.
             log.exception("wake (%s) failed", reason)
             return
+        finally:
+            self._release()
         try:
             registered = read_schedule(self.runtime.client("scheduler"))
         except Exception:
@@ -327,6 +370,11 @@ class Firer:
             registered = None
         took = time.monotonic() - started
         log.info("wake (%s): %s, in %.2f s", reason, describe_result(result, registered), took)
+
+    def _release(self) -> None:
+        """Close the container's pooled connections: none is held until the next invocation."""
+        container = self.runtime.run(self.runtime.container())
+        self.runtime.run(container.engine.dispose())
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
@@ -337,7 +385,7 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
 # -- the HTTP app -----------------------------------------------------------------------------
 
 
-def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
+def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer, engine: AsyncEngine) -> None:
     """Give the dev app what the `http` entry's `Runtime` gives the app it serves on Lambda.
 
     `wake` and `drain` run in this container, as `POST /wake` and `/drain`
@@ -345,8 +393,12 @@ def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
     The /dev routes that start runs (`/dev/onboarding`) do not call
     `app.state.kick`: the connection's commit kicks reach the firer instead,
     as `kick_wake_after_commits` does for a `connect_workflows` process on AWS.
+    A clock move is told to the firer; `engine`, the container's, holds no
+    connection once no request is in flight.
     """
     http_events.serve(rt, app)
+    app.state.clock_moved = firer.clock_moved
+    app.add_middleware(ReleaseWhenIdle, engine=engine)
 
     def commit_kick(workflow: str) -> None:
         firer.kick()
@@ -358,12 +410,35 @@ def configure_like_lambda(app: FastAPI, rt: Runtime, firer: Firer) -> None:
         async with inner(served) as state:
             connection = served.state.connection
             connection.kicks.append(commit_kick)
+            await engine.dispose()  # what starting the app read
             try:
                 yield state
             finally:
                 connection.kicks.remove(commit_kick)
 
     app.router.lifespan_context = lifespan
+
+
+class ReleaseWhenIdle:
+    """ASGI middleware: when the last request in flight ends, close the engine's pooled
+    connections, so the HTTP container holds none between invocations."""
+
+    def __init__(self, app: ASGIApp, engine: AsyncEngine) -> None:
+        self.app = app
+        self.engine = engine
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                await self.engine.dispose()
 
 
 async def prepare_tables(engine: AsyncEngine) -> None:
@@ -403,6 +478,7 @@ async def serverless(
     """
     settings = local_settings(url, app_module)
     await prepare_tables(engine)
+    await engine.dispose()  # the schema's engine: nothing more to read with it while serving
     aws = LocalAws()
     aws.start()
     try:
@@ -413,7 +489,7 @@ async def serverless(
             container = await rt.container()
             try:
                 app = create_dev_app(container.Session, run_worker=False, bind_host=bind_host)
-                configure_like_lambda(app, rt, firer)
+                configure_like_lambda(app, rt, firer, container.engine)
                 # Runs started before (the demo, an earlier session's) were never kicked:
                 # on AWS the safety-net schedule would find them, here this first wake does.
                 firer.kick("start")
