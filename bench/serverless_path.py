@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -133,7 +134,7 @@ async def measure_chains(Session: Any, firer: Firer, sizes: Sizes, ids: range) -
             await PathChain(id=key, hops=sizes.hops).start(PathChain.hop)
             starts = serverless_app.HOPS[key]
             await wait_until(lambda s=starts: len(s) >= sizes.hops, WAIT_SLACK, "a chain")
-            gaps.extend((b - a) * 1000 for a, b in zip(starts, starts[1:]))
+            gaps.extend((b - a) * 1000 for a, b in itertools.pairwise(starts))
     return {"step_to_step_ms": percentiles(gaps), "gaps": len(gaps)}
 
 

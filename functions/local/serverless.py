@@ -276,9 +276,8 @@ class Firer:
         rt = self.runtime
         try:
             install(rt)
-            rt.run(rt.container())
             self._loop = rt.loop
-            self._read_clock()
+            self._read_clock()  # the container made here: its cold start
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -296,12 +295,11 @@ class Firer:
 
     def _read_clock(self) -> None:
         """Read the database clock's offset from this machine's; hold no connection after."""
-        engine = self.runtime.run(self.runtime.container()).engine
         try:
-            self._offset = self.runtime.run(clock_offset(engine))
+            self._offset = self.runtime.run(clock_offset(self._engine()))
             self.clock_reads += 1
         finally:
-            self.runtime.run(engine.dispose())
+            self._release()
 
     def _next(self) -> tuple[str, Any] | None:
         """Wait for a kick or the schedule's instant; why, and the event to invoke with."""
@@ -309,7 +307,11 @@ class Firer:
             self._wakeup.clear()  # before the checks: a signal sent during them is kept
             if self._clock_moved.is_set():
                 self._clock_moved.clear()
-                self._clock_read_again()
+                try:
+                    self._read_clock()
+                except Exception:
+                    log.exception("could not read the database clock; trying again")
+                    self._clock_moved.set()  # the next pass, a poll later
             with self._lock:
                 kicked = self._reason is not None
             if kicked:
@@ -324,13 +326,6 @@ class Firer:
                 return due
             self._wakeup.wait(min(self.poll, wait))
         return None
-
-    def _clock_read_again(self) -> None:
-        try:
-            self._read_clock()
-        except Exception:
-            log.exception("could not read the database clock; trying again")
-            self._clock_moved.set()  # the next pass, a poll later
 
     def _due_schedule(self) -> tuple[tuple[str, Any] | None, float]:
         """The schedule's reason and input if it is registered, not fired yet, and due;
@@ -371,10 +366,12 @@ class Firer:
         took = time.monotonic() - started
         log.info("wake (%s): %s, in %.2f s", reason, describe_result(result, registered), took)
 
+    def _engine(self) -> AsyncEngine:
+        return self.runtime.run(self.runtime.container()).engine
+
     def _release(self) -> None:
         """Close the container's pooled connections: none is held until the next invocation."""
-        container = self.runtime.run(self.runtime.container())
-        self.runtime.run(container.engine.dispose())
+        self.runtime.run(self._engine().dispose())
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
