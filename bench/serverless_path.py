@@ -4,20 +4,23 @@ moto stands in for EventBridge Scheduler and the firer of `functions.local.serve
 the real wake entry when the registered `at()` comes due, as on AWS, in this process (the
 app: `bench.serverless_app`). Runs start through `connect_workflows`, whose commit kicks reach
 the firer as an HTTP start's do. bench/README.md says how each figure is taken;
-`--database-url` points the whole path at another PostgreSQL (a pausing proxy's address, for
-the figures through a resume).
+`--pause-after` puts `tests/pausing_proxy.py`'s proxy in front of the embedded PostgreSQL:
+the same figures through a resume.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import itertools
 import json
 import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine  # noqa: E402
+from sqlalchemy.pool import NullPool  # noqa: E402
 
 from bench import serverless_app  # noqa: E402
 from bench.measures import percentiles  # noqa: E402
@@ -45,9 +49,9 @@ SEED = 20261205
 WARMUP_TIMERS = 3  # timers and chains run first and left out: the container's first steps
 WARMUP_CHAINS = 2
 WAIT_SLACK = 15.0  # seconds past the last due instant before a measurement fails
-# Where the through-a-resume figures come from: this path with --database-url set to the
-# address of a proxy that stops PostgreSQL while no client is connected (not in this tree).
-PAUSING_PROXY = "tests/pausing_proxy.py"
+# The through-a-resume figures: this path behind a proxy that stops PostgreSQL while no client
+# is connected and starts it on the next connect (its module: the tests' pausing database).
+PAUSING_PROXY = "tests.pausing_proxy"
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ async def measure_chains(Session: Any, firer: Firer, sizes: Sizes, ids: range) -
 
 async def measure_serverless_path(url: str, sizes: Sizes) -> dict[str, Any]:
     """moto, the firer's wake container and a client on `url`; timers, then chains."""
-    engine = create_async_engine(url)
+    engine = create_async_engine(url, poolclass=NullPool)  # the bench holds none while idle
     await create_tables(engine)
     aws = LocalAws()
     aws.start()
@@ -174,26 +178,59 @@ async def measure_serverless_path(url: str, sizes: Sizes) -> dict[str, Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="about 5x fewer timers and chains")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--database-url", help="PostgreSQL to run on (default: an embedded one)")
+    where.add_argument(
+        "--pause-after",
+        type=float,
+        help="through a resume: the embedded PostgreSQL behind a pausing proxy "
+        f"({PAUSING_PROXY}) that stops it this many seconds after its last client left",
+    )
     parser.add_argument(
-        "--database-url",
-        help="PostgreSQL to run on (default: an embedded one in a temporary directory); "
-        f"the address of a pausing proxy ({PAUSING_PROXY}) gives the figures through a resume",
+        "--resume-delay", type=float, default=0.0, help="with --pause-after: a resume's least"
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def database(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+    """The URL to measure on, and the pausing proxy if there is one; stopped after."""
+    if args.database_url:
+        yield args.database_url, None
+        return
+    server = start_embedded()
+    try:
+        if args.pause_after is None:
+            yield server.url, None
+            return
+        try:
+            proxies = importlib.import_module(PAUSING_PROXY)
+        except ModuleNotFoundError:
+            raise SystemExit(f"--pause-after needs {PAUSING_PROXY}, not in this tree.") from None
+        proxy = proxies.PausingProxy(
+            server, pause_after=args.pause_after, resume_delay=args.resume_delay
+        ).start()
+        try:
+            yield proxy.url(), proxy
+        finally:
+            proxy.close()
+    finally:
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure on the given database or a fresh embedded one; print the figures as JSON."""
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    server = None if args.database_url else start_embedded()
-    url = args.database_url or (server.url if server is not None else "")
-    try:
+    with database(args) as (url, proxy):
         found = asyncio.run(measure_serverless_path(url, sizes))
-    finally:
-        if server is not None:
-            server.stop()
+        if proxy is not None:
+            found["pause"] = {
+                "pause_after_s": args.pause_after,
+                "resume_delay_s": args.resume_delay,
+                "idle_windows": len(proxy.idle_windows()),
+            }
     text = json.dumps(found, indent=2)
     print(text)
     if args.json is not None:
