@@ -75,6 +75,7 @@ class Step(Generic[W, P]):
         retry: RetryPolicy,
         lane: str,
         aliases: tuple[str, ...] = (),
+        entry: bool = False,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise StepError(f"Step {fn.__qualname__} must be declared with 'async def'.")
@@ -83,6 +84,7 @@ class Step(Generic[W, P]):
         self.lane = lane
         # Names rows may still carry from before a rename; the registry resolves them here.
         self.aliases = aliases
+        self.entry = entry  # declared a step runs may be started at from outside
         self.name = fn.__name__
         self.owner: type[Any] | None = None
         self.signature = inspect.signature(fn)
@@ -347,6 +349,7 @@ def step(
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
     aliases: Iterable[str] = (),
+    entry: bool = False,
 ) -> Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]: ...
 def step(
     fn: Callable[Concatenate[W, P], Awaitable[R]] | None = None,
@@ -357,20 +360,24 @@ def step(
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
     aliases: Iterable[str] = (),
+    entry: bool = False,
 ) -> Step[W, P] | Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]:
     """Declare a workflow step: `@step`, or `@step(retries=3, backoff=..., lane=...)`.
 
     `aliases` are the names this step had before a rename: a row that still
-    names one runs this step (see `engine.model.registry`).
+    names one runs this step (see `engine.model.registry`). `entry=True`: the
+    doors start runs only at such steps, once a workflow declares one.
     """
     if retries < 0:
         raise ConfigurationError(f"retries must be zero or more, not {retries}.")
     if backoff <= timedelta(0) or max_backoff < backoff:
         raise ConfigurationError("backoff must be positive and no longer than max_backoff.")
+    if not isinstance(entry, bool):
+        raise ConfigurationError(f"entry must be True or False, not {entry!r}.")
     policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
     former = _check_aliases(aliases)
 
     def decorate(f: Callable[Concatenate[W, P], Awaitable[R]]) -> Step[W, P]:
-        return Step(f, retry=policy, lane=lane, aliases=former)
+        return Step(f, retry=policy, lane=lane, aliases=former, entry=entry)
 
     return decorate(fn) if fn is not None else decorate
