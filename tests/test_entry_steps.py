@@ -68,6 +68,18 @@ async def test_http_refuses_a_step_that_is_not_an_entry(
     assert started.json()["step"] == "charge" and await parcels(Session) == 1
 
 
+async def test_the_api_schema_offers_only_entry_steps_to_start(client: httpx.AsyncClient) -> None:
+    paths = (await client.get("/openapi.json")).json()["paths"]
+
+    def steps(path: str) -> list[str]:
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        return [one["properties"]["step"]["enum"][0] for one in body["oneOf"]]
+
+    assert steps("/workflows/parcel/start") == ["charge", "imported"]
+    assert steps("/workflows/parcel/run") == ["charge", "imported", "ship"]
+    assert steps("/workflows/errand/start") == ["first", "second"]
+
+
 async def test_http_starts_a_workflow_without_entries_at_any_step(
     client: httpx.AsyncClient,
 ) -> None:
