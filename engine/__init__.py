@@ -257,6 +257,7 @@ __all__ = [  # noqa: RUF022
     "start_runs",
     "steer_schedule",
     "step",
+    "step_session",
     "stranded_runs",
     "subject_class",
     "subject_types",

@@ -98,6 +98,7 @@ LAZY_MODULES: dict[str, str] = {
     ),
     "engine.model.application": "Application current_application",
     "engine.model.attempt_log": "attempt_log_classes AttemptLog",
+    "engine.model.effects": "step_session",
     "engine.model.connection": (
         "application_for connect_workflows open_connection WorkflowConnection"
     ),
@@ -373,6 +374,7 @@ if TYPE_CHECKING:
         connect_workflows as connect_workflows,
         open_connection as open_connection,
     )
+    from engine.model.effects import step_session as step_session
     from engine.model.limits import Limit as Limit, RateBucket as RateBucket
     from engine.model.registry import (
         ENGINE_COLUMNS as ENGINE_COLUMNS,

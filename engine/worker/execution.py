@@ -81,6 +81,7 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     started = time.perf_counter()
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    effects = ctx.committer.effects()
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
@@ -96,7 +97,11 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
-        with telemetry.step_span(info.name, name, failures + 1, row), Collecting() as attached:
+        with (
+            telemetry.step_span(info.name, name, failures + 1, row),
+            Collecting() as attached,
+            effects,
+        ):
             result = await step.fn(row, *args, **kwargs)
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
@@ -109,10 +114,12 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         )
         outcome = _outcome_for(directive, claim, ctx.lease if keep else None, row.next_args)
     except asyncio.CancelledError:
+        await effects.discard()
         raise
     except Exception as exc:  # the body, what it returned, or its schedule: a failed attempt
         took = _ms_since(started)
         ctx.release_slot()
+        await effects.discard()
         await fail(exc)
         return None
     if not keep:
@@ -133,7 +140,10 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         companions=tuple(attached),
     )
     try:
-        written = await ctx.committer.write(write)
+        if effects.written:  # what the body published, started or wrote commits with it
+            written = await ctx.committer.write_with_effects(write, effects)
+        else:
+            written = await ctx.committer.write(write)
     except TRANSIENT_ERRORS:
         log.warning(
             "%s %s: no database to commit to; the row comes due again when its lease ends",
