@@ -22,14 +22,15 @@ from functions.cli.common import (
     Commands,
     add_database_url,
     app_database,
+    command_body,
     on_database,
     set_up_refused,
 )
 from functions.cli.output import refused
 from functions.command_line import FAILURE
-from functions.requests.errors import ConflictError, InputError
+from functions.requests.errors import ConflictError
 from functions.requests.lookup import find_writable
-from functions.requests.runs import StartRequest, parse_body, start_run
+from functions.requests.runs import StartRequest, start_run
 
 
 def add_start(commands: Commands) -> None:
@@ -49,28 +50,13 @@ def run_start(args: argparse.Namespace) -> int:
     2 for a request refused (a step runs may not start at, a value that does not fit)."""
     try:
         url, _, _ = app_database(args, "duly start")
-        body = start_body(args)
+        body = command_body(StartRequest, args, {"step": args.step}, "row", "args")
     except SET_UP_ERRORS as exc:
         return set_up_refused(exc)
     command = functools.partial(
         start, workflow=args.workflow, body=body, as_json=args.json, out=sys.stdout
     )
     return asyncio.run(on_database(url, command))
-
-
-def start_body(args: argparse.Namespace) -> StartRequest:
-    """The request body the options spell; ValueError naming what is not JSON."""
-    document = {"step": args.step}
-    for option in ("row", "args"):
-        text = getattr(args, option)
-        try:
-            document[option] = json.loads(text)
-        except ValueError:
-            raise ValueError(f"--{option} is not JSON: {text[:80]!r}.") from None
-    try:
-        return parse_body(StartRequest, document)
-    except InputError as exc:
-        raise ValueError(str(exc)) from None
 
 
 async def start(
