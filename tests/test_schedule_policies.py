@@ -3,7 +3,7 @@ overlapping ones, and a failed firing that leaves its schedule going (or ends it
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,6 +31,12 @@ BACKOFF = timedelta(minutes=10)
 policies: dict[str, dict[str, Any]] = {}  # every()'s keyword arguments, by the chore's name
 failing: dict[str, int] = {}  # how many of a chore's next attempts raise
 ran: list[str] = []  # every attempt, by the chore's name
+schedules: dict[str, Any] = {}  # a chore's schedule, when not hourly
+
+
+def on_the_hour(at: datetime) -> datetime:
+    """A function schedule the worker can find again by its name."""
+    return (at + HOUR).replace(minute=0, second=0, microsecond=0)
 
 
 class Base(DeclarativeBase):
@@ -53,7 +59,7 @@ class Chore(Base, Workflow):
             failing[self.name] -= 1
             raise RuntimeError("the provider is down")
         self.count += 1
-        return every(Chore.tick, HOUR, **policies.get(self.name, {}))
+        return every(Chore.tick, schedules.get(self.name, HOUR), **policies.get(self.name, {}))
 
 
 declare_engine_tables(Base, events=False, names={"attempt_log": "policy_chore_attempt"})
@@ -65,6 +71,7 @@ def fresh() -> None:
     policies.clear()
     failing.clear()
     ran.clear()
+    schedules.clear()
 
 
 async def started(Session: Session, name: str, **policy: Any) -> Chore:
@@ -175,6 +182,34 @@ async def test_a_failed_firing_keeps_its_schedule(db: Database) -> None:
     await move_clock(Session, HOUR)
     await drain(Session, [Chore])
     assert (await fetch(Session, Chore, before.id)).count == 2, "the next firing runs"
+
+
+async def failed_firing(Session: Session, name: str) -> Chore:
+    """A chore whose next firing fails, retry and all: as it stands after."""
+    before = await started(Session, name)
+    failing[name] = 2
+    await move_clock(Session, HOUR)
+    await drain(Session, [Chore])
+    await move_clock(Session, BACKOFF)
+    await drain(Session, [Chore])
+    return await fetch(Session, Chore, before.id)
+
+
+async def test_a_function_schedule_found_by_its_name_goes_on_after_a_failure(
+    db: Database,
+) -> None:
+    Session = await db.create(Base.metadata)
+    schedules["hourly"] = on_the_hour
+    after = await failed_firing(Session, "hourly")
+    assert after.next_step == "tick" and after.last_error is not None
+    assert after.wake_at is not None and (after.wake_at.minute, after.wake_at.second) == (0, 0)
+
+
+async def test_a_lambda_schedule_cannot_be_asked_again_and_ends(db: Database) -> None:
+    Session = await db.create(Base.metadata)
+    schedules["anonymous"] = lambda at: at + HOUR
+    after = await failed_firing(Session, "anonymous")
+    assert after.next_step is None and after.last_error is not None
 
 
 async def test_stop_on_failure_ends_the_schedule(db: Database) -> None:

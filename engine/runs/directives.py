@@ -55,7 +55,7 @@ class Every:
     policy: SchedulePolicy = DEFAULT_POLICY
 
     def next_after(self, scheduled_at: datetime, now: datetime) -> datetime:
-        """The next occurrence: strictly after `now`, missed ones collapsed into this run.
+        """The next occurrence: strictly after `now` (the default policy: missed ones skipped).
 
         An interval counts from the occurrence this run served, not from when
         the step finished, so a slow step does not push the schedule later.

@@ -4,7 +4,8 @@
 the run fires next: a catch-up occurrence due now, or the schedule's next
 occurrence after now. The state it needs (the occurrence a firing serves, up
 to when occurrences were judged, the catch-ups still owed) travels in the
-schedule's entry in `next_args`. Why: docs/architecture.md, "Schedules".
+schedule's entry in `next_args`. Why: docs/architecture.md, "Schedules and
+refused deliveries".
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ Overlap = Literal["skip", "queue"]
 MAX_CATCH_UP = 1000  # most missed firings `missed="each"` makes up
 WALK_LIMIT = 10_000  # occurrences of a cron or function walked at most to count missed ones
 # The keys of an entry a firing rewrites: its policy and the state of its firings.
-STATE_KEYS = frozenset(
-    {"missed", "up_to", "overlap", "stop_on_failure", "occurrence", "judged", "behind"}
-    | {"started", "paused", "due"}
-)
+POLICY_KEYS = ("missed", "up_to", "overlap", "stop_on_failure")
+STATE_KEYS = frozenset((*POLICY_KEYS, "occurrence", "judged", "behind", "started", "paused", "due"))
 Following = Callable[[datetime], datetime]  # the first occurrence strictly after an instant
 
 
@@ -55,6 +54,7 @@ class SchedulePolicy:
 
     @property
     def catching_up(self) -> bool:
+        """Whether firings are counted at all: the default skips, and walks nothing."""
         return self.missed != "skip" or self.overlap != "skip"
 
 
