@@ -9,7 +9,6 @@ starts at any step, as before; a start from Python code is never checked.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,11 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import ConfigurationError, connect_workflows, step
 from engine.model.registry import workflow_info
-from functions.app import create_app
 from tests.apps import entries
 from tests.apps.entries import Errand, Parcel
 from tests.conftest import Database
-from tests.helpers import REPO_ROOT, csrf_of, dev_env, run_duly, serving
+from tests.helpers import REPO_ROOT, csrf_of, dev_env, run_duly
 
 REFUSED = "ship is not an entry step of parcel: a run starts at charge or imported."
 
@@ -33,12 +31,6 @@ pytestmark = pytest.mark.usefixtures("open_writes")
 @pytest.fixture
 async def Session(db: Database) -> async_sessionmaker[AsyncSession]:
     return await db.create(entries.Base.metadata)
-
-
-@pytest.fixture
-async def client(Session: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(Session, run_worker=False)) as served:
-        yield served
 
 
 async def parcels(Session: async_sessionmaker[AsyncSession]) -> int:

@@ -164,15 +164,20 @@ async def test_overlap_is_not_missed(db: Database) -> None:
     assert after.count == 2
 
 
-async def test_a_failed_firing_keeps_its_schedule(db: Database) -> None:
-    Session = await db.create(Base.metadata)
-    before = await started(Session, "billing")
-    failing["billing"] = 2  # the firing and its one retry
+async def failed_firing(Session: Session, name: str, **policy: Any) -> tuple[Chore, Chore]:
+    """A chore whose next firing fails, its retry too: before, and as it stands after."""
+    before = await started(Session, name, **policy)
+    failing[name] = 2
     await move_clock(Session, HOUR)
     await drain(Session, [Chore])
     await move_clock(Session, BACKOFF)
     await drain(Session, [Chore])
-    after = await fetch(Session, Chore, before.id)
+    return before, await fetch(Session, Chore, before.id)
+
+
+async def test_a_failed_firing_keeps_its_schedule(db: Database) -> None:
+    Session = await db.create(Base.metadata)
+    before, after = await failed_firing(Session, "billing")
     assert after.next_step == "tick" and after.attempts == 0
     assert after.last_error == "RuntimeError: the provider is down"
     assert after.wake_at == before.wake_at + HOUR, "its next occurrence, on its grid"
@@ -184,23 +189,12 @@ async def test_a_failed_firing_keeps_its_schedule(db: Database) -> None:
     assert (await fetch(Session, Chore, before.id)).count == 2, "the next firing runs"
 
 
-async def failed_firing(Session: Session, name: str) -> Chore:
-    """A chore whose next firing fails, retry and all: as it stands after."""
-    before = await started(Session, name)
-    failing[name] = 2
-    await move_clock(Session, HOUR)
-    await drain(Session, [Chore])
-    await move_clock(Session, BACKOFF)
-    await drain(Session, [Chore])
-    return await fetch(Session, Chore, before.id)
-
-
 async def test_a_function_schedule_found_by_its_name_goes_on_after_a_failure(
     db: Database,
 ) -> None:
     Session = await db.create(Base.metadata)
     schedules["hourly"] = on_the_hour
-    after = await failed_firing(Session, "hourly")
+    _, after = await failed_firing(Session, "hourly")
     assert after.next_step == "tick" and after.last_error is not None
     assert after.wake_at is not None and (after.wake_at.minute, after.wake_at.second) == (0, 0)
 
@@ -208,19 +202,13 @@ async def test_a_function_schedule_found_by_its_name_goes_on_after_a_failure(
 async def test_a_lambda_schedule_cannot_be_asked_again_and_ends(db: Database) -> None:
     Session = await db.create(Base.metadata)
     schedules["anonymous"] = lambda at: at + HOUR
-    after = await failed_firing(Session, "anonymous")
+    _, after = await failed_firing(Session, "anonymous")
     assert after.next_step is None and after.last_error is not None
 
 
 async def test_stop_on_failure_ends_the_schedule(db: Database) -> None:
     Session = await db.create(Base.metadata)
-    before = await started(Session, "strict", stop_on_failure=True)
-    failing["strict"] = 2
-    await move_clock(Session, HOUR)
-    await drain(Session, [Chore])
-    await move_clock(Session, BACKOFF)
-    await drain(Session, [Chore])
-    after = await fetch(Session, Chore, before.id)
+    _, after = await failed_firing(Session, "strict", stop_on_failure=True)
     assert after.next_step is None and after.wake_at is None
     assert after.last_error == "RuntimeError: the provider is down"
 
