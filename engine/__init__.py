@@ -131,6 +131,8 @@ __all__ = [  # noqa: RUF022
     "Steered",
     "Step",
     "StepError",
+    "StepFailed",
+    "StepTimeoutError",
     "StrandedRuns",
     "SubmitterNotAllowedError",
     "TemplateInvalidError",

@@ -21,8 +21,9 @@ LAZY_MODULES: dict[str, str] = {
         "InternalError InvalidArgumentError InvalidWorkflowStateError NotADirectiveError "
         "NotAllowedError NotAWorkflowError NotConnectedError NotFoundError NotInStepError "
         "NotRunningError RunBusyError SelfApprovalError StateWorkflowError StepError "
-        "SubmitterNotAllowedError TemplateInvalidError TemplateNotActiveError "
-        "UnsupportedTypeError WorkflowAlreadyCompletedError WorkflowExecutionError "
+        "StepFailed StepTimeoutError SubmitterNotAllowedError TemplateInvalidError "
+        "TemplateNotActiveError UnsupportedTypeError WorkflowAlreadyCompletedError "
+        "WorkflowExecutionError "
         "WorkflowExecutionNotFoundError WorkflowSubmissionError WorkflowTransitionError"
     ),
     "engine.base.key_strength": "key_refusal",
@@ -173,6 +174,8 @@ if TYPE_CHECKING:
         SelfApprovalError as SelfApprovalError,
         StateWorkflowError as StateWorkflowError,
         StepError as StepError,
+        StepFailed as StepFailed,
+        StepTimeoutError as StepTimeoutError,
         SubmitterNotAllowedError as SubmitterNotAllowedError,
         TemplateInvalidError as TemplateInvalidError,
         TemplateNotActiveError as TemplateNotActiveError,

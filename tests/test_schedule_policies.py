@@ -13,6 +13,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
     InvalidArgumentError,
+    StepFailed,
     Workflow,
     connect_workflows,
     declare_engine_tables,
@@ -32,6 +33,7 @@ policies: dict[str, dict[str, Any]] = {}  # every()'s keyword arguments, by the 
 failing: dict[str, int] = {}  # how many of a chore's next attempts raise
 ran: list[str] = []  # every attempt, by the chore's name
 schedules: dict[str, Any] = {}  # a chore's schedule, when not hourly
+stopping: set[str] = set()  # chores whose next firing raises StepFailed
 
 
 def on_the_hour(at: datetime) -> datetime:
@@ -58,6 +60,8 @@ class Chore(Base, Workflow):
         if failing.get(self.name, 0) > 0:
             failing[self.name] -= 1
             raise RuntimeError("the provider is down")
+        if self.name in stopping:
+            raise StepFailed("the account is closed")
         self.count += 1
         return every(Chore.tick, schedules.get(self.name, HOUR), **policies.get(self.name, {}))
 
@@ -72,6 +76,7 @@ def fresh() -> None:
     failing.clear()
     ran.clear()
     schedules.clear()
+    stopping.clear()
 
 
 async def started(Session: Session, name: str, **policy: Any) -> Chore:
@@ -211,6 +216,17 @@ async def test_stop_on_failure_ends_the_schedule(db: Database) -> None:
     _, after = await failed_firing(Session, "strict", stop_on_failure=True)
     assert after.next_step is None and after.wake_at is None
     assert after.last_error == "RuntimeError: the provider is down"
+
+
+async def test_a_step_failed_firing_stops_its_schedule(db: Database) -> None:
+    """StepFailed (or a stop_on error) stops the run, as it does any run: no retry, no next."""
+    Session = await db.create(Base.metadata)
+    before = await started(Session, "closed")
+    stopping.add("closed")
+    await move_clock(Session, HOUR)
+    await drain(Session, [Chore])
+    after = await fetch(Session, Chore, before.id)
+    assert after.next_step is None and after.last_error == "StepFailed: the account is closed"
 
 
 async def test_a_trigger_counts_on_from_its_instant(db: Database) -> None:

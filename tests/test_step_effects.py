@@ -13,6 +13,8 @@ run it starts and rows it writes through `step_session()` exist exactly when its
   refuses: test_outside_a_step_effects_commit_on_their_own
 - many effects gathered at once share the one transaction:
   test_effects_gathered_at_once_share_one_transaction
+- a run started in a step comes due at the step's commit, not when its transaction began:
+  test_a_run_started_in_a_step_comes_due_at_its_commit
 - the README's step that publishes, run as written, leaves all three effects or none:
   test_the_readmes_step_that_publishes_is_atomic
 (Across worker processes and a kill -9: tests/processes/test_effects_processes.py.)
@@ -20,6 +22,7 @@ run it starts and rows it writes through `step_session()` exist exactly when its
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -38,7 +41,7 @@ from engine import (
 )
 from engine.testing import drain
 from tests.apps import effects
-from tests.apps.effects import Charge, Gathered, Parcel, Refused
+from tests.apps.effects import Charge, Gathered, Lingering, Parcel, Refused
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT
 
@@ -85,8 +88,11 @@ async def test_a_fenced_commit_leaves_none_of_its_effects(db: Database) -> None:
 
 async def test_a_step_that_commits_leaves_each_effect_once(db: Database) -> None:
     Session = await charged(db, "ok", n=3)
-    # Three settles, then the three parcels they started (kicked once their commit landed).
-    assert await drain(Session, WORKFLOWS) == 6
+    # Three settles, then the three parcels they started (kicked once their commit landed;
+    # a parcel committed after the drain's last pass waits for the next drain).
+    steps = await drain(Session, WORKFLOWS)
+    steps += await drain(Session, WORKFLOWS)
+    assert steps == 6
     assert counts(db) == (3, 3, 3)
     assert db.sql("SELECT status FROM charges") == [("settled",)] * 3
     assert db.sql("SELECT reference, next_step FROM parcels ORDER BY reference") == [
@@ -181,3 +187,18 @@ async def test_the_readmes_step_that_publishes_is_atomic(db: Database, carrier_f
         assert (events, invoices, labels, status, attempts) == (0, 0, 0, "new", 1)
     else:
         assert (events, invoices, labels, status, booked) == (1, 1, 1, "shipped", [1])
+
+
+async def test_a_run_started_in_a_step_comes_due_at_its_commit(db: Database) -> None:
+    Lingering.started, Lingering.go_on = asyncio.Event(), asyncio.Event()
+    Session = await db.create(effects.Base.metadata)
+    async with connect_workflows(Session, workflows=[Lingering, Parcel]):
+        assert await Lingering(id=1).start(Lingering.go)
+    draining = asyncio.create_task(drain(Session, [Lingering]))
+    await asyncio.wait_for(Lingering.started.wait(), 10)
+    [(body_still_running_at,)] = db.sql("SELECT clock_timestamp()")
+    Lingering.go_on.set()
+    assert await draining == 1
+    # Not the time its transaction began: a worker's claim floor may have passed that.
+    [(wake_at,)] = db.sql("SELECT wake_at FROM parcels")
+    assert wake_at > body_still_running_at

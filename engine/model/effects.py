@@ -9,7 +9,7 @@ it does. A body that writes none of them opens no transaction and costs nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -28,7 +28,7 @@ class StepEffects:
     generator-based context manager costs several times as much.
     """
 
-    __slots__ = ("_after", "_conn", "_engine", "_idle_limit", "_lock", "_token")
+    __slots__ = ("_after", "_before", "_conn", "_engine", "_idle_limit", "_lock", "_token")
 
     def __init__(self, engine: AsyncEngine, idle_limit: timedelta) -> None:
         self._engine = engine
@@ -36,6 +36,7 @@ class StepEffects:
         self._conn: AsyncConnection | None = None
         self._lock: asyncio.Lock | None = None
         self._after: list[Callable[[], None]] = []
+        self._before: list[Callable[[AsyncConnection], Awaitable[None]]] = []
 
     def __enter__(self) -> StepEffects:
         self._token = _current.set(self)
@@ -71,6 +72,10 @@ class StepEffects:
                     self._conn = conn
         return self._conn
 
+    def before_commit(self, statement: Callable[[AsyncConnection], Awaitable[None]]) -> None:
+        """Run `statement` in the transaction just before it commits (after the step's write)."""
+        self._before.append(statement)
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call `callback` once the effects have committed (a kick of this process's workers)."""
         self._after.append(callback)
@@ -81,6 +86,8 @@ class StepEffects:
         if conn is None:
             return
         try:
+            for statement in self._before:
+                await statement(conn)
             await conn.commit()
         finally:
             await conn.close()

@@ -12,16 +12,16 @@ from functools import lru_cache, partial
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select
+from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.base.clock import db_now
+from engine.base.clock import db_clock_now, db_now
 from engine.base.errors import DulyError, InvalidArgumentError
 from engine.base.notify import announcement, notify
 from engine.model.connection import current_connection
-from engine.model.effects import current_effects
+from engine.model.effects import StepEffects, current_effects
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 from engine.model.rows import detach_inserted
 from engine.model.steps import Call, Step, as_call, check_owner
@@ -36,6 +36,8 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
     effects = current_effects()
     if effects is not None:  # in a step body: the run starts with the step's commit, or never
         inserted = (await (await effects.connection()).execute(statement, params)).first()
+        if inserted is not None:
+            _due_when_committed(effects, info, [inserted])
     else:
         async with current_connection().autocommit.connect() as conn:
             inserted = (await conn.execute(statement, params)).first()
@@ -97,7 +99,9 @@ async def _insert_batch(info: WorkflowInfo, statement: Executable, params: Any) 
     """Insert one batch of runs and its NOTIFY together: in their own transaction, or a step's."""
     effects = current_effects()
     if effects is not None:
-        return await _insert_announced(await effects.connection(), info, statement, params)
+        inserted = await _insert_announced(await effects.connection(), info, statement, params)
+        _due_when_committed(effects, info, inserted)
+        return inserted
     async with current_connection().engine.begin() as conn:
         return await _insert_announced(conn, info, statement, params)
 
@@ -109,6 +113,29 @@ async def _insert_announced(
     if inserted:
         await conn.execute(notify(info.table.name))
     return inserted
+
+
+def _due_when_committed(effects: StepEffects, info: WorkflowInfo, inserted: Sequence[Any]) -> None:
+    """Make runs a step started due at its commit, not when its transaction began.
+
+    Their `wake_at` is the transaction's time, which may lie well before the commit
+    makes them visible: below a busy worker's claim floor, found only by its probe.
+    """
+    if not inserted:
+        return
+    columns = info.mapper.primary_key
+    keys = [tuple(row._mapping[column.name] for column in columns) for row in inserted]
+    restamp = (
+        update(info.table)
+        .where(tuple_(*columns).in_(keys))
+        .values(wake_at=db_clock_now())
+        .execution_options(synchronize_session=False)
+    )
+
+    async def restamped(conn: AsyncConnection) -> None:
+        await conn.execute(restamp)
+
+    effects.before_commit(restamped)
 
 
 def _kick_when_committed(workflow: str) -> None:

@@ -5,7 +5,9 @@ its row and its attempt record are then written in one fenced statement through 
 worker's commit queue. A body that raised, or a commit the database refused, is a failed
 attempt, retried on the step's policy, its traceback and arguments kept in the attempt log;
 stored arguments that no longer bind to the step's signature are one failed attempt
-whatever the policy, since every try would fail alike.
+whatever the policy, since every try would fail alike, and so is an error the step
+names in `stop_on` (or a `StepFailed`). A plain `def` body runs in a worker thread; a
+body past its step's `timeout` is a failed attempt (see `_within`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine.base.errors import InternalError, StepError
+from engine.base.errors import InternalError, StepError, StepTimeoutError
 from engine.base.scrubbing import scrub_secrets
 from engine.claims.claim import Claim
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
@@ -85,13 +87,16 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
-        if isinstance(exc, TypeError) and step is not None:
+        stops = step is not None and isinstance(exc, step.stop_on)
+        if stops:
+            policy = RetryPolicy()  # an error the step says no retry can mend: the run stops
+        elif isinstance(exc, TypeError) and step is not None:
             misfit = _misfit_arguments(step, row, args, kwargs)
             if misfit is not None:
                 # Arguments stored for an older signature fail the same way every time.
                 misfit.__cause__ = exc
                 exc, policy = misfit, RetryPolicy()
-        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took, stops)
 
     try:
         if step is None:
@@ -102,7 +107,13 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
             Collecting() as attached,
             effects,
         ):
-            result = await step.fn(row, *args, **kwargs)
+            body: Awaitable[object]
+            if step.plain:  # to_thread copies the context: commit_with() there reaches `attached`
+                body = asyncio.to_thread(step.fn, row, *args, **kwargs)
+            else:
+                body = step.fn(row, *args, **kwargs)  # type: ignore[assignment]
+            limit = step.timeout
+            result = await (body if limit is None else _within(step.qualname, limit, body))
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
         keep = (
@@ -179,6 +190,34 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     return None
 
 
+async def _within(qualname: str, limit: timedelta, body: Awaitable[object]) -> object:
+    """What `body` returned, unless `limit` passes first: then a StepTimeoutError.
+
+    The body is cancelled at the timeout; a thread (a plain step) cannot be, so
+    its result is discarded, as is what a body that swallowed its cancellation
+    returned. A TimeoutError the body raised itself is its own.
+    """
+    try:
+        async with asyncio.timeout(limit.total_seconds()) as scope:
+            result = await body
+    except TimeoutError:
+        if not scope.expired():
+            raise
+    else:
+        if not scope.expired():
+            return result
+    raise StepTimeoutError(
+        f"Step {qualname} did not finish within its timeout of {_duration(limit)}; "
+        "the attempt was cancelled."
+    )
+
+
+def _duration(limit: timedelta) -> str:
+    """`0.2 s`, `90 s`, `1:00:00`: a timeout as a message shows it."""
+    seconds = limit.total_seconds()
+    return f"{seconds:g} s" if seconds < 3600 else str(limit)
+
+
 async def _record_failure(
     ctx: StepContext,
     claim: Claim,
@@ -188,12 +227,13 @@ async def _record_failure(
     failures: int,
     policy: RetryPolicy,
     took: float,
+    stops: bool = False,  # a stop_on error: the run stops, on a schedule or not
 ) -> None:
     # What the run, its log and the worker's own log keep of the failure, its secrets scrubbed.
     error = scrub_secrets(f"{type(exc).__name__}: {exc}")[:ERROR_TEXT_LIMIT]
     trace = failure_traceback(exc)
     delay = policy.delay_after(failures)
-    going_on = _schedule_goes_on(claim, row, error) if delay is None else None
+    going_on = _schedule_goes_on(claim, row, error) if delay is None and not stops else None
     if going_on is not None:
         outcome, verdict = going_on, "failed"  # the schedule goes on to its next firing
     elif delay is None:

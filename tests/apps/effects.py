@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import ClassVar
 
 from sqlalchemy import BigInteger, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -128,3 +129,19 @@ class Gathered(Base, Workflow):
             *(Parcel(reference=f"g{i}").start(Parcel.pack) for i in range(5)),
         )
         assert started == [False] * 5 + [True] * 5
+
+
+class Lingering(Base, Workflow):
+    """Starts a parcel, then works on (until the test lets it go) before its commit."""
+
+    __tablename__ = "lingering"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    started: ClassVar[asyncio.Event]
+    go_on: ClassVar[asyncio.Event]
+
+    @step
+    async def go(self) -> None:
+        assert await Parcel(reference=f"l{self.id}").start(Parcel.pack)
+        Lingering.started.set()
+        await Lingering.go_on.wait()
