@@ -3,15 +3,18 @@
 `Model.by_key(k).wait(timeout)` answers with the ended row (finished, failed,
 cancelled), at once for a run already ended, and raises `WaitTimeoutError`
 past its timeout; the HTTP read `GET /workflows/{name}/runs/{key}?wait=S`
-long-polls the same way, capped; behind PgBouncer in transaction mode, where
-no notification reaches, the waiter reads its row every `POLL_INTERVAL`.
+long-polls the same way, capped, and `duly show --wait S` too; behind PgBouncer in
+transaction mode, where no notification reaches, the waiter reads its row every
+`POLL_INTERVAL`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
@@ -24,12 +27,14 @@ from engine import (
     run_workflows,
 )
 from engine.runs import waiting
+from functions import examples
 from functions.app import create_app
+from functions.examples import Onboarding
 from infra.testing.pytest_plugin import Server
 from tests.apps import behaviour
 from tests.apps.behaviour import Flaky, Timer
 from tests.conftest import Database
-from tests.helpers import fetch, serving, wait_until
+from tests.helpers import REPO_ROOT, dev_env, fetch, run_duly, serving, wait_until
 from tests.pgbouncer import Bouncer, start_pgbouncer
 
 pytestmark = pytest.mark.usefixtures("fresh_behaviour")
@@ -143,7 +148,7 @@ async def test_the_http_read_long_polls_until_the_end_or_its_bound(db: Database)
         bound = await client.get(path, params={"wait": "0.5"}, timeout=10)
         took = time.monotonic() - began
         assert bound.status_code == 200, bound.text
-        assert bound.json()["next_step"] == "arm", "the run as it stands at the bound"
+        assert bound.json()["row"]["next_step"] == "arm", "the run as it stands at the bound"
         assert 0.5 <= took < 0.5 + WELL_BEFORE_A_POLL
 
         polled = asyncio.create_task(client.get(path, params={"wait": "20"}, timeout=30))
@@ -154,7 +159,7 @@ async def test_the_http_read_long_polls_until_the_end_or_its_bound(db: Database)
         early = await polled
         took = time.monotonic() - ended
         assert early.status_code == 200, early.text
-        assert (early.json()["state"], early.json()["last_error"]) == ("cancelled", "cancelled")
+        assert (early.json()["state"], early.json()["row"]["last_error"]) == ("cancelled",) * 2
         assert took < WELL_BEFORE_A_POLL, f"answered {took:.3f} s after the end"
 
         for bad in ("31", "-1", "soon", "nan"):
@@ -190,3 +195,37 @@ async def test_behind_pgbouncer_the_waiter_falls_back_to_bounded_polling(
         took = time.monotonic() - ended
     assert done.last_error == "cancelled"
     assert took < waiting.POLL_INTERVAL + 0.5, "found by its next read"
+
+
+async def test_duly_show_waits_for_the_end_or_its_bound(db: Database, tmp_path: Path) -> None:
+    Session = await db.create(examples.Base.metadata)
+    env = dev_env(tmp_path / "pg", DULY_APP="functions.examples", DULY_DATABASE_URL=db.url)
+    async with serving(create_app(Session, run_worker=False)):  # nothing runs its steps
+        row = Onboarding(user_id="u-wait", email="wait@example.com")
+        assert await row.start(Onboarding.welcome)
+        waited = await asyncio.to_thread(
+            run_duly, "show", "onboarding", str(row.id), "--wait", "1", "--json",
+            cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        assert waited.returncode == 0, waited.stderr
+        assert json.loads(waited.stdout)["state"] == "scheduled", "as it stands at the bound"
+
+        began = time.monotonic()
+        shown = asyncio.create_task(
+            asyncio.to_thread(
+                run_duly, "show", "onboarding", str(row.id), "--wait", "25", "--json",
+                cwd=REPO_ROOT, env=env,
+            )
+        )  # fmt: skip
+        await asyncio.sleep(4)  # the command started, and waits
+        assert not shown.done()
+        assert await Onboarding.by_key(row.id).cancel() == 1
+        ended = await shown
+        assert time.monotonic() - began < 15, "it answered at the end, not at its bound"
+    assert ended.returncode == 0, ended.stderr
+    assert json.loads(ended.stdout)["state"] == "cancelled"
+
+    for bad in ("-1", "soon", "inf"):
+        refused = run_duly("show", "onboarding", "1", "--wait", bad, cwd=REPO_ROOT, env=env)
+        assert refused.returncode == 2
+        assert "--wait: a number of seconds, 0 or more" in refused.stderr, refused.stderr

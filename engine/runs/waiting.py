@@ -93,47 +93,40 @@ class EndWatch:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._users = 0
         self._task: asyncio.Task[None] | None = None
-        self._decided: asyncio.Future[bool] | None = None
-        self.heard = False  # whether ends announced now reach this process
+        self._listening: asyncio.Future[None] | None = None
+        self.heard = False  # whether ends announced now reach this process (its probe came)
 
     @contextlib.asynccontextmanager
     async def watching(self, table: str, deadline: float) -> AsyncIterator[asyncio.Event]:
-        """An event set whenever runs of `table` end, listening before the block runs
-        (or given up on by `deadline`: then the block polls)."""
+        """An event set whenever runs of `table` end; the block runs once LISTEN is in
+        place (or failed, or `deadline` passed: then it polls)."""
         woken = asyncio.Event()
         self._waiters.setdefault(table, set()).add(woken)
-        self._users += 1
         try:
             if self._task is None:
-                self._decided = asyncio.get_running_loop().create_future()
-                self._task = asyncio.create_task(self._listen(self._decided))
-            assert self._decided is not None
+                self._listening = asyncio.get_running_loop().create_future()
+                self._task = asyncio.create_task(self._listen(self._listening))
+            assert self._listening is not None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._decided), deadline - time.monotonic())
+                left = deadline - time.monotonic()
+                await asyncio.wait_for(asyncio.shield(self._listening), left)
             yield woken
         finally:
             self._waiters[table].discard(woken)
             if not self._waiters[table]:
                 del self._waiters[table]
-            self._users -= 1
-            if self._users == 0:
+            if not self._waiters:
                 await self._stop()
 
     async def _stop(self) -> None:
-        task, self._task, self._decided, self.heard = self._task, None, None, False
+        task, self._task, self._listening, self.heard = self._task, None, None, False
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _wake_all(self) -> None:
-        for events in self._waiters.values():
-            for woken in events:
-                woken.set()
-
-    async def _listen(self, decided: asyncio.Future[bool]) -> None:
+    async def _listen(self, listening: asyncio.Future[None]) -> None:
         """Listen, send a probe from another connection, and wake the waiters of each table
         announced; a probe not heard in time, or a lost connection, ends it: they poll."""
         probe = f"probe {uuid.uuid4().hex}"  # no table's name: no waiter is woken by it
@@ -141,6 +134,7 @@ class EndWatch:
             async with self._engine.connect() as conn:
                 try:
                     await conn.execute(text(LISTEN))
+                    listening.set_result(None)
                     raw = (await conn.get_raw_connection()).driver_connection
                     async with self._engine.connect() as other:
                         await other.execute(select(ended_announcement(probe)))
@@ -149,7 +143,6 @@ class EndWatch:
                             if notification.payload == probe:
                                 hearing.reschedule(None)
                                 self.heard = True
-                                decided.set_result(True)
                             for woken in self._waiters.get(notification.payload, ()):
                                 woken.set()
                 finally:
@@ -159,10 +152,13 @@ class EndWatch:
         except Exception as exc:  # the connection failed: the waiters poll from now on
             log.warning("waiting for ends without notifications (%s)", exc)
         finally:
-            self.heard = False
-            if not decided.done():
-                decided.set_result(False)
-            self._wake_all()  # they read again, and poll from now on
+            if not listening.done():
+                listening.set_result(None)
+            if self._task is asyncio.current_task():  # not stopped: its waiters poll on
+                self.heard = False
+                for events in self._waiters.values():
+                    for woken in events:
+                        woken.set()
 
 
 _watches: weakref.WeakKeyDictionary[Engine, EndWatch] = weakref.WeakKeyDictionary()
