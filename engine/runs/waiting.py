@@ -135,7 +135,7 @@ class EndWatch:
                 try:
                     await conn.execute(text(LISTEN))
                     listening.set_result(None)
-                    raw = (await conn.get_raw_connection()).driver_connection
+                    raw: Any = (await conn.get_raw_connection()).driver_connection
                     async with self._engine.connect() as other:
                         await other.execute(select(ended_announcement(probe)))
                     async with asyncio.timeout(PROBE_TIMEOUT) as hearing:
