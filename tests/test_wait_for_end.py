@@ -119,10 +119,13 @@ async def test_a_failure_ends_the_wait(db: Database) -> None:
         row = Flaky()
         assert await row.start(Flaky.returns("number"))  # not a directive: it fails, no retry
         waiter = asyncio.create_task(Flaky.by_key(row.id).wait(timeout=20))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(waiting.POLL_INTERVAL + 0.3)  # past any read a poll would make
         assert not waiter.done()
+        began = time.monotonic()
         async with run_workflows(Session, workflows=[Flaky]):
             done = await waiter
+        took = time.monotonic() - began
+    assert took < 5, f"woken {took:.3f} s after the worker started: by the failure's NOTIFY"
     assert done.next_step is None
     assert done.last_error is not None and done.last_error.startswith("NotADirectiveError")
 
