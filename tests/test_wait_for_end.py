@@ -165,6 +165,9 @@ async def test_the_http_read_long_polls_until_the_end_or_its_bound(db: Database)
         assert (early.json()["state"], early.json()["row"]["last_error"]) == ("cancelled",) * 2
         assert took < WELL_BEFORE_A_POLL, f"answered {took:.3f} s after the end"
 
+        missing = await client.get("/workflows/timer/runs/404", params={"wait": "5"})
+        assert missing.status_code == 404, missing.text
+
         for bad in ("31", "-1", "soon", "nan"):
             refused = await client.get(path, params={"wait": bad})
             assert refused.status_code == 422, (bad, refused.text)

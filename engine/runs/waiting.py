@@ -100,7 +100,7 @@ class EndWatch:
     @contextlib.asynccontextmanager
     async def watching(self, table: str, deadline: float) -> AsyncIterator[asyncio.Event]:
         """An event set whenever runs of `table` end; the block runs once LISTEN is in
-        place (or failed, or `deadline` passed: then it polls)."""
+        place (or failed, or not in place within `PROBE_TIMEOUT` or by `deadline`: it polls)."""
         woken = asyncio.Event()
         self._waiters.setdefault(table, set()).add(woken)
         try:
@@ -109,7 +109,8 @@ class EndWatch:
                 self._task = asyncio.create_task(self._listen(self._listening))
             assert self._listening is not None
             with contextlib.suppress(TimeoutError):
-                left = deadline - time.monotonic()
+                # A pool with no connection to spare delays LISTEN: the waiter polls meanwhile.
+                left = min(deadline - time.monotonic(), PROBE_TIMEOUT)
                 await asyncio.wait_for(asyncio.shield(self._listening), left)
             yield woken
         finally:
