@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import (
@@ -42,6 +43,19 @@ pytestmark = pytest.mark.usefixtures("fresh_behaviour")
 WELL_BEFORE_A_POLL = waiting.POLL_INTERVAL / 2  # an end heard, not found by a read
 
 
+async def listening(Session: async_sessionmaker) -> bool:  # type: ignore[type-arg]
+    """Whether a session of this database has run `LISTEN duly_ended` (a waiter's watch)."""
+    async with Session() as session:
+        found = await session.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = :listen"
+            ),
+            {"listen": waiting.LISTEN},
+        )
+    return bool(found)
+
+
 async def armed(Session: async_sessionmaker, key: str) -> Timer:  # type: ignore[type-arg]
     """A Timer run started at `arm`, waiting a day to fire (a worker runs it)."""
     row = Timer(key=key)
@@ -59,7 +73,7 @@ async def test_a_waiter_is_woken_by_the_commit_that_ends_its_run(db: Database) -
     async with run_workflows(Session, workflows=[Timer]):
         row = await armed(Session, "woken")
         waiter = asyncio.create_task(Timer.by_key(row.id).wait(timeout=20))
-        await asyncio.sleep(0.3)  # listening, its first read done
+        await wait_until(lambda: listening(Session), what="the waiter's LISTEN")
         assert not waiter.done()
         ended = time.monotonic()
         assert await Timer.by(Timer.id == row.id).run(Timer.fire) == 1  # a worker ends it
@@ -104,7 +118,7 @@ async def test_a_cancel_ends_the_wait(db: Database) -> None:
         row = Timer(key="cancelled")
         assert await row.start(Timer.arm)
         waiter = asyncio.create_task(Timer.by_key(row.id).wait(timeout=20))
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: listening(Session), what="the waiter's LISTEN")
         ended = time.monotonic()
         assert await Timer.by_key(row.id).cancel() == 1
         done = await waiter
@@ -155,7 +169,7 @@ async def test_the_http_read_long_polls_until_the_end_or_its_bound(db: Database)
         assert 0.5 <= took < 0.5 + WELL_BEFORE_A_POLL
 
         polled = asyncio.create_task(client.get(path, params={"wait": "20"}, timeout=30))
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: listening(Session), what="the long poll's LISTEN")
         assert not polled.done()
         ended = time.monotonic()
         assert await Timer.by_key(row.id).cancel() == 1
@@ -223,7 +237,7 @@ async def test_duly_show_waits_for_the_end_or_its_bound(db: Database, tmp_path: 
                 cwd=REPO_ROOT, env=env,
             )
         )  # fmt: skip
-        await asyncio.sleep(4)  # the command started, and waits
+        await wait_until(lambda: listening(Session), timeout=20, what="the command's LISTEN")
         assert not shown.done()
         assert await Onboarding.by_key(row.id).cancel() == 1
         ended = await shown
