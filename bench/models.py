@@ -14,6 +14,7 @@ from sqlalchemy import DateTime, Float, Integer, Numeric, Text, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
+    DatabaseEventRegistry,
     GraphSubject,
     Limit,
     Step,
@@ -198,8 +199,25 @@ def ignore_event(event: WorkflowEvent) -> None:
     """The outbox figure's one handler: does nothing, so the figure is the routing's cost."""
 
 
+# Publishes into the bench outbox in its steps' own transaction (the drain is not measured).
+step_registry = DatabaseEventRegistry(outbox=BenchOutbox)
+
+
+class Publisher(Base, Workflow):
+    """One step that publishes one event: the cost of an effect committed with its step."""
+
+    __tablename__ = "bench_publisher"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+    @step
+    async def run(self) -> None:
+        await step_registry.publish(bench_event(self.id))
+
+
 WORKFLOWS: dict[str, type[Workflow]] = {
-    cls.__name__: cls for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild)
+    cls.__name__: cls
+    for cls in (NoOp, Chain, Latency, Timer, Waiter, FanParent, FanChild, Publisher)
 }
 OUTBOX_WORKFLOW = "BenchOutbox"  # the outbox's name on the worker process's command line
 WORKFLOWS[OUTBOX_WORKFLOW] = BenchOutbox

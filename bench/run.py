@@ -52,7 +52,7 @@ from bench.load import (  # noqa: E402
     measure_memory,
     measure_scaling,
 )
-from bench.models import Chain, NoOp  # noqa: E402
+from bench.models import Chain, NoOp, Publisher  # noqa: E402
 from bench.one_client import measure_deliver_beside_start  # noqa: E402
 from bench.outbox import measure_outbox, measure_publish_cost  # noqa: E402
 from bench.pgqueuer_peer import measure_pgqueuer, pgqueuer_version  # noqa: E402
@@ -75,6 +75,7 @@ REFERENCE_CLIENTS = (1, 8)  # UPDATE clients, each on a row of its own
 MEASUREMENTS = (
     "reference",
     "noop",
+    "effects",
     "pgqueuer",
     "scaling",
     "memory",
@@ -270,6 +271,23 @@ async def run_all(
         noop_rate = found["runs_per_s"]
         report.add(
             "noop_steps_per_s", "No-op steps/s", found["runs_per_s"], "steps/s", PEER_JOBS + ceiling
+        )
+
+    async def effects() -> None:
+        found = await measures.measure_throughput(
+            server, Publisher, "run", sizes.noop_runs, pool_size
+        )
+        report.details["effects"] = found
+        beside = NO_PEER
+        if noop_rate:
+            rate = found["runs_per_s"]
+            beside = f"no-op steps/s this run: {noop_rate:,.0f} (x{rate / noop_rate:.2f})"
+        report.add(
+            "publishing_steps_events_per_s",
+            "Steps publishing one event each: events committed/s",
+            found["runs_per_s"],
+            "events/s",
+            beside,
         )
 
     async def pgqueuer() -> None:
@@ -749,6 +767,10 @@ async def run_all(
     plan: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = {
         "reference": ("UPDATE commits/s, psycopg then pgbench", reference),
         "noop": (f"{sizes.noop_runs} one-step runs", noop),
+        "effects": (
+            f"{sizes.noop_runs} one-step runs, each publishing one event with its commit",
+            effects,
+        ),
         "pgqueuer": (f"pgqueuer's QueueManager on {sizes.noop_runs} no-op jobs", pgqueuer),
         "outbox": (
             f"{sizes.outbox_events} published events routed by one worker, at max_concurrency "

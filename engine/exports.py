@@ -21,10 +21,10 @@ LAZY_MODULES: dict[str, str] = {
         "InternalError InvalidArgumentError InvalidWorkflowStateError NotADirectiveError "
         "NotAllowedError NotAWorkflowError NotConnectedError NotFoundError NotInStepError "
         "NotRunningError RunBusyError SelfApprovalError StateWorkflowError StepError "
-        "SubmitterNotAllowedError TemplateInvalidError TemplateNotActiveError "
-        "UnsupportedTypeError WaitTimeoutError WorkflowAlreadyCompletedError "
-        "WorkflowExecutionError WorkflowExecutionNotFoundError WorkflowSubmissionError "
-        "WorkflowTransitionError"
+        "StepFailed StepTimeoutError SubmitterNotAllowedError TemplateInvalidError "
+        "TemplateNotActiveError UnsupportedTypeError WaitTimeoutError "
+        "WorkflowAlreadyCompletedError WorkflowExecutionError WorkflowExecutionNotFoundError "
+        "WorkflowSubmissionError WorkflowTransitionError"
     ),
     "engine.base.key_strength": "key_refusal",
     "engine.base.owned_tables": "declare_owned_tables OWNED_TABLES",
@@ -99,6 +99,7 @@ LAZY_MODULES: dict[str, str] = {
     ),
     "engine.model.application": "Application current_application",
     "engine.model.attempt_log": "attempt_log_classes AttemptLog",
+    "engine.model.effects": "step_session",
     "engine.model.connection": (
         "application_for connect_workflows open_connection WorkflowConnection"
     ),
@@ -174,6 +175,8 @@ if TYPE_CHECKING:
         SelfApprovalError as SelfApprovalError,
         StateWorkflowError as StateWorkflowError,
         StepError as StepError,
+        StepFailed as StepFailed,
+        StepTimeoutError as StepTimeoutError,
         SubmitterNotAllowedError as SubmitterNotAllowedError,
         TemplateInvalidError as TemplateInvalidError,
         TemplateNotActiveError as TemplateNotActiveError,
@@ -376,6 +379,7 @@ if TYPE_CHECKING:
         connect_workflows as connect_workflows,
         open_connection as open_connection,
     )
+    from engine.model.effects import step_session as step_session
     from engine.model.limits import Limit as Limit, RateBucket as RateBucket
     from engine.model.registry import (
         ENGINE_COLUMNS as ENGINE_COLUMNS,

@@ -110,14 +110,23 @@ async def test_deliver_hands_an_event_to_the_waiting_run_once_per_idempotency_ke
     assert lots.status_code == 422
     assert lots.json()["detail"][0]["loc"] == ["body", "args", "amount"]
     reply = await client.post("/workflows/invoice/deliver", json=body)
-    assert reply.json() == {"workflow": "invoice", "accepted": 1}
+    assert reply.json() == {
+        "workflow": "invoice",
+        "accepted": 1,
+        "taken": 1,
+        "held": 0,
+        "refused": {},
+        "message": "1 run took the event now.",
+    }
     again = await client.post("/workflows/invoice/deliver", json=body)
     assert again.json() == {
         "workflow": "invoice",
         "accepted": 0,
+        "taken": 0,
+        "held": 0,
         "refused": {"deduplicated": 1},
-        "message": "0 runs accepted the event; 1 refused it: the event's key was taken already "
-        "(a resent event) (1).",
+        "message": "No run took the event; 1 refused it: the event's key was taken already "
+        "(a resent event).",
     }
     await drain(Session)
     assert (await fetch(Session, Invoice, 1)).status == "paid 12 by card"

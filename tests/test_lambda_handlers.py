@@ -90,7 +90,15 @@ async def test_a_published_signup_is_woken_two_hours_later_by_its_schedule(
                 "args": {"code": "7"},
             },
         )
-        assert delivered == {"accepted": 1, "workflow": "lambda_signup", "step": "confirm"}
+        assert delivered == {
+            "workflow": "lambda_signup",
+            "step": "confirm",
+            "accepted": 1,
+            "taken": 1,
+            "held": 0,
+            "refused": {},
+            "message": "1 run took the event now.",
+        }
         assert fn.invokes == invokes + 1, "an accepted delivery kicks a wake"
         woken = await fn.call(lambda_handlers.wake, target_input)
         assert (woken["steps"], woken["caught_up"]) == (1, True)
@@ -235,6 +243,37 @@ async def test_deliver_to_a_waiting_run_and_its_refusals(db: Database) -> None:
     steps = await drain_steps(Session, [Signup])
     assert steps == 1
     assert (await one_signup(Session)).status == "confirmed x"
+
+
+async def test_deliver_tells_taken_held_and_refused_apart(db: Database) -> None:
+    Session = await create_tables(db)
+    async with connect_workflows(Session):
+        waiting, finished = Signup(email="w@example.com"), Signup(email="f@example.com")
+        await waiting.start(Signup.nudge)
+        await finished.start(Signup.expire)
+    await drain_steps(Session, [Signup])  # one waits for `confirm`, one has finished
+    async with connect_workflows(Session):
+        on_its_way = Signup(email="h@example.com")
+        await on_its_way.start(Signup.nudge)  # no wait armed until `nudge` runs
+    async with function(settings_for(db)) as fn:
+        confirm = {"workflow": "lambda_signup", "step": "confirm", "args": {"code": "c"}}
+        answers = [
+            await fn.call(lambda_handlers.deliver, {**confirm, "key": run.id})
+            for run in (waiting, on_its_way, finished)
+        ]
+    said = [(a["accepted"], a["taken"], a["held"], a["refused"], a["message"]) for a in answers]
+    assert said == [
+        (1, 1, 0, {}, "1 run took the event now."),
+        (1, 0, 1, {}, "1 run holds the event until it waits for it."),
+        (
+            0,
+            0,
+            0,
+            {"finished": 1},
+            "No run took the event; 1 refused it: the run has finished (deliver with restart "
+            "to start it again).",
+        ),
+    ]
 
 
 # -- drain ---------------------------------------------------------------------------------

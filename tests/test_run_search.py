@@ -152,7 +152,7 @@ async def test_each_kind_of_term_finds_its_runs(db: Database) -> None:
 MISTAKES = [
     (
         {"q": "amont>=5"},
-        "amont is not a column of payment: filter on state, step, key, error, "
+        "amont is not a column of payment: filter on state, step, waiting, key, error, "
         "since or a column that leads an index (id, amount, created_at, urgent).",
     ),
     ({"q": "customer=c1"}, "customer is not an indexed column of payment"),

@@ -3,7 +3,7 @@
 200,000 payments (tests/apps/search.py) written by one INSERT ... SELECT, then ANALYZEd, so
 the planner would rather scan the table than use an index it does not need. For each kind of
 filter the first page is read by `list_runs` while its SQL is caught, and each statement it
-sent is EXPLAINed with its parameters: the engine's filters (state, step, error text, key)
+sent is EXPLAINed with its parameters: the engine's filters (state, step, waiting, error, key)
 walk the primary key's index, a bound on an own column walks that column's index, a time
 range (absolute, relative, `since:`) the time column's: test_each_filter_kind_reads_an_index;
 a page after a cursor reads the same index from where the last ended.
@@ -30,18 +30,20 @@ CREATED = "ix_payment_created_at"
 
 def fill(db: Database) -> None:
     """ROWS payments, one each 10 s up to now; amounts spread over 0 to 1,000; a run in 20
-    scheduled (one in 3 of those at refund), a run in 50 failed, one in 100 of those declined."""
+    scheduled (one in 3 of those at refund; one in 2 waits for refund, its timeout next), a run
+    in 50 failed, one in 100 of those declined."""
     db.sql(
         f"""
         INSERT INTO payment (id, amount, created_at, customer, next_step, next_args, wake_at,
-                             last_error)
+                             last_error, waiting_for)
         SELECT i, (i::bigint * 7919 % 100000) / 100.0, now() - ({ROWS} - i) * interval '10 seconds',
             'c' || (i % 1000),
             CASE WHEN i % 20 = 0 THEN CASE WHEN i % 3 = 0 THEN 'refund' ELSE 'charge' END END,
             CASE WHEN i % 20 = 0 THEN '{{}}'::json END,
             CASE WHEN i % 20 = 0 THEN now() + (i % 600) * interval '1 minute' END,
             CASE WHEN i % 5000 = 1 THEN 'CardError: card declined'
-                 WHEN i % 50 = 1 THEN 'TimeoutError: the bank timed out' END
+                 WHEN i % 50 = 1 THEN 'TimeoutError: the bank timed out' END,
+            CASE WHEN i % 40 = 0 THEN 'refund' END
         FROM generate_series(1, {ROWS}) AS i
         """
     )
@@ -59,6 +61,7 @@ async def test_each_filter_kind_reads_an_index(db: Database) -> None:
         "": {KEY},
         "state:failed": {KEY},
         "step:refund": {KEY},
+        "waiting:refund": {KEY},
         'error:"card declined"': {KEY},
         "key:12345": {KEY},
         "id>150000": {KEY},

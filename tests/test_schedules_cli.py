@@ -112,7 +112,7 @@ async def test_duly_deliver_says_why_each_run_refused(db: Database, tmp_path: Pa
         return done.stdout.strip()
 
     assert deliver(rows[0].id, "--args", approve, "--idempotency-key", "k") == (
-        "1 run accepted the event."
+        "1 run took the event now."
     )
     said = {
         "deduplicated": deliver(rows[0].id, "--args", approve, "--idempotency-key", "k"),
@@ -126,13 +126,31 @@ async def test_duly_deliver_says_why_each_run_refused(db: Database, tmp_path: Pa
     said["deadline_passed"] = deliver(rows[3].id, "--args", approve, "--json")
     assert json.loads(said.pop("deadline_passed"))["refused"] == {"deadline_passed": 1}
     assert said == {
-        "deduplicated": "0 runs accepted the event; 1 refused it: the event's key was taken "
-        "already (a resent event) (1).",
-        "unknown_key": "0 runs accepted the event; 1 refused it: no run has this key (1).",
-        "waiting_for_other_step": "0 runs accepted the event; 1 refused it: the run waits for "
-        "another step's event (1).",
-        "cancelled": "0 runs accepted the event; 1 refused it: the run was cancelled (deliver "
-        "with restart to start it again) (1).",
-        "finished": "0 runs accepted the event; 1 refused it: the run has finished (deliver "
-        "with restart to start it again) (1).",
+        "deduplicated": "No run took the event; 1 refused it: the event's key was taken "
+        "already (a resent event).",
+        "unknown_key": "No run took the event; 1 refused it: no run has this key.",
+        "waiting_for_other_step": "No run took the event; 1 refused it: the run waits for "
+        "another step's event.",
+        "cancelled": "No run took the event; 1 refused it: the run was cancelled (deliver "
+        "with restart to start it again).",
+        "finished": "No run took the event; 1 refused it: the run has finished (deliver "
+        "with restart to start it again).",
     }
+    async with connect_workflows(Session, workflows=[Expense]):
+        on_its_way = Expense(amount=9)
+        assert await on_its_way.start(Expense.request_approval)  # no wait armed yet
+    held = run_duly(
+        "deliver", "expense", "decide", "--key", str(on_its_way.id), "--args", approve,
+        cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    assert (held.returncode, held.stdout.strip()) == (
+        0,
+        "1 run holds the event until it waits for it.",
+    )
+    as_json = run_duly(
+        "deliver", "expense", "decide", "--key", str(on_its_way.id), "--args", approve,
+        "--json", cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    answer = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and (answer["taken"], answer["held"]) == (0, 0)
+    assert answer["refused"] == {"holding_another_event": 1}

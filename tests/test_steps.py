@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -36,12 +37,16 @@ def test_arguments_that_are_not_json_are_refused() -> None:
         Flaky.needs(object())  # type: ignore[arg-type]
 
 
-def test_a_step_must_be_async() -> None:
-    with pytest.raises(TypeError, match="async def"):
+def test_a_step_must_be_a_function_whose_body_runs() -> None:
+    with pytest.raises(StepError, match="'async def' or a plain 'def'"):
 
-        class _NotAsync:
-            @step  # type: ignore[arg-type, type-var]
-            def work(self) -> None: ...
+        class _Generator:
+            @step  # type: ignore[type-var]
+            def work(self) -> Iterator[int]:
+                yield 1
+
+    with pytest.raises(StepError, match="'async def' or a plain 'def'"):
+        step(print)  # type: ignore[type-var]
 
 
 def test_backoff_doubles_up_to_the_cap_and_gives_up_after_the_retries() -> None:

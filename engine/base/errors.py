@@ -46,6 +46,14 @@ class StepError(DulyError, TypeError):
     """A step was used with arguments or a workflow it does not accept."""
 
 
+class StepFailed(DulyError):
+    """The step failed for good: raised by a step body, it stops the run without a retry."""
+
+
+class StepTimeoutError(DulyError, TimeoutError):
+    """A step ran past its timeout: its attempt was cancelled and counts as failed."""
+
+
 class NotADirectiveError(DulyError, TypeError):
     """A step returned something that is not a directive."""
 

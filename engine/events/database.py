@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from sqlalchemy import (
@@ -49,6 +49,7 @@ from engine.events.settings import EventSettings
 from engine.events.statuses import DEAD_LETTER, FAILED, PENDING
 from engine.model.companions import array_parameter
 from engine.model.connection import current_connection
+from engine.model.effects import current_effects
 from engine.model.telemetry import duplicates_ignored
 
 log = logging.getLogger("duly.events")
@@ -112,7 +113,7 @@ class DatabaseEventRegistry(RoutedRegistry):
 
         With DULY_ASYNC off and no session, it routes inline (`publish_sync`).
         """
-        if session is None and not self.settings.async_delivery:
+        if session is None and not self.settings.async_delivery and current_effects() is None:
             return await self.publish_sync(event)
         await self.publish_many([event], session=session)
         return False
@@ -125,16 +126,22 @@ class DatabaseEventRegistry(RoutedRegistry):
         statement, params = self._publish(tables, list(events), in_hand=False)
         if params is None:
             return []
+        effects = current_effects() if session is None else None
         if session is not None:
             rows = (await session.execute(statement, params)).all()
+        elif effects is not None:  # in a step body: they commit with the step, or never
+            rows = (await (await effects.connection()).execute(statement, params)).all()
         else:
-            connection = current_connection()
-            async with connection.autocommit.connect() as conn:
+            async with current_connection().autocommit.connect() as conn:
                 rows = (await conn.execute(statement, params)).all()
         stored = [row.event_id for row in rows]
         duplicates_ignored("database", len(params["event_id"]) - len(stored))
         if stored and session is None:
-            current_connection().kick(tables.outbox_table.name)
+            kick = partial(current_connection().kick, tables.outbox_table.name)
+            if effects is not None:
+                effects.after_commit(kick)
+            else:
+                kick()
         return stored
 
     def publish_in(self, connection: Connection, events: Sequence[WorkflowEvent]) -> list[str]:
@@ -147,7 +154,13 @@ class DatabaseEventRegistry(RoutedRegistry):
         return stored
 
     async def publish_sync(self, event: WorkflowEvent) -> bool:
-        """Commit `event`, then route it now; True when a handler completed for it in this call."""
+        """Commit `event`, then route it now; True when a handler completed for it in this call.
+
+        In a step body it is stored with the step's commit instead, and routed by a drain.
+        """
+        if current_effects() is not None:
+            await self.publish_many([event])
+            return False
         tables = self.tables()
         statement, params = self._publish(tables, [event], in_hand=True)
         connection = current_connection()

@@ -1,19 +1,22 @@
 """Steps: the methods of a workflow the engine runs, and the calls that name them.
 
-`@step` turns an `async def` method into a `Step`. `Model.check` is the step itself (usable
-bare when it takes no arguments), and `Model.activated("pro")` builds a `Call` without
-running anything: its arguments are bound, serialised to JSON and checked against the
-step's annotations (pydantic, strict JSON mode) right there, so a mistake is a `StepError`
-at the line that made it, before any row is written. `@step(aliases=("old_name",))` keeps
-a renamed step's old names, which rows may still name.
+`@step` turns a method into a `Step` (a plain `def` runs in a worker thread).
+`Model.check` is the step itself (usable bare when it takes no arguments), and
+`Model.activated("pro")` builds a `Call` without running anything: its arguments are
+bound, serialised to JSON and checked against the step's annotations (pydantic, strict
+JSON mode) right there, so a mistake is a `StepError` at the line that made it, before
+any row is written. `@step(aliases=("old_name",))` keeps a renamed step's old names,
+which rows may still name; `stop_on` names the errors never retried, `timeout` how long
+one attempt may run.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import math
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import (
@@ -27,7 +30,7 @@ from typing import (
     overload,
 )
 
-from engine.base.errors import ConfigurationError, StepError
+from engine.base.errors import ConfigurationError, StepError, StepFailed
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ConfigDict, ValidationError
@@ -70,19 +73,29 @@ class Step(Generic[W, P]):
 
     def __init__(
         self,
-        fn: Callable[Concatenate[W, P], Awaitable[object]],
+        fn: Callable[Concatenate[W, P], object],
         *,
         retry: RetryPolicy,
         lane: str,
         aliases: tuple[str, ...] = (),
+        stop_on: tuple[type[BaseException], ...] = (),
+        timeout: timedelta | None = None,
     ) -> None:
-        if not inspect.iscoroutinefunction(fn):
-            raise StepError(f"Step {fn.__qualname__} must be declared with 'async def'.")
+        plain = not inspect.iscoroutinefunction(fn)
+        generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+        if plain and (not inspect.isfunction(fn) or generator):
+            # A generator's body would not run: it would return a generator, not a directive.
+            raise StepError(f"Step {fn!r} must be declared with 'async def' or a plain 'def'.")
         self.fn = fn
+        # A plain `def` runs in a worker thread, so it never blocks the event loop.
+        self.plain = plain
         self.retry = retry
         self.lane = lane
         # Names rows may still carry from before a rename; the registry resolves them here.
         self.aliases = aliases
+        # What fails the run at once: duly's own StepFailed, and the errors the step names.
+        self.stop_on: tuple[type[BaseException], ...] = (StepFailed, *stop_on)
+        self.timeout = timeout
         self.name = fn.__name__
         self.owner: type[Any] | None = None
         self.signature = inspect.signature(fn)
@@ -338,7 +351,7 @@ def describe_errors(exc: ValidationError) -> str:
 
 
 @overload
-def step(fn: Callable[Concatenate[W, P], Awaitable[R]], /) -> Step[W, P]: ...
+def step(fn: Callable[Concatenate[W, P], object], /) -> Step[W, P]: ...
 @overload
 def step(
     *,
@@ -347,9 +360,11 @@ def step(
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
     aliases: Iterable[str] = (),
-) -> Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]: ...
+    stop_on: Iterable[type[BaseException]] | type[BaseException] = (),
+    timeout: timedelta | float | None = None,
+) -> Callable[[Callable[Concatenate[W, P], object]], Step[W, P]]: ...
 def step(
-    fn: Callable[Concatenate[W, P], Awaitable[R]] | None = None,
+    fn: Callable[Concatenate[W, P], object] | None = None,
     /,
     *,
     retries: int = 0,
@@ -357,11 +372,15 @@ def step(
     max_backoff: timedelta = DEFAULT_MAX_BACKOFF,
     lane: str = DEFAULT_LANE,
     aliases: Iterable[str] = (),
-) -> Step[W, P] | Callable[[Callable[Concatenate[W, P], Awaitable[R]]], Step[W, P]]:
+    stop_on: Iterable[type[BaseException]] | type[BaseException] = (),
+    timeout: timedelta | float | None = None,
+) -> Step[W, P] | Callable[[Callable[Concatenate[W, P], object]], Step[W, P]]:
     """Declare a workflow step: `@step`, or `@step(retries=3, backoff=..., lane=...)`.
 
     `aliases` are the names this step had before a rename: a row that still
-    names one runs this step (see `engine.model.registry`).
+    names one runs this step (see `engine.model.registry`). `stop_on` errors
+    (and `StepFailed`) fail the run without a retry; `timeout` (a timedelta or
+    seconds) bounds each attempt.
     """
     if retries < 0:
         raise ConfigurationError(f"retries must be zero or more, not {retries}.")
@@ -369,8 +388,47 @@ def step(
         raise ConfigurationError("backoff must be positive and no longer than max_backoff.")
     policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
     former = _check_aliases(aliases)
+    stopping = _check_stop_on(stop_on)
+    limit = _check_timeout(timeout)
 
-    def decorate(f: Callable[Concatenate[W, P], Awaitable[R]]) -> Step[W, P]:
-        return Step(f, retry=policy, lane=lane, aliases=former)
+    def decorate(f: Callable[Concatenate[W, P], object]) -> Step[W, P]:
+        return Step(f, retry=policy, lane=lane, aliases=former, stop_on=stopping, timeout=limit)
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _check_stop_on(
+    stop_on: Iterable[type[BaseException]] | type[BaseException],
+) -> tuple[type[BaseException], ...]:
+    """The errors that stop a run, as a tuple of exception classes (one class alone is one)."""
+    named = (stop_on,) if isinstance(stop_on, type) else stop_on
+    if isinstance(named, str):
+        raise ConfigurationError(f"stop_on takes exception classes, not the string {named!r}.")
+    classes = tuple(named)
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            raise ConfigurationError(f"stop_on takes exception classes, not {cls!r}.")
+    return classes
+
+
+def _check_timeout(timeout: timedelta | float | None) -> timedelta | None:
+    """A step's timeout as a positive timedelta (seconds accepted), or None for no timeout."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        limit = timeout
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        if not math.isfinite(timeout):
+            raise ConfigurationError(f"timeout must be a finite number of seconds, not {timeout}.")
+        try:
+            limit = timedelta(seconds=timeout)
+        except OverflowError:
+            raise ConfigurationError(f"timeout {timeout} seconds is too long.") from None
+    else:
+        raise ConfigurationError(
+            f"timeout must be a timedelta or a number of seconds, not {timeout!r} "
+            f"({type(timeout).__name__})."
+        )
+    if limit <= timedelta(0):
+        raise ConfigurationError(f"timeout must be positive, not {timeout!r}.")
+    return limit

@@ -90,13 +90,13 @@ class Handle(Generic[W]):
     async def deliver(
         self, target: Step[Any, Any] | Call[Any], key: str | None = None, restart: bool = False
     ) -> Delivery:
-        """Deliver an event to every matching run; returns how many accepted it, and why not.
+        """Deliver an event to every matching run; returns what each did with it, counted.
 
-        A run waiting for the event's step takes it (before its deadline);
-        a run on its way to a wait holds it (one at a time); a finished run
-        refuses it unless `restart`, which starts it again with the event. A
-        `key` already taken by the run (its last sixteen) is refused. The
-        count is a `Delivery`, an int whose `refused` counts the others by reason.
+        A run waiting for the event's step takes it now (before its deadline);
+        a run on its way to a wait holds it (one at a time) until it waits;
+        a finished run refuses it unless `restart`, which starts it again with
+        the event. A `key` already taken by the run (its last sixteen) is
+        refused. A `Delivery` counts `taken`, `held` and `refused` by reason.
         """
         call = as_call(target)  # the payload is checked against the step it addresses
         check_owner(call, self._info.cls)
@@ -122,22 +122,21 @@ class Handle(Generic[W]):
             if self._key is None:
                 # Built for this call anyway, so it counts the refusals by reason as it goes.
                 statement = delivery_statement_where(info, restart, key is not None, self._where)
-                accepted_count, _, reasons = (await conn.execute(statement, params)).one()
-                accepted, refused = int(accepted_count), dict(reasons or {})
+                taken, held, _, reasons = (await conn.execute(statement, params)).one()
+                refused = dict(reasons or {})
             else:
                 # Built once, so sent on the driver's connection (engine.base.driver): a webhook's
                 # delivery costs psycopg's time, not SQLAlchemy's execution path around it.
                 pinned = self._key.params()
                 statement = delivery_statement(info, restart, key is not None)
-                [(count, _)] = await fetch(conn, statement, {**params, **pinned})
-                accepted = int(count)
-                if not accepted:  # asked only then: an accepted delivery costs nothing more
+                [(taken, held, _)] = await fetch(conn, statement, {**params, **pinned})
+                if not taken + held:  # asked only then: an accepted delivery costs nothing more
                     why = refusal_statement(info, restart, key is not None)
                     found = (await conn.execute(why, {**params, **pinned})).one_or_none()
                     refused = {UNKNOWN_KEY if found is None else found[0] or MOVED_MEANWHILE: 1}
-        if accepted:
+        if taken + held:
             connection.kick(self._info.name)
-        return Delivery(accepted, refused)
+        return Delivery(taken=taken, held=held, refused=refused)
 
     async def cancel(self) -> int:
         """End every matching run where it stands; returns how many were live.
@@ -408,14 +407,19 @@ def _delivery(
         )
         # RETURNING sees the new row: a run that took the event holds none, and is due
         # now unless a running step's lease still holds it.
-        .returning(and_(t.c.pending_event.is_(None), t.c.wake_at <= now).label("ready"))
+        .returning(
+            and_(t.c.pending_event.is_(None), t.c.wake_at <= now).label("ready"),
+            taken.label("taken"),
+        )
         .cte("moved")
     )
     ready = select(func.count()).select_from(moved).where(moved.c.ready).scalar_subquery()
     announced = case((ready > 0, announcement(t.name)), else_=None)
-    accepted = select(func.count()).select_from(moved).scalar_subquery()
+    # The runs that took the event, and those that hold it until they wait for it.
+    took = select(func.count().filter(moved.c.taken)).select_from(moved).scalar_subquery()
+    held = select(func.count().filter(~moved.c.taken)).select_from(moved).scalar_subquery()
     if not count_refusals:
-        return select(accepted, announced)
+        return select(took, held, announced)
     reasons = (
         select(sorted_rows.c.refused, func.count().label("runs"))
         .where(sorted_rows.c.refused.is_not(None))
@@ -423,4 +427,4 @@ def _delivery(
         .subquery("reasons")
     )
     refused = select(func.jsonb_object_agg(reasons.c.refused, reasons.c.runs)).scalar_subquery()
-    return select(accepted, announced, refused)
+    return select(took, held, announced, refused)

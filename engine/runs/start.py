@@ -8,18 +8,20 @@ so a key never starts two runs; the insert and its NOTIFY commit together.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select
+from sqlalchemy import Row, bindparam, cast, func, inspect, literal, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from engine.base.clock import db_now
+from engine.base.clock import db_clock_now, db_now
 from engine.base.errors import DulyError, InvalidArgumentError
 from engine.base.notify import announcement, notify
 from engine.model.connection import current_connection
+from engine.model.effects import StepEffects, current_effects
 from engine.model.registry import ENGINE_COLUMNS, WorkflowInfo, workflow_info
 from engine.model.rows import detach_inserted
 from engine.model.steps import Call, Step, as_call, check_owner
@@ -31,13 +33,18 @@ async def start_run(row: Any, target: Step[Any, Any] | Call[Any]) -> bool:
     call = as_call(target)
     check_owner(call, info.cls)
     statement, params = start_statement(info, row, call)
-    connection = current_connection()
-    async with connection.autocommit.connect() as conn:
-        inserted = (await conn.execute(statement, params)).first()
+    effects = current_effects()
+    if effects is not None:  # in a step body: the run starts with the step's commit, or never
+        inserted = (await (await effects.connection()).execute(statement, params)).first()
+        if inserted is not None:
+            _due_when_committed(effects, info, [inserted])
+    else:
+        async with current_connection().autocommit.connect() as conn:
+            inserted = (await conn.execute(statement, params)).first()
     if inserted is None:
         return False
     detach_inserted(info, row, inserted._mapping)
-    connection.kick(info.name)
+    _kick_when_committed(info.name)
     return True
 
 
@@ -72,7 +79,6 @@ async def start_many(
         check_owner(call, info.cls)
     values = [run_values(info, row, call) for row, call in zip(rows, calls, strict=True)]
     started = [False] * len(rows)
-    connection = current_connection()
     # Rows given the same columns share a statement; each batch is its own transaction.
     order = sorted(range(len(rows)), key=lambda at: values[at][0])
     for given, same in groupby(order, key=lambda at: values[at][0]):
@@ -80,16 +86,66 @@ async def start_many(
         for first in range(0, len(indexes), START_BATCH):
             batch = indexes[first : first + START_BATCH]
             statement, params = insert_runs(info, given, [values[at][1] for at in batch])
-            async with connection.engine.begin() as conn:  # the rows and NOTIFY commit together
-                inserted = (await conn.execute(statement, params)).all()
-                if inserted:
-                    await conn.execute(notify(info.table.name))
+            inserted = await _insert_batch(info, statement, params)
             for at, values_of in _matched(info, given, [rows[at] for at in batch], inserted):
                 started[batch[at]] = True
                 detach_inserted(info, rows[batch[at]], values_of)
     if any(started):
-        connection.kick(info.name)
+        _kick_when_committed(info.name)
     return started
+
+
+async def _insert_batch(info: WorkflowInfo, statement: Executable, params: Any) -> list[Row[Any]]:
+    """Insert one batch of runs and its NOTIFY together: in their own transaction, or a step's."""
+    effects = current_effects()
+    if effects is not None:
+        inserted = await _insert_announced(await effects.connection(), info, statement, params)
+        _due_when_committed(effects, info, inserted)
+        return inserted
+    async with current_connection().engine.begin() as conn:
+        return await _insert_announced(conn, info, statement, params)
+
+
+async def _insert_announced(
+    conn: AsyncConnection, info: WorkflowInfo, statement: Executable, params: Any
+) -> list[Row[Any]]:
+    inserted = list((await conn.execute(statement, params)).all())
+    if inserted:
+        await conn.execute(notify(info.table.name))
+    return inserted
+
+
+def _due_when_committed(effects: StepEffects, info: WorkflowInfo, inserted: Sequence[Any]) -> None:
+    """Make runs a step started due at its commit, not when its transaction began.
+
+    Their `wake_at` is the transaction's time, which may lie well before the commit
+    makes them visible: below a busy worker's claim floor, found only by its probe.
+    """
+    if not inserted:
+        return
+    columns = info.mapper.primary_key
+    keys = [tuple(row._mapping[column.name] for column in columns) for row in inserted]
+    restamp = (
+        update(info.table)
+        .where(tuple_(*columns).in_(keys))
+        .values(wake_at=db_clock_now())
+        .execution_options(synchronize_session=False)
+    )
+
+    async def restamped(conn: AsyncConnection) -> None:
+        await conn.execute(restamp)
+
+    effects.before_commit(restamped)
+
+
+def _kick_when_committed(workflow: str) -> None:
+    """Wake this process's workers for `workflow` now, or once the step running commits."""
+    kick = partial(current_connection().kick, workflow)
+    effects = current_effects()
+    if effects is None:
+        kick()
+    else:
+        effects.after_commit(kick)
 
 
 def insert_runs(

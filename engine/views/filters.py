@@ -3,8 +3,9 @@ console write it in.
 
     parse_filter(info, 'state:failed error:"card declined" amount>=100 since:1h')
 
-A term is `keyword:value` (state, step, key, error, since) or `column OP value` on one of the
-workflow's own columns that leads an index, with OP one of = != < <= > >=; terms are ANDed.
+A term is `keyword:value` (state, step, waiting, key, error, since) or `column OP value` on
+one of the workflow's own columns that leads an index, with OP one of = != < <= > >=; terms
+are ANDed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from engine.runs.keys import RunKey
 from engine.views.overview import RUN_STATES, state_condition
 
 MAX_FILTER_TEXT = 1000  # characters of a filter's text
-KEYWORDS = ("state", "step", "key", "error", "since")
+KEYWORDS = ("state", "step", "waiting", "key", "error", "since")
+# The engine's columns a keyword reads: named as a column, they are pointed to the keyword.
+KEYWORD_OF_COLUMN = {"next_step": "step", "waiting_for": "waiting", "last_error": "error"}
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 # A term: a name, an operator, then a value (quoted with "..." when it holds spaces).
 TERM = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)(:|!=|<=|>=|=|<|>)("(?:[^"\\]|\\.)*"|[^\s"]*)')
@@ -67,6 +70,7 @@ class RunFilter:
 
     state: str | None = None  # one of RUN_STATES
     step: str | None = None  # the step the run is at (`next_step`)
+    waiting: str | None = None  # the step whose event the run waits for (`waiting_for`)
     key: str | None = None  # one run's key, as its URL spells it
     error: str | None = None  # text within `last_error`, any case
     columns: tuple[ColumnCondition, ...] = field(default=())  # on its own indexed columns
@@ -84,13 +88,19 @@ class RunFilter:
                     f"No run state {self.state!r}: use one of {', '.join(RUN_STATES)}."
                 )
             where.append(state_condition(table, self.state))
-        for name, text in (("step", self.step), ("key", self.key), ("error", self.error)):
+        texts = {"step": self.step, "waiting": self.waiting, "key": self.key, "error": self.error}
+        for name, text in texts.items():
             if text is not None and len(text) > MAX_FILTER_TEXT:
                 raise InvalidArgumentError(
                     f"The {name} filter is longer than {MAX_FILTER_TEXT} characters."
                 )
         if self.step is not None:
             where.append(table.c.next_step == self.step)
+        if self.waiting is not None:
+            # A run parked on a step's former name (`@step(aliases=...)`) waits for it too.
+            found = info.steps.get(self.waiting)
+            names = [self.waiting, *(found.aliases if found is not None else ())]
+            where.append(table.c.waiting_for.in_(names))
         if self.key is not None:
             where.append(and_(*parse_key(info, self.key).where(info)))
         if self.error:
@@ -106,7 +116,7 @@ class RunFilter:
     def also(self, other: RunFilter) -> RunFilter:
         """This filter and `other`, ANDed; an InvalidArgumentError if both set one keyword."""
         merged = self
-        for name in ("state", "step", "key", "error"):
+        for name in ("state", "step", "waiting", "key", "error"):
             theirs = getattr(other, name)
             if theirs is None:
                 continue
@@ -167,11 +177,12 @@ def parse_filter(info: WorkflowInfo, text: str) -> RunFilter:
     if "state" in found and found["state"] not in RUN_STATES:
         states = ", ".join(RUN_STATES)
         raise InvalidArgumentError(f"No run state {found['state']!r}: use one of {states}.")
-    if "step" in found and found["step"] not in info.steps:
-        steps = ", ".join(info.steps)
-        raise InvalidArgumentError(
-            f"{info.name} has no step {found['step']!r}: its steps are {steps}."
-        )
+    for keyword in ("step", "waiting"):
+        if keyword in found and found[keyword] not in info.steps:
+            steps = ", ".join(info.steps)
+            raise InvalidArgumentError(
+                f"{info.name} has no step {found[keyword]!r}: its steps are {steps}."
+            )
     if "since" in found:
         columns.append(since_condition(info, found.pop("since")))
     if "key" in found:
@@ -185,6 +196,9 @@ def parse_filter(info: WorkflowInfo, text: str) -> RunFilter:
 def column_condition(info: WorkflowInfo, name: str, operator: str, text: str) -> ColumnCondition:
     """`name OP text` on one of the workflow's own columns that leads an index, typed."""
     allowed = filterable_columns(info)
+    if name in KEYWORD_OF_COLUMN:
+        keyword = KEYWORD_OF_COLUMN[name]
+        raise InvalidArgumentError(f"{name} is the engine's column: search it with {keyword}:")
     if name not in allowed:
         what = "an indexed column" if name in info.table.c else "a column"
         raise InvalidArgumentError(

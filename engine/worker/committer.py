@@ -18,13 +18,14 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from engine.commits.fast import fast_columns, fast_fenced_writes, takes
 from engine.commits.outcomes import Write
 from engine.commits.typed import fenced_writes
 from engine.model.companions import companion_shapes, write_companions
+from engine.model.effects import StepEffects
 from engine.runs.fanout import children_finished, count_children, start_children
 from engine.worker.held import HeldConnection
 
@@ -38,6 +39,7 @@ MAX_WRITES_PER_STATEMENT = 16  # a statement of more costs more to build than it
 # commits share one statement further. Measured: the outbox at max_concurrency 100 routed
 # ~7,700 events/s at 16 writes a statement, ~11,000 at 64, no more at 128 or 256.
 MAX_FAST_WRITES_PER_STATEMENT = 64
+IDLE_IN_TRANSACTION_TIMEOUT = "25P03"  # the server ended a transaction left idle too long
 
 Pending = tuple[Write, "asyncio.Future[Row[Any] | None]"]
 
@@ -79,6 +81,10 @@ class Committer:
         """Give back the connection flushes keep, while nothing is queued (the worker idles)."""
         if not self._pending:
             await self._connection.close()
+
+    def effects(self) -> StepEffects:
+        """A step attempt's effects, in a transaction of this committer's database."""
+        return StepEffects(self._transactions, timedelta(seconds=self._lease))
 
     async def write(self, write: Write) -> Row[Any] | None:
         """Queue `write` and wait for the row as written, or None when fenced."""
@@ -140,32 +146,60 @@ class Committer:
         """The attempt log for writes to one table: none for a workflow that keeps no log."""
         return self._attempt_log if writes[0].claim.info.logged else None
 
+    async def write_with_effects(self, write: Write, effects: StepEffects) -> Row[Any] | None:
+        """Commit `write` in the transaction its step's effects opened: both land, or neither.
+
+        Not queued: the transaction is the step's own, so it commits on its own.
+        """
+        try:
+            rows = await self._write_within(await effects.connection(), [write])
+        except DBAPIError as exc:
+            await effects.discard()
+            if getattr(exc.orig, "sqlstate", None) != IDLE_IN_TRANSACTION_TIMEOUT:
+                raise
+            # The server ended the transaction the body left idle past its lease: neither
+            # the effects nor the write happened, as for a fenced write.
+            log.warning("a step's effects sat idle past the lease: the server rolled them back")
+            return None
+        except BaseException:
+            await effects.discard()
+            raise
+        if rows[0] is None:
+            await effects.discard()  # fenced: the row moved, so its effects never happened
+        else:
+            await effects.commit()
+        return rows[0]
+
     async def _write_in_transaction(self, writes: list[Write]) -> list[Row[Any] | None]:
         """Outcomes with the children they start or the parents they finish, in one commit."""
+        async with self._transactions.begin() as conn:
+            return await self._write_within(conn, writes)
+
+    async def _write_within(
+        self, conn: AsyncConnection, writes: list[Write]
+    ) -> list[Row[Any] | None]:
+        """Outcomes, their companions, children and parents, in the transaction of `conn`."""
         # The outcomes themselves take the fast path when they can, as outside a transaction.
         shapes = {(fast_columns(w), companion_shapes(w.companions)) for w in writes}
         fits = len(shapes) == 1 and all(columns is not None for columns, _ in shapes)
         write_rows = fast_fenced_writes if fits else fenced_writes
-        async with self._transactions.begin() as conn:
-            rows = await write_rows(conn, writes, attempt_log=self._log_for(writes))
-            if not fits:
-                # The typed path carries no companions: they follow, for the writes that landed.
-                landed = [
-                    c for w, row in zip(writes, rows, strict=True) if row for c in w.companions
-                ]
-                await write_companions(conn, landed)
-            finished = []
-            for write, row in zip(writes, rows, strict=True):
-                if row is None:
-                    continue  # fenced: starts no child, tells no parent
-                claim = write.claim
-                if write.fan_out is not None:
-                    started = await start_children(conn, write.fan_out, claim.info, claim.key)
-                    await count_children(conn, claim.info, claim.key, started)
-                if write.finishes_child_of is not None:
-                    finished.append(write.finishes_child_of)
-            # Children of one parent that finished together count down in one UPDATE.
-            await children_finished(conn, finished, writes[0].claim.info)
+        rows = await write_rows(conn, writes, attempt_log=self._log_for(writes))
+        if not fits:
+            # The typed path carries no companions: they follow, for the writes that landed.
+            landed = [c for w, row in zip(writes, rows, strict=True) if row for c in w.companions]
+            await write_companions(conn, landed)
+        finished = []
+        for write, row in zip(writes, rows, strict=True):
+            if row is None:
+                continue  # fenced: starts no child, tells no parent
+            claim = write.claim
+            if write.fan_out is not None:
+                started = await start_children(conn, write.fan_out, claim.info, claim.key)
+                await count_children(conn, claim.info, claim.key, started)
+            if write.finishes_child_of is not None:
+                finished.append(write.finishes_child_of)
+        # Children of one parent that finished together count down in one UPDATE.
+        await children_finished(conn, finished, writes[0].claim.info)
         return rows
 
     async def _write_group(self, path: str, group: list[Pending]) -> None:

@@ -5,7 +5,9 @@ its row and its attempt record are then written in one fenced statement through 
 worker's commit queue. A body that raised, or a commit the database refused, is a failed
 attempt, retried on the step's policy, its traceback and arguments kept in the attempt log;
 stored arguments that no longer bind to the step's signature are one failed attempt
-whatever the policy, since every try would fail alike.
+whatever the policy, since every try would fail alike, and so is an error the step
+names in `stop_on` (or a `StepFailed`). A plain `def` body runs in a worker thread; a
+body past its step's `timeout` is a failed attempt (see `_within`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine.base.errors import InternalError, StepError
+from engine.base.errors import InternalError, StepError, StepTimeoutError
 from engine.base.scrubbing import scrub_secrets
 from engine.claims.claim import Claim
 from engine.commits.outcomes import AttemptRecord, Outcome, Write
@@ -72,10 +74,13 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     started = time.perf_counter()
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    effects = ctx.committer.effects()
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
-        if isinstance(exc, TypeError) and step is not None:
+        if step is not None and isinstance(exc, step.stop_on):
+            policy = RetryPolicy()  # an error the step says no retry can mend
+        elif isinstance(exc, TypeError) and step is not None:
             misfit = _misfit_arguments(step, row, args, kwargs)
             if misfit is not None:
                 # Arguments stored for an older signature fail the same way every time.
@@ -87,8 +92,18 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         if step is None:
             raise StepError(f"Workflow {info.cls.__name__} has no step {name!r}.")
         args, kwargs = decode_arguments(row.next_args)
-        with telemetry.step_span(info.name, name, failures + 1, row), Collecting() as attached:
-            result = await step.fn(row, *args, **kwargs)
+        with (
+            telemetry.step_span(info.name, name, failures + 1, row),
+            Collecting() as attached,
+            effects,
+        ):
+            body: Awaitable[object]
+            if step.plain:  # to_thread copies the context: commit_with() there reaches `attached`
+                body = asyncio.to_thread(step.fn, row, *args, **kwargs)
+            else:
+                body = step.fn(row, *args, **kwargs)  # type: ignore[assignment]
+            limit = step.timeout
+            result = await (body if limit is None else _within(step.qualname, limit, body))
         directive = read_directive(result, info.cls, name)
         took = _ms_since(started)
         keep = (
@@ -100,10 +115,12 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         )
         outcome = _outcome_for(directive, claim, ctx.lease if keep else None, row.next_args)
     except asyncio.CancelledError:
+        await effects.discard()
         raise
     except Exception as exc:  # the body, what it returned, or its schedule: a failed attempt
         took = _ms_since(started)
         ctx.release_slot()
+        await effects.discard()
         await fail(exc)
         return None
     if not keep:
@@ -124,7 +141,10 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         companions=tuple(attached),
     )
     try:
-        written = await ctx.committer.write(write)
+        if effects.written:  # what the body published, started or wrote commits with it
+            written = await ctx.committer.write_with_effects(write, effects)
+        else:
+            written = await ctx.committer.write(write)
     except TRANSIENT_ERRORS:
         log.warning(
             "%s %s: no database to commit to; the row comes due again when its lease ends",
@@ -158,6 +178,34 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
         )
         return going_on, row
     return None
+
+
+async def _within(qualname: str, limit: timedelta, body: Awaitable[object]) -> object:
+    """What `body` returned, unless `limit` passes first: then a StepTimeoutError.
+
+    The body is cancelled at the timeout; a thread (a plain step) cannot be, so
+    its result is discarded, as is what a body that swallowed its cancellation
+    returned. A TimeoutError the body raised itself is its own.
+    """
+    try:
+        async with asyncio.timeout(limit.total_seconds()) as scope:
+            result = await body
+    except TimeoutError:
+        if not scope.expired():
+            raise
+    else:
+        if not scope.expired():
+            return result
+    raise StepTimeoutError(
+        f"Step {qualname} did not finish within its timeout of {_duration(limit)}; "
+        "the attempt was cancelled."
+    )
+
+
+def _duration(limit: timedelta) -> str:
+    """`0.2 s`, `90 s`, `1:00:00`: a timeout as a message shows it."""
+    seconds = limit.total_seconds()
+    return f"{seconds:g} s" if seconds < 3600 else str(limit)
 
 
 async def _record_failure(

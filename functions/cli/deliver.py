@@ -1,6 +1,7 @@
 """`duly deliver NAME STEP --key K --args JSON`: the API's delivery, from a terminal.
 
-It answers how many runs accepted the event and, when one refused it, why.
+It says, one clause a kind, whether the run took the event now, holds it until it waits for
+it, or refused it and why; exit status 1 when no run took or held it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from functions.requests.runs import (
 
 def add_deliver(commands: Commands) -> None:
     """`duly deliver` and its options."""
-    parser = commands.add_parser("deliver", help="deliver an event to a run; say why it refused")
+    parser = commands.add_parser(
+        "deliver", help="deliver an event to a run: taken now, held until it waits, or refused"
+    )
     add_database_url(parser)
     parser.add_argument("workflow", metavar="NAME", help="the workflow's table name")
     parser.add_argument("step", metavar="STEP", help="the step the event is for")
@@ -51,7 +54,7 @@ def add_deliver(commands: Commands) -> None:
 
 
 def run_deliver(args: argparse.Namespace) -> int:
-    """`duly deliver`: exit 0 when a run accepted the event, 1 when it refused it."""
+    """`duly deliver`: exit 0 when the run took or holds the event, 1 when it refused it."""
     try:
         url, _, _ = app_database(args, "duly deliver")
         body = delivery_body(args)

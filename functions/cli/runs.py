@@ -225,7 +225,7 @@ def runs_table(page: RunPage) -> str:
         lines.append([
             run.key,
             run.state,
-            run.row.get("next_step") or (f"({run.waiting_for})" if run.waiting_for else "-"),
+            next_step_of(run.row.get("next_step"), run.waiting_for),
             due.strftime("%Y-%m-%d %H:%M:%S") if due else "-",
             str(run.row.get("attempts", 0)),
             (error[0][:60] if error else "-"),
@@ -233,6 +233,14 @@ def runs_table(page: RunPage) -> str:
     if len(lines) == 1:
         return f"no {page.workflow} run matches"
     return aligned(lines, right={4})
+
+
+def next_step_of(step: str | None, waiting_for: str | None) -> str:
+    """A run's next step as the table says it: `chase (waits for pay)` for a wait with a
+    timeout, `(pay)` for one without, `-` when nothing is next."""
+    if waiting_for is None:
+        return step or "-"
+    return f"{step} (waits for {waiting_for})" if step else f"({waiting_for})"
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -87,7 +87,9 @@ FilterText = Annotated[str | None, Query(max_length=MAX_FILTER_TEXT)]
 DONE = {
     "started": "Started: the run is due now.",
     "run": "Done: {count} run(s) will run the step now.",
-    "deliver": "Delivered: {count} run(s) accepted the event.",
+    "deliver": "Delivered: the run took the event now.",
+    "held": "Held: the run is not waiting for this event yet; it holds it until it waits for "
+    "it, and drops it if it ends, fails or waits for another step first.",
     "cancel": "Cancelled: {count} run(s) were still live.",
 }
 
@@ -292,7 +294,8 @@ async def act_on_run(request: Request, workflow: str, key: str, action: str) -> 
             if not delivered:  # one run: one reason, said on its page
                 [reason] = delivered.refused or [MOVED_MEANWHILE]
                 return _back_to_run(info.name, key, action, 0, refused=reason)
-            count = delivered.accepted
+            # Taken now, or held until the run waits: the page says which.
+            return _back_to_run(info.name, key, "held" if delivered.held else action, 1)
         else:
             ran = RunRequest(step=chosen.name, args=args)
             count = await runs.run_step(info, ran, actor=console_actor(request), key=addressed)

@@ -3,7 +3,8 @@
 A direct event runs its operation (`functions.lambdas.work`), whose results are
 publish `{"ids", "stored", "duplicates", "kicked"}`, wake `{"steps", "caught_up", "slot",
 "invoked"}` (and `"reason"` when it did not work), drain `{"routed", "caught_up",
-"kicked"}`, deliver `{"accepted", "workflow", "step"}`; a mistake in it, an HTTP request
+"kicked"}`, deliver `{"workflow", "step", "accepted", "taken", "held", "refused",
+"message"}`; a mistake in it, an HTTP request
 among them, answers `{"error", "type"}` and writes nothing. Only `http` serves HTTP events
 (Function URL, HTTP API) through `functions.lambdas.http_events`, and under DULY_PUBLIC_URL
 it drops the event's `requestContext.authorizer` first. Every invocation's log lines are
@@ -48,7 +49,7 @@ def drain(event: Any, context: Any) -> dict[str, Any]:
 
 
 def deliver(event: Any, context: Any) -> dict[str, Any]:
-    """Deliver an outside event to the runs waiting for it; how many accepted."""
+    """Deliver an outside event to the runs named; how many took it, hold it, refused it."""
     return handle(work.deliver, event, context)
 
 

@@ -371,8 +371,9 @@ def _seconds(value: float) -> timedelta:
 
 
 async def deliver(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
-    """Deliver `step(**args)` to the runs named; how many accepted it (then a wake is kicked,
-    and the delivery recorded as the direct principal's)."""
+    """Deliver `step(**args)` to the runs named; how many took it, hold it, refused it and why
+    (when some accepted it, a wake is kicked and the delivery recorded as the direct
+    principal's)."""
     from functions.requests.lookup import find_writable
     from functions.requests.runs import addressed_subject, deliver_event, delivery_answer
 

@@ -286,7 +286,7 @@ async def deliver_event(
     info: WorkflowInfo, body: DeliverRequest, key: RunKey | None = None
 ) -> Delivery:
     """Deliver an event to the addressed runs (`key`'s, when the door's URL names it); how
-    many accepted it (waiting, or holding it), and the others' refusals by reason."""
+    many took it now, how many hold it until they wait, and the others' refusals by reason."""
     call = build_call(find_step(info, body.step), body.args)
     addressed = runs_addressed(info, body, key)
     if isinstance(addressed, RunKey):
@@ -298,12 +298,9 @@ async def deliver_event(
 
 
 def delivery_answer(info: WorkflowInfo, delivered: Delivery) -> dict[str, Any]:
-    """What every door answers for a delivery: how many accepted it; when some refused it or
-    none took it, the refusals by reason and a sentence that says why."""
-    answer: dict[str, Any] = {"workflow": info.name, "accepted": delivered.accepted}
-    if delivered.refused or not delivered.accepted:
-        answer |= {"refused": delivered.refused, "message": delivered.explanation()}
-    return answer
+    """What every door answers for a delivery: `taken` (now), `held` (until the run waits),
+    their sum `accepted`, `refused` by reason, and a sentence that says them."""
+    return {"workflow": info.name, **delivered.to_dict()}
 
 
 async def run_step(

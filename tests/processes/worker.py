@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from engine import configure_event_registry, run_workflows
 from engine.worker.options import LEASE
-from tests.apps import chain, limited, outbox
+from tests.apps import chain, effects, limited, outbox
 
 WORKFLOWS = {
     "chain3": chain.Chain,
@@ -24,6 +24,8 @@ WORKFLOWS = {
     "lookup": limited.Lookup,
     "burst": limited.Burst,
     "outbox": outbox.Outbox,
+    "charge": effects.Charge,
+    "parcel": effects.Parcel,
 }
 
 
@@ -56,8 +58,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--lease", type=float, default=LEASE.total_seconds())
     parser.add_argument("--idle", type=float, default=30.0)
-    logging.basicConfig(level=logging.WARNING)
-    asyncio.run(serve(parser.parse_args()))
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args()
+    logging.basicConfig(level=args.log_level)
+    asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

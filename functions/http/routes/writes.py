@@ -44,11 +44,14 @@ async def start_workflow(request: Request, name: str, body: StartRequest) -> dic
 
 @router.post("/workflows/{name}/deliver", responses=ADDRESSED, dependencies=[allow(Role.OPERATOR)])
 async def deliver_to_workflow(request: Request, name: str, body: DeliverRequest) -> dict[str, Any]:
-    """Deliver an event to the addressed runs; how many accepted it (waiting, or holding it).
+    """Deliver an event to the addressed runs; what each did with it, counted apart.
 
-    When some refused it, `refused` counts them by reason (`unknown_key`,
-    `waiting_for_other_step`, `deadline_passed`, `deduplicated`, `finished`,
-    ...) and `message` says why in a sentence.
+    `taken`: runs that were waiting for it and go on now; `held`: runs on
+    their way to a wait that keep it until they wait (and drop it if they
+    end, fail or wait for another step first); `accepted`: both; `refused`: the others
+    by reason (`unknown_key`, `waiting_for_other_step`, `deadline_passed`,
+    `deduplicated`, `holding_another_event`, `finished`, ...); `message`:
+    a sentence that says it all.
     """
     info = find_writable(connection_of(request), name)
     delivered = await runs.deliver_event(info, body)
