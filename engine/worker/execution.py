@@ -83,7 +83,9 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     started = time.perf_counter()
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    effects = ctx.committer.effects()
+    # The engine's own steps (an outbox route, whose handlers record their deliveries as
+    # they go) keep their effects apart: a handler's writes commit on their own.
+    effects = ctx.committer.effects(joined=not info.engine_owned)
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
