@@ -22,9 +22,9 @@ LAZY_MODULES: dict[str, str] = {
         "NotAllowedError NotAWorkflowError NotConnectedError NotFoundError NotInStepError "
         "NotRunningError RunBusyError SelfApprovalError StateWorkflowError StepError "
         "StepFailed StepTimeoutError SubmitterNotAllowedError TemplateInvalidError "
-        "TemplateNotActiveError UnsupportedTypeError WorkflowAlreadyCompletedError "
-        "WorkflowExecutionError "
-        "WorkflowExecutionNotFoundError WorkflowSubmissionError WorkflowTransitionError"
+        "TemplateNotActiveError UnsupportedTypeError WaitTimeoutError "
+        "WorkflowAlreadyCompletedError WorkflowExecutionError WorkflowExecutionNotFoundError "
+        "WorkflowSubmissionError WorkflowTransitionError"
     ),
     "engine.base.key_strength": "key_refusal",
     "engine.base.owned_tables": "declare_owned_tables OWNED_TABLES",
@@ -116,6 +116,7 @@ LAZY_MODULES: dict[str, str] = {
     "engine.runs.refusals": "Delivery MOVED_MEANWHILE REFUSAL_REASONS",
     "engine.runs.schedules": "SCHEDULE_ACTIONS ScheduleAction steer_schedule Steered",
     "engine.runs.start": "start_many",
+    "engine.runs.waiting": "wait_for_end",
     "engine.runs.workflow": "Workflow",
     "engine.tables": "declare_engine_tables EngineTables",
     "engine.views.activity": "activity",
@@ -180,6 +181,7 @@ if TYPE_CHECKING:
         TemplateInvalidError as TemplateInvalidError,
         TemplateNotActiveError as TemplateNotActiveError,
         UnsupportedTypeError as UnsupportedTypeError,
+        WaitTimeoutError as WaitTimeoutError,
         WorkflowAlreadyCompletedError as WorkflowAlreadyCompletedError,
         WorkflowExecutionError as WorkflowExecutionError,
         WorkflowExecutionNotFoundError as WorkflowExecutionNotFoundError,
@@ -414,6 +416,7 @@ if TYPE_CHECKING:
         steer_schedule as steer_schedule,
     )
     from engine.runs.start import start_many as start_many
+    from engine.runs.waiting import wait_for_end as wait_for_end
     from engine.runs.workflow import Workflow as Workflow
     from engine.tables import (
         EngineTables as EngineTables,

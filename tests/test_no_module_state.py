@@ -31,6 +31,7 @@ ALLOWED = {
     ("engine/tables.py", "_declared"): "a base's engine tables, keyed weakly by the base",
     ("engine/events/records.py", "_tables"): "an outbox class's sibling tables, by class",
     ("engine/events/deliveries.py", "_logs"): "a database engine's delivery logs, keyed weakly",
+    ("engine/runs/waiting.py", "_watches"): "a database engine's one LISTEN for ends, keyed weakly",
     # Immutable reads: a template version never changes once saved, and its id is a UUID.
     ("engine/graphs/design/model.py", "_graphs"): "bounded cache of never-changing versions",
     # Process-wide by nature.

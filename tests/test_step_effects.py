@@ -15,6 +15,8 @@ run it starts and rows it writes through `step_session()` exist exactly when its
   test_effects_gathered_at_once_share_one_transaction
 - a run started in a step comes due at the step's commit, not when its transaction began:
   test_a_run_started_in_a_step_comes_due_at_its_commit
+- an outbox handler's start commits on its own, as before (its delivery is recorded as it
+  goes): test_an_outbox_handlers_start_commits_on_its_own
 - the README's step that publishes, run as written, leaves all three effects or none:
   test_the_readmes_step_that_publishes_is_atomic
 (Across worker processes and a kill -9: tests/processes/test_effects_processes.py.)
@@ -31,9 +33,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
     DatabaseEventRegistry,
+    EventSettings,
     NotInStepError,
     Workflow,
     WorkflowEvent,
+    configure_event_registry,
     connect_workflows,
     declare_engine_tables,
     step,
@@ -202,3 +206,32 @@ async def test_a_run_started_in_a_step_comes_due_at_its_commit(db: Database) -> 
     # Not the time its transaction began: a worker's claim floor may have passed that.
     [(wake_at,)] = db.sql("SELECT wake_at FROM parcels")
     assert wake_at > body_still_running_at
+
+
+async def test_an_outbox_handlers_start_commits_on_its_own(db: Database) -> None:
+    """A handler records its delivery as it goes: what it starts must not wait for (and fall
+    with) the route step's commit, which here is fenced by a move of the outbox row."""
+    chosen = DatabaseEventRegistry(
+        outbox=effects.Outbox, settings=EventSettings(async_delivery=True)
+    )
+
+    calls: list[bool] = []
+
+    async def start_parcel(event: WorkflowEvent) -> None:
+        calls.append(await Parcel(reference=event.event_id).start(Parcel.pack))
+        if len(calls) == 1:  # the row moves meanwhile: this route's commit is fenced
+            db.sql(f"UPDATE {OUTBOX} SET wf_version = wf_version + 1")
+
+    chosen.register("charge.settled", start_parcel)
+    configure_event_registry(chosen)
+    try:
+        Session = await db.create(effects.Base.metadata)
+        async with connect_workflows(Session, workflows=[Parcel]):
+            await chosen.publish(WorkflowEvent("charge.settled", event_id="e1"))
+        await drain(Session, [effects.Outbox])
+    finally:
+        configure_event_registry(None)
+    # The parcel stands though its route's commit was fenced; the route ran again (a handler
+    # is at least once) and found it started.
+    assert db.sql("SELECT reference FROM parcels") == [("e1",)]
+    assert calls == [True, False]

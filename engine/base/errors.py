@@ -82,6 +82,14 @@ class RunBusyError(DulyError):
     """The run's step is running now: try again once it has committed."""
 
 
+class WaitTimeoutError(DulyError, TimeoutError):
+    """The run did not end within the wait; `run` is the run as it stood then."""
+
+    def __init__(self, run: object = None, message: str | None = None) -> None:
+        super().__init__(message)
+        self.run = run
+
+
 class BulkChangedError(DulyError):
     """What a bulk action was confirmed for has changed since its dry run: dry-run again."""
 

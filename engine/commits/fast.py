@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Boolean, Integer, Row, case, cast, func, select, update
+from sqlalchemy import Boolean, Integer, Row, case, cast, exists, func, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
@@ -46,6 +46,7 @@ from engine.model.companions import (
     unnest_arrays,
 )
 from engine.model.registry import WorkflowInfo
+from engine.runs.waiting import ended, ended_announcement
 
 STATEMENT_CACHE_SIZE = 256  # one statement per table and attempt log
 # Per-row values, in the order of the unnest() columns after the key columns; the attempt
@@ -204,12 +205,19 @@ def fast_statement(
             # and (for the log) its attempt record; nothing else, so rows come back narrow.
             v.c.v_position,
             v.c.v_announce,
+            ended(table).label("duly_ends"),
             *(v.c[f"v_{name}"] for name in logged_fields(attempt_log, failures)),
         )
         .cte("moved")
     )
     notified = case((moved.c.v_announce, announcement(table.name)), else_=None)
-    query = select(moved, notified.label("duly_notified"))
+    # Runs this statement ended are announced to their waiters once (`engine.runs.waiting`).
+    ends = select(ended_announcement(table.name)).where(
+        exists().where(moved.c.duly_ends).select_from(moved)
+    )
+    query = select(
+        moved, notified.label("duly_notified"), ends.scalar_subquery().label("duly_ended")
+    )
     if attempt_log is not None:
         records = log_values(lambda name: moved.c[f"v_{name}"], failures)
         query = query.add_cte(log_attempts(attempt_log, table.name, records, moved).cte("logged"))

@@ -1,10 +1,10 @@
 """Fenced writes, the typed path: a claimed row's change commits only if the row has not moved.
 
 Each row's outcome is a data-modifying CTE (`UPDATE ... WHERE key = :k AND wf_version =
-:claimed RETURNING`) with its attempt-log INSERT and its NOTIFY; several rows share one
-statement (`UNION ALL`), and a row missing from the result is the typed outcome "fenced".
-This path takes outcomes that change the row's own columns (typed by SQLAlchemy) or arm a
-wait; the rest take `fast`. Each shape of statement is built once and kept.
+:claimed RETURNING`) with its attempt-log INSERT and its NOTIFYs (work ready, a run ended);
+several rows share one statement (`UNION ALL`), and a row missing from the result is the
+typed outcome "fenced". This path takes outcomes that change the row's own columns (typed
+by SQLAlchemy) or arm a wait; the rest take `fast`. Each shape of statement is built once and kept.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from engine.commits.outcomes import FIELD_TYPES, Write, log_values, outcome_valu
 from engine.model.attempt_log import log_attempts
 from engine.model.registry import WorkflowInfo
 from engine.model.rows import key_arguments, key_clause, key_parameters
+from engine.runs.waiting import ended, ended_announcement
 
 STATEMENT_CACHE_SIZE = 512  # distinct statement shapes kept built
 
@@ -154,7 +155,14 @@ def _row_branch(
     if pending == "wait":
         ready_now = or_(ready_now, moved.c.waiting_for.is_(None))
     notified = case((ready_now, announcement(table.name)), else_=null().cast(Text))
-    branch = select(literal(index).label("duly_write"), *moved.c, notified.label("duly_notified"))
+    # A run this write ends is announced to its waiters (`engine.runs.waiting`).
+    told_ended = case((ended(moved), ended_announcement(table.name)), else_=null().cast(Text))
+    branch = select(
+        literal(index).label("duly_write"),
+        *moved.c,
+        notified.label("duly_notified"),
+        told_ended.label("duly_ended"),
+    )
     if logged and attempt_log is not None:
         logging = log_attempts(attempt_log, table.name, log_values(value, failure), moved)
         branch = branch.add_cte(logging.cte(f"logged_{moved.name}"))

@@ -30,7 +30,8 @@ class StepEffects:
 
     __slots__ = ("_after", "_before", "_conn", "_engine", "_idle_limit", "_lock", "_token")
 
-    def __init__(self, engine: AsyncEngine, idle_limit: timedelta) -> None:
+    def __init__(self, engine: AsyncEngine | None, idle_limit: timedelta) -> None:
+        """Effects written in `engine`; with None, the body runs outside any step's effects."""
         self._engine = engine
         self._idle_limit = idle_limit
         self._conn: AsyncConnection | None = None
@@ -39,7 +40,7 @@ class StepEffects:
         self._before: list[Callable[[AsyncConnection], Awaitable[None]]] = []
 
     def __enter__(self) -> StepEffects:
-        self._token = _current.set(self)
+        self._token = _current.set(self if self._engine is not None else None)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -57,6 +58,8 @@ class StepEffects:
                 self._lock = asyncio.Lock()
             async with self._lock:  # two effects gathered at once begin one transaction
                 if self._conn is None:
+                    if self._engine is None:
+                        raise NotInStepError("This step body writes its effects on its own.")
                     conn = await self._engine.connect()
                     try:
                         await conn.begin()

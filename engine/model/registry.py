@@ -68,6 +68,15 @@ class WorkflowInfo:
         """Whether its rows are the engine's own (an `EngineOwned` mixin's), not callers' runs."""
         return issubclass(self.cls, EngineOwned)
 
+    @property
+    def entry_steps(self) -> tuple[str, ...]:
+        """The steps declared `@step(entry=True)`; empty when none is, and all may start runs."""
+        return tuple(name for name, found in self.steps.items() if found.entry)
+
+    def starts_at(self, step: Step[Any, Any]) -> bool:
+        """Whether a door may start a run at `step`: an entry step, or any when none is declared."""
+        return step.entry or not self.entry_steps
+
     def resolve(self, name: str | None) -> Step[Any, Any] | None:
         """The step a row naming `name` runs (by its name or an alias), or None if none has it."""
         return self.named.get(name) if name is not None else None

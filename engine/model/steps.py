@@ -80,6 +80,7 @@ class Step(Generic[W, P]):
         aliases: tuple[str, ...] = (),
         stop_on: tuple[type[BaseException], ...] = (),
         timeout: timedelta | None = None,
+        entry: bool = False,
     ) -> None:
         plain = not inspect.iscoroutinefunction(fn)
         generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
@@ -96,6 +97,7 @@ class Step(Generic[W, P]):
         # What fails the run at once: duly's own StepFailed, and the errors the step names.
         self.stop_on: tuple[type[BaseException], ...] = (StepFailed, *stop_on)
         self.timeout = timeout
+        self.entry = entry  # declared a step runs may be started at from outside
         self.name = fn.__name__
         self.owner: type[Any] | None = None
         self.signature = inspect.signature(fn)
@@ -362,6 +364,7 @@ def step(
     aliases: Iterable[str] = (),
     stop_on: Iterable[type[BaseException]] | type[BaseException] = (),
     timeout: timedelta | float | None = None,
+    entry: bool = False,
 ) -> Callable[[Callable[Concatenate[W, P], object]], Step[W, P]]: ...
 def step(
     fn: Callable[Concatenate[W, P], object] | None = None,
@@ -374,25 +377,36 @@ def step(
     aliases: Iterable[str] = (),
     stop_on: Iterable[type[BaseException]] | type[BaseException] = (),
     timeout: timedelta | float | None = None,
+    entry: bool = False,
 ) -> Step[W, P] | Callable[[Callable[Concatenate[W, P], object]], Step[W, P]]:
     """Declare a workflow step: `@step`, or `@step(retries=3, backoff=..., lane=...)`.
 
     `aliases` are the names this step had before a rename: a row that still
     names one runs this step (see `engine.model.registry`). `stop_on` errors
     (and `StepFailed`) fail the run without a retry; `timeout` (a timedelta or
-    seconds) bounds each attempt.
+    seconds) bounds each attempt; `entry=True` steps are where doors start runs.
     """
     if retries < 0:
         raise ConfigurationError(f"retries must be zero or more, not {retries}.")
     if backoff <= timedelta(0) or max_backoff < backoff:
         raise ConfigurationError("backoff must be positive and no longer than max_backoff.")
+    if not isinstance(entry, bool):
+        raise ConfigurationError(f"entry must be True or False, not {entry!r}.")
     policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
     former = _check_aliases(aliases)
     stopping = _check_stop_on(stop_on)
     limit = _check_timeout(timeout)
 
     def decorate(f: Callable[Concatenate[W, P], object]) -> Step[W, P]:
-        return Step(f, retry=policy, lane=lane, aliases=former, stop_on=stopping, timeout=limit)
+        return Step(
+            f,
+            retry=policy,
+            lane=lane,
+            aliases=former,
+            stop_on=stopping,
+            timeout=limit,
+            entry=entry,
+        )
 
     return decorate(fn) if fn is not None else decorate
 

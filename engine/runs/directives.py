@@ -17,6 +17,15 @@ from typing import Any, TypeAlias
 from engine.base.errors import InvalidArgumentError, NotADirectiveError, StepError
 from engine.model.steps import Call, Step, as_call, as_call_unchecked, check_owner
 from engine.runs.fanout import FanOut
+from engine.runs.policies import (
+    DEFAULT_POLICY,
+    Following,
+    Missed,
+    Overlap,
+    SchedulePolicy,
+    on_grid,
+    schedule_policy,
+)
 
 
 @dataclass(frozen=True)
@@ -43,26 +52,33 @@ class Every:
 
     call: Call[Any]
     schedule: Schedule
+    policy: SchedulePolicy = DEFAULT_POLICY
 
     def next_after(self, scheduled_at: datetime, now: datetime) -> datetime:
-        """The next occurrence: strictly after `now`, missed ones collapsed into this run.
+        """The next occurrence: strictly after `now` (the default policy: missed ones skipped).
 
         An interval counts from the occurrence this run served, not from when
         the step finished, so a slow step does not push the schedule later.
         """
+        return self.following_from(scheduled_at)(max(scheduled_at, now))
+
+    def following_from(self, served: datetime) -> Following:
+        """The schedule's occurrences, an interval's on the grid of the occurrence `served`."""
         if isinstance(self.schedule, timedelta):
-            missed = max((now - scheduled_at) // self.schedule, 0)
-            return scheduled_at + self.schedule * (missed + 1)
-        following = self.schedule(max(scheduled_at, now))
+            return on_grid(self.schedule, served)
+        return self._asked
+
+    def _asked(self, at: datetime) -> datetime:
+        following = self.schedule(at)  # type: ignore[operator]
         if not isinstance(following, datetime) or following.tzinfo is None:
             raise NotADirectiveError(
                 f"The schedule of {self.call.step.qualname} returned {following!r}: it must "
                 "return an aware datetime."
             )
-        if following <= now:
+        if following <= at:
             raise NotADirectiveError(
                 f"The schedule of {self.call.step.qualname} returned {following.isoformat()}, "
-                f"which is not after {now.isoformat()}."
+                f"which is not after {at.isoformat()}."
             )
         return following
 
@@ -86,8 +102,19 @@ def wake_in(target: Step[Any, Any] | Call[Any], delay: timedelta) -> WakeIn:
     return WakeIn(as_call(target), max(delay, timedelta(0)))
 
 
-def every(target: Step[Any, Any] | Call[Any], schedule: Schedule) -> Every:
-    """Run `target` now and then again on `schedule`, for as long as it keeps succeeding."""
+def every(
+    target: Step[Any, Any] | Call[Any],
+    schedule: Schedule,
+    *,
+    missed: Missed = "skip",
+    up_to: int | None = None,
+    overlap: Overlap = "skip",
+    stop_on_failure: bool = False,
+) -> Every:
+    """Run `target` on `schedule`; `missed`, `overlap` and `stop_on_failure` are its policies.
+
+    missed: "skip", "once" or "each" (with `up_to`); overlap: "skip" or "queue".
+    """
     if isinstance(schedule, timedelta):
         if schedule <= timedelta(0):
             raise InvalidArgumentError(f"every() needs a positive interval, not {schedule}.")
@@ -96,7 +123,8 @@ def every(target: Step[Any, Any] | Call[Any], schedule: Schedule) -> Every:
             "every() takes a timedelta, a Cron, or a function of the current time, not "
             f"{type(schedule).__name__}."
         )
-    return Every(as_call(target), schedule)
+    policy = schedule_policy(missed, up_to, overlap, stop_on_failure)
+    return Every(as_call(target), schedule, policy)
 
 
 def wait_for(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
@@ -45,6 +46,7 @@ from engine.model.steps import Call, Step, as_call, check_owner
 from engine.runs.fanout import children_finished
 from engine.runs.keys import RunKey
 from engine.runs.refusals import DEDUPLICATED, MOVED_MEANWHILE, UNKNOWN_KEY, Delivery
+from engine.runs.waiting import ended_announcement, wait_for_end
 
 W = TypeVar("W")
 
@@ -149,6 +151,15 @@ class Handle(Generic[W]):
             await children_finished(conn, [row.parent for row in ended if row.parent], self._info)
         return len(ended)
 
+    async def wait(self, timeout: float | timedelta) -> W:
+        """The one matching run once it has ended (finished, failed, cancelled), read then.
+
+        Woken by the database's notification of its end; past `timeout` (seconds)
+        raises `WaitTimeoutError`, whose `run` is the row as it stands. No run: `NotFoundError`.
+        """
+        row: W = await wait_for_end(self._info, self._where, timeout)
+        return row
+
     async def get(self) -> W | None:
         """The one matching run, or None; more than one is an error."""
         rows = await self._select(limit=2)
@@ -210,7 +221,8 @@ def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -
     """End the live matching runs where they stand; each one's parent, to count down.
 
     A cancelled run says so: `last_error` is `CANCELLED` (an error the engine
-    writes is always `Type: message`, so the word alone cannot be one).
+    writes is always `Type: message`, so the word alone cannot be one). Its end is
+    announced to waiters in the same transaction.
     """
     table = info.table
     return (
@@ -228,7 +240,7 @@ def cancel_statement(info: WorkflowInfo, where: Sequence[ColumnElement[bool]]) -
             last_error=CANCELLED,
             wf_version=table.c.wf_version + 1,
         )
-        .returning(table.c.parent)
+        .returning(table.c.parent, ended_announcement(table.name).label("duly_ended"))
     )
 
 

@@ -174,8 +174,10 @@ def _steered(
         if not paused:
             return entry, wake_at
         following = next_occurrence(entry, now)
-        entry.pop("paused", None)
-        entry.pop("due", None)
-        return entry, following
+        for held in ("paused", "due", "behind"):
+            entry.pop(held, None)
+        return entry | {"occurrence": following.isoformat()}, following
     # Trigger: due now. A paused run fires once and stays paused (the worker keeps it so).
-    return entry, now
+    # The firing serves the trigger's instant, so an interval counts on from it.
+    entry.pop("behind", None)
+    return entry | {"occurrence": now.isoformat()}, now

@@ -82,9 +82,10 @@ class Committer:
         if not self._pending:
             await self._connection.close()
 
-    def effects(self) -> StepEffects:
-        """A step attempt's effects, in a transaction of this committer's database."""
-        return StepEffects(self._transactions, timedelta(seconds=self._lease))
+    def effects(self, joined: bool = True) -> StepEffects:
+        """A step attempt's effects, in a transaction of this committer's database; with
+        `joined` False the body's effects commit on their own, as outside a step."""
+        return StepEffects(self._transactions if joined else None, timedelta(seconds=self._lease))
 
     async def write(self, write: Write) -> Row[Any] | None:
         """Queue `write` and wait for the row as written, or None when fenced."""

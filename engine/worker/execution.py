@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,7 +34,16 @@ from engine.model.rows import refresh_row, user_changes
 from engine.model.steps import Call, RetryPolicy, Step, decode_arguments
 from engine.runs.directives import Directive, Every, RunNow, WaitFor, WakeIn, read_directive
 from engine.runs.fanout import FanOut
-from engine.runs.schedules import SCHEDULE_ENTRY, paused_entry, schedule_entry
+from engine.runs.policies import (
+    Plan,
+    firing_entry,
+    plan_firing,
+    policy_of,
+    served_by,
+    started_by,
+    stored_following,
+)
+from engine.runs.schedules import SCHEDULE_ENTRY, schedule_entry
 from engine.worker.committer import TRANSIENT_ERRORS, Committer
 from engine.worker.failures import failure_arguments, failure_traceback
 
@@ -74,19 +83,22 @@ async def execute(ctx: StepContext, claim: Claim, row: Any) -> Continuation | No
     started = time.perf_counter()
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    effects = ctx.committer.effects()
+    # The engine's own steps (an outbox route, whose handlers record their deliveries as
+    # they go) keep their effects apart: a handler's writes commit on their own.
+    effects = ctx.committer.effects(joined=not info.engine_owned)
 
     async def fail(exc: BaseException) -> None:
         policy = step.retry if step is not None else RetryPolicy()
-        if step is not None and isinstance(exc, step.stop_on):
-            policy = RetryPolicy()  # an error the step says no retry can mend
+        stops = step is not None and isinstance(exc, step.stop_on)
+        if stops:
+            policy = RetryPolicy()  # an error the step says no retry can mend: the run stops
         elif isinstance(exc, TypeError) and step is not None:
             misfit = _misfit_arguments(step, row, args, kwargs)
             if misfit is not None:
                 # Arguments stored for an older signature fail the same way every time.
                 misfit.__cause__ = exc
                 exc, policy = misfit, RetryPolicy()
-        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took)
+        await _record_failure(ctx, claim, row, name, exc, failures + 1, policy, took, stops)
 
     try:
         if step is None:
@@ -217,12 +229,16 @@ async def _record_failure(
     failures: int,
     policy: RetryPolicy,
     took: float,
+    stops: bool = False,  # a stop_on error: the run stops, on a schedule or not
 ) -> None:
     # What the run, its log and the worker's own log keep of the failure, its secrets scrubbed.
     error = scrub_secrets(f"{type(exc).__name__}: {exc}")[:ERROR_TEXT_LIMIT]
     trace = failure_traceback(exc)
     delay = policy.delay_after(failures)
-    if delay is None:
+    going_on = _schedule_goes_on(claim, row, error) if delay is None and not stops else None
+    if going_on is not None:
+        outcome, verdict = going_on, "failed"  # the schedule goes on to its next firing
+    elif delay is None:
         outcome = Outcome(
             None,
             None,
@@ -236,7 +252,7 @@ async def _record_failure(
         # The same step again, with the same arguments, once the backoff has passed.
         outcome = Outcome(
             name,
-            row.next_args,
+            _retrying_args(claim, row),
             attempts=failures,
             last_error=error,
             wake_after=delay,
@@ -340,7 +356,7 @@ def _outcome_for(
         # Nothing scheduled until the last child finishes; the commit counts them.
         return Outcome(directive.then.step.name, directive.then.encoded)
     if isinstance(directive, Every):
-        return _scheduled(directive, claim, paused_entry(served_args))
+        return _scheduled(directive, claim, served_args)
     call = directive.call
     return Outcome(call.step.name, call.encoded, wake_after=timedelta(0), hold=hold)
 
@@ -369,19 +385,74 @@ def _waiting(directive: WaitFor, claim: Claim) -> Outcome:
     )
 
 
-def _scheduled(directive: Every, claim: Claim, paused: bool) -> Outcome:
+def _scheduled(directive: Every, claim: Claim, served_args: dict[str, Any] | None) -> Outcome:
     """The row back on its schedule, which travels in next_args for the schedules view.
 
     A paused run fired by a trigger stays paused: nothing is due until it is resumed.
     """
-    wake_at = _next_occurrence(directive, claim)
+    stored = _schedule_of(served_args) or {}
+    now, served = claim.database_now(), served_by(stored, claim.scheduled_at)
+    if now is None or served is None:
+        raise InternalError("A scheduled step needs the time its claim was taken.")
+    policy = directive.policy
+    if policy.catching_up:
+        started = started_by(stored, claim.claimed_at) or now
+        following = directive.following_from(served)
+        plan = plan_firing(following, policy, served, started, now, stored)
+    else:
+        plan = Plan(directive.next_after(served, now))
+    described = schedule_entry(directive.schedule, claim.claimed_at)
+    entry, wake_at = firing_entry(described, policy, plan, now, bool(stored.get("paused")))
     call = directive.call
-    entry = schedule_entry(directive.schedule, claim.claimed_at, wake_at if paused else None)
-    next_args = {**call.encoded, SCHEDULE_ENTRY: entry}
     # Going back round a schedule drops a held event.
     return Outcome(
-        call.step.name, next_args, wake_at=None if paused else wake_at, pending="discard"
+        call.step.name, {**call.encoded, SCHEDULE_ENTRY: entry}, wake_at=wake_at, pending="discard"
     )
+
+
+def _schedule_goes_on(claim: Claim, row: Any, error: str) -> Outcome | None:
+    """A scheduled firing that finally failed: its run on to the next firing, its failure
+    kept in last_error; None when the schedule ends (stop_on_failure, or none to ask again)."""
+    stored = _schedule_of(row.next_args)
+    now = claim.database_now()
+    served = served_by(stored or {}, claim.scheduled_at)
+    if stored is None or stored.get("stop_on_failure") or now is None or served is None:
+        return None
+    following = stored_following(stored, served)
+    if following is None:
+        return None
+    policy = policy_of(stored)
+    started = started_by(stored, claim.claimed_at) or now
+    try:
+        plan = plan_firing(following, policy, served, started, now, stored)
+    except Exception:  # a function schedule that raises now: the schedule ends, as it would
+        log.exception("%s: its schedule could not be asked for its next firing", _label(claim))
+        return None
+    described = {**stored, "fired_at": claim.claimed_at.isoformat() if claim.claimed_at else None}
+    entry, wake_at = firing_entry(described, policy, plan, now, bool(stored.get("paused")))
+    return Outcome(
+        row.next_step,
+        {**row.next_args, SCHEDULE_ENTRY: entry},
+        attempts=0,  # the next firing gets its own retries
+        last_error=error,
+        wake_at=wake_at,
+        pending="discard",
+        recent_event_keys=_taken_keys(row),
+    )
+
+
+def _retrying_args(claim: Claim, row: Any) -> dict[str, Any] | None:
+    """A retried firing's arguments, its entry keeping when the firing's first attempt began."""
+    stored = _schedule_of(row.next_args)
+    if stored is None or "started" in stored or claim.claimed_at is None:
+        return row.next_args  # type: ignore[no-any-return]
+    started = {**stored, "started": claim.claimed_at.isoformat()}
+    return {**row.next_args, SCHEDULE_ENTRY: started}
+
+
+def _schedule_of(next_args: dict[str, Any] | None) -> dict[str, Any] | None:
+    entry = (next_args or {}).get(SCHEDULE_ENTRY)
+    return entry if isinstance(entry, dict) else None
 
 
 def _parent_if_final(row: Any, outcome: Outcome) -> dict[str, Any] | None:
@@ -397,13 +468,6 @@ def _taken_keys(row: Any) -> list[str] | None:
     if key is None:
         return None
     return [*(row.recent_event_keys or []), key][-RECENT_EVENT_KEYS:]
-
-
-def _next_occurrence(directive: Every, claim: Claim) -> datetime:
-    now = claim.database_now()
-    if now is None or claim.scheduled_at is None:
-        raise InternalError("A scheduled step needs the time its claim was taken.")
-    return directive.next_after(claim.scheduled_at, now)
 
 
 def _ms_since(started: float) -> float:

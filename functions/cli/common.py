@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
@@ -27,6 +29,8 @@ from functions.command_line import (
     put_cwd_on_path,
     say_when_examples_serve,
 )
+from functions.requests.errors import InputError
+from functions.requests.runs import parse_body
 from infra.schema import load_app
 from infra.settings import data_dir, database_url
 
@@ -34,6 +38,7 @@ from infra.settings import data_dir, database_url
 DatabaseCommand = Callable[[async_sessionmaker[AsyncSession]], Awaitable[int]]
 # The `duly` parser's subcommands: each command module's `add_*` declares its own on them.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Body = TypeVar("Body", bound=BaseModel)
 DEV_DATABASE_DEFAULT = "DULY_DATABASE_URL, else that of the duly dev running here"
 
 
@@ -181,3 +186,20 @@ def unreachable(exc: Exception) -> int:
     reason = first_line(getattr(exc, "orig", None) or exc, "unknown")
     print(f"duly: the database refused or cannot be reached: {reason}", file=sys.stderr)
     return FAILURE
+
+
+def command_body(
+    model: type[Body], args: argparse.Namespace, document: dict[str, Any], *given: str
+) -> Body:
+    """The request body the options spell (`given` options read as JSON objects); a
+    ValueError naming what is not JSON or what the request layer refuses."""
+    for option in given:
+        text = getattr(args, option)
+        try:
+            document[option] = json.loads(text)
+        except ValueError:
+            raise ValueError(f"--{option} is not JSON: {text[:80]!r}.") from None
+    try:
+        return parse_body(model, document)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None

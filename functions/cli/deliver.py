@@ -21,18 +21,17 @@ from functions.cli.common import (
     Commands,
     add_database_url,
     app_database,
+    command_body,
     on_database,
     set_up_refused,
 )
 from functions.cli.output import refused
 from functions.command_line import FAILURE
-from functions.requests.errors import InputError
 from functions.requests.lookup import find_writable
 from functions.requests.runs import (
     DeliverRequest,
     deliver_event,
     delivery_answer,
-    parse_body,
     url_key,
 )
 
@@ -68,20 +67,12 @@ def run_deliver(args: argparse.Namespace) -> int:
 
 def delivery_body(args: argparse.Namespace) -> DeliverRequest:
     """The request body the options spell; ValueError naming what is not JSON."""
-    try:
-        given = json.loads(args.args)
-    except ValueError:
-        raise ValueError(f"--args is not JSON: {args.args[:80]!r}.") from None
     document = {
         "step": args.step,
-        "args": given,
         "idempotency_key": args.idempotency_key,
         "restart": args.restart,
     }
-    try:
-        return parse_body(DeliverRequest, document)
-    except InputError as exc:
-        raise ValueError(str(exc)) from None
+    return command_body(DeliverRequest, args, document, "args")
 
 
 async def deliver(

@@ -22,6 +22,7 @@ from functions.cli.outbox import add_outbox
 from functions.cli.prune import add_prune
 from functions.cli.runs import add_runs
 from functions.cli.schedules import add_schedules
+from functions.cli.start import add_start
 
 # Every command group's declaration, in the order `duly --help` lists them.
 COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
@@ -29,6 +30,7 @@ COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
     add_outbox,  # drain, replay-dead-letters
     add_runs,  # status, runs, show
     add_schedules,
+    add_start,
     add_deliver,
     add_prune,
     add_bulk,

@@ -1,11 +1,16 @@
-"""`duly status`, `duly runs` and `duly show`: the operators' reads, as tables or JSON."""
+"""`duly status`, `duly runs` and `duly show`: the operators' reads, as tables or JSON.
+
+`duly show --wait SECONDS` waits for the run to end first, as the API's `?wait=` does.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -23,6 +28,7 @@ from engine import (
     RunDetail,
     RunFilter,
     RunPage,
+    WaitTimeoutError,
     WorkflowCounts,
     connect_workflows,
     find_workflow,
@@ -31,6 +37,7 @@ from engine import (
     overview,
     parse_filter,
     run_detail,
+    wait_for_end,
 )
 from functions.cli.common import (
     SET_UP_ERRORS,
@@ -90,8 +97,25 @@ def add_runs(commands: Commands) -> None:
         "--failures", action="store_true", help="every failed attempt's arguments and "
         "traceback shown (default: the newest one's)"
     )  # fmt: skip
+    show.add_argument(
+        "--wait",
+        type=wait_seconds,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the run to end (finished, failed, cancelled), then show it",
+    )
     show.add_argument("--json", action="store_true", help="print JSON, for scripts")
     show.set_defaults(command=run_show)
+
+
+def wait_seconds(given: str) -> float:
+    """`--wait`'s value: a number of seconds, 0 or more."""
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds, 0 or more, not {given!r}")
+    return seconds
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -240,6 +264,9 @@ async def print_run(
         try:
             info = find_workflow(connection, args.workflow)
             key = url_key(info, args.key)
+            if args.wait:
+                with contextlib.suppress(WaitTimeoutError):
+                    await wait_for_end(info, key.where(info), args.wait)
             detail = await run_detail(connection, info, key, attempts=max(args.attempts, 0))
         except DulyError as exc:
             return refused(exc)

@@ -65,7 +65,7 @@ from functions.identity.actors import console_actor
 from functions.identity.principal import Role
 from functions.requests import runs
 from functions.requests.errors import InputError, from_validation, problems_of
-from functions.requests.lookup import find_step, find_workflow, find_writable
+from functions.requests.lookup import find_entry_step, find_step, find_workflow, find_writable
 from functions.requests.runs import (
     CancelRequest,
     DeliverRequest,
@@ -181,7 +181,7 @@ async def start_form(
 ) -> HTMLResponse:
     """The form that starts a run: its row's columns, its first step and that step's arguments."""
     info = _writable(request, workflow)
-    chosen = _step_of(info, step)
+    chosen = _step_of(info, step, starting=True)
     return _start_page(request, info, chosen, {}, {}, [])
 
 
@@ -190,7 +190,7 @@ async def start_run(request: Request, workflow: str) -> Response:
     """Start the run the form describes, through the API's `POST /workflows/{name}/start`."""
     info = _writable(request, workflow)
     form = await request.form()
-    chosen = _step_of(info, _text(form.get("step")))
+    chosen = _step_of(info, _text(form.get("step")), starting=True)
     typed = raw_values(form, ("row", "args"))
     row_fields = fields_of(columns_of(info).model, "row")
     arg_fields = fields_of(chosen.arguments.model, "args")
@@ -220,7 +220,7 @@ def _start_page(
         "title": f"Start a run of {info.name}",
         "info": info,
         "step": chosen,
-        "steps": list(info.steps),
+        "steps": list(info.entry_steps or info.steps),  # only those a run may start at
         "row_fields": fields_of(columns_of(info).model, "row"),
         "arg_fields": fields_of(chosen.arguments.model, "args"),
         "typed": typed,
@@ -464,13 +464,13 @@ def _back_to_run(
     return RedirectResponse(target, status_code=303)
 
 
-def _step_of(info: WorkflowInfo, name: str | None) -> Step[Any, Any]:
-    """The step named (`find_step`, as the API finds it), or the workflow's first."""
+def _step_of(info: WorkflowInfo, name: str | None, *, starting: bool = False) -> Step[Any, Any]:
+    """The step named, as the API finds it (to start a run: an entry step), or the first."""
     if not info.steps:
         raise HTTPException(404, f"Workflow {info.name} has no steps.")
     if not name:
-        return next(iter(info.steps.values()))
-    return find_step(info, name)
+        return info.steps[((info.entry_steps if starting else ()) or tuple(info.steps))[0]]
+    return find_entry_step(info, name) if starting else find_step(info, name)  # 400 page
 
 
 def _run_key(info: WorkflowInfo, key: str) -> RunKey:

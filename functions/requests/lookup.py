@@ -29,7 +29,7 @@ from engine import (
     key_text,
     outbox_tables_of,
 )
-from functions.requests.errors import from_validation
+from functions.requests.errors import InputError, from_validation
 
 __all__ = [
     "MAX_TEXT",
@@ -80,6 +80,19 @@ def find_step(info: WorkflowInfo, name: Any) -> Step[Any, Any]:
     if found is None:
         steps = ", ".join(info.steps) or "none"
         raise NotFoundError(f"Workflow {info.name} has no step {checked!r}; its steps: {steps}.")
+    return found
+
+
+def find_entry_step(info: WorkflowInfo, name: Any) -> Step[Any, Any]:
+    """The step `name` of `info` when a run may be started at it from outside (an entry
+    step, or any when `info` declares none); an InputError at `step` naming those it may."""
+    found = find_step(info, name)
+    if not info.starts_at(found):
+        raise InputError.at(
+            ("step",),
+            f"{found.name} is not an entry step of {info.name}: a run starts at "
+            f"{' or '.join(info.entry_steps)}.",
+        )
     return found
 
 

@@ -56,7 +56,7 @@ from functions.requests.errors import (
     RowRefusedError,
     from_validation,
 )
-from functions.requests.lookup import StepName, find_step
+from functions.requests.lookup import StepName, find_entry_step, find_step
 from functions.requests.nesting import JsonObject, check_nesting
 
 MAX_IDEMPOTENCY_KEY = 200  # characters
@@ -268,7 +268,7 @@ def _matched(info: WorkflowInfo, columns: Columns, name: str, value: Any) -> Col
 async def start_run(info: WorkflowInfo, body: StartRequest, *, actor: AuditActor) -> dict[str, Any]:
     """Insert a run and its first step, recording `actor`; ConflictError when a unique key
     already has a run."""
-    call = build_call(find_step(info, body.step), body.args)
+    call = build_call(find_entry_step(info, body.step), body.args)
     row = info.cls(**row_values(info, body.row))
     try:
         started = await start_recorded(info, row, call, actor)

@@ -85,6 +85,8 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
                 continue
             bodies = []
             for step in info.steps.values():
+                if action == "start" and not info.starts_at(step):
+                    continue  # runs start only at its entry steps, when it declares some
                 body = _step_body(action, step, refs[(step.arguments.model, "validation")])
                 if action == "start":
                     body["properties"]["row"] = row_ref

@@ -7,6 +7,7 @@ queries too), so all of them show the same runs in the same order. The older pat
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -17,10 +18,12 @@ from engine import (
     EventTables,
     NotFoundError,
     RunFilter,
+    WaitTimeoutError,
     list_runs,
     overview as operator_overview,
     parse_filter,
     run_detail,
+    wait_for_end,
 )
 from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
@@ -36,6 +39,7 @@ from functions.identity.principal import Role
 DEFAULT_LIMIT = 50  # runs per page
 MAX_LIMIT = 500  # runs per page
 MAX_OFFSET = 10**9  # runs a page may skip
+MAX_WAIT = 30.0  # seconds a read may wait for its run to end
 RunState = Literal["running", "waiting", "scheduled", "retrying", "finished", "failed", "cancelled"]
 RunOrder = Literal["newest", "soonest"]
 
@@ -150,10 +154,33 @@ async def list_workflow_runs(
     deprecated=True,
     summary="Workflow Run (an older path of GET /workflows/{name}/runs/{key})",
 )
-async def workflow_run(request: Request, name: str, key: str) -> dict[str, Any]:
-    """One run: its row, its state, what it waits for, and its history when a log is mapped."""
+async def workflow_run(
+    request: Request,
+    name: str,
+    key: str,
+    wait: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_WAIT,
+            allow_inf_nan=False,
+            description=f"Seconds to wait, at most {MAX_WAIT:g}, for the run to end "
+            "(finished, failed, cancelled): answered as soon as it has, or at the bound "
+            "with the run as it stands.",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """One run: its row, its state, what it waits for, and its history when a log is mapped.
+
+    With `wait`, a long poll: the answer comes once the run has ended, woken by
+    the database's notification, or when the wait is up.
+    """
     connection = connection_of(request)
     info = find_workflow(connection, name)
-    detail = await run_detail(connection, info, url_key(info, key, ("path", "key")))
+    run_key = url_key(info, key, ("path", "key"))
+    if wait:
+        with contextlib.suppress(WaitTimeoutError):
+            await wait_for_end(info, run_key.where(info), wait)
+    detail = await run_detail(connection, info, run_key)
     found: dict[str, Any] = jsonable_encoder(detail.to_dict())
     return found
