@@ -1,0 +1,45 @@
+"""Lambda SnapStart's runtime hooks: no connection in a snapshot, no shared random state after it.
+
+With SnapStart on, Lambda snapshots a published version's container once its init is
+done, and starts new containers from that snapshot. `before_snapshot` closes what must not
+be in it: the runtime's engine is disposed (every pooled connection closed), its container,
+loop and boto3 clients dropped, all made afresh by the first invocation after a restore.
+`after_restore` re-seeds `random` (and so `uuid1`'s clock sequence), which every container
+restored from one snapshot would otherwise share. `register` hands both to
+snapshot-restore-py, part of Lambda's Python runtimes; where it is not installed it
+registers nothing. Why: docs/architecture.md, "On AWS Lambda".
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+
+from functions.lambdas.runtime import existing
+
+HOOKS_MODULE = "snapshot_restore_py"
+
+
+def before_snapshot() -> None:
+    """Close every connection the container holds: the engine's pool, the AWS clients'."""
+    rt = existing()
+    if rt is not None:
+        rt.close()
+
+
+def after_restore() -> None:
+    """Re-seed what each restored container must not share: `random`'s state. Anything still
+    held is dropped as before a snapshot (a no-op after `before_snapshot`)."""
+    random.seed()  # from os.urandom, this container's own
+    before_snapshot()
+
+
+def register() -> bool:
+    """Register the hooks with snapshot-restore-py when it imports; whether they were."""
+    try:
+        hooks = importlib.import_module(HOOKS_MODULE)
+    except ImportError:
+        return False
+    hooks.register_before_snapshot(before_snapshot)
+    hooks.register_after_restore(after_restore)
+    return True
