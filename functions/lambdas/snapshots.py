@@ -4,8 +4,8 @@ With SnapStart on, Lambda snapshots a published version's container once its ini
 done, and starts new containers from that snapshot. `before_snapshot` closes what must not
 be in it: the runtime's engine is disposed (every pooled connection closed), its container,
 loop and boto3 clients dropped, all made afresh by the first invocation after a restore.
-`after_restore` re-seeds `random` (and so `uuid1`'s clock sequence), which every container
-restored from one snapshot would otherwise share. `register` hands both to
+`after_restore` gives `random` a fresh state from `os.urandom` (and so `uuid1` a fresh clock
+sequence): every container restored from one snapshot would otherwise share the one it held. `register` hands both to
 snapshot-restore-py, part of Lambda's Python runtimes; where it is not installed it
 registers nothing. Why: docs/architecture.md, "On AWS Lambda".
 """
@@ -28,9 +28,10 @@ def before_snapshot() -> None:
 
 
 def after_restore() -> None:
-    """Re-seed what each restored container must not share: `random`'s state. Anything still
-    held is dropped as before a snapshot (a no-op after `before_snapshot`)."""
-    random.seed()  # from os.urandom, this container's own
+    """Give this container what it must not share with the others restored from its snapshot:
+    `random`'s state, drawn afresh. Anything still held is dropped as before a snapshot (a
+    no-op after `before_snapshot`)."""
+    random.setstate(random.Random().getstate())  # a new Random() reads os.urandom
     before_snapshot()
 
 
