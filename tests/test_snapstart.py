@@ -53,6 +53,7 @@ RESTORE = textwrap.dedent(
     """
 )
 
+
 async def test_before_snapshot_closes_every_connection_and_the_next_call_reconnects(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,6 +98,7 @@ def test_after_restore_gives_each_restored_container_random_values_of_its_own() 
     assert hooked[0]["drawn"] != hooked[1]["drawn"]
     assert hooked[0]["before"] == ["functions.lambdas.snapshots.before_snapshot"]
     assert hooked[0]["after"] == ["functions.lambdas.snapshots.after_restore"]
+
 
 def test_without_snapshot_restore_py_the_entries_import_and_register_nothing() -> None:
     probe = (

@@ -537,9 +537,7 @@ def test_snapstart_is_an_option_on_every_serving_function_behind_its_alias(
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     template: dict[str, Any] = load(str(TEMPLATE))
-    assert template["Conditions"]["UseSnapStart"] == {
-        "Fn::Equals": [{"Ref": "SnapStart"}, "true"]
-    }
+    assert template["Conditions"]["UseSnapStart"] == {"Fn::Equals": [{"Ref": "SnapStart"}, "true"]}
     assert template["Globals"]["Function"]["AutoPublishAlias"] == "live"
     on = {"Fn::If": ["UseSnapStart", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
     for name in (*SERVING, "ConsoleFunction"):

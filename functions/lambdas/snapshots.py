@@ -5,9 +5,9 @@ done, and starts new containers from that snapshot. `before_snapshot` closes wha
 be in it: the runtime's engine is disposed (every pooled connection closed), its container,
 loop and boto3 clients dropped, all made afresh by the first invocation after a restore.
 `after_restore` gives `random` a fresh state from `os.urandom` (and so `uuid1` a fresh clock
-sequence): every container restored from one snapshot would otherwise share the one it held. `register` hands both to
-snapshot-restore-py, part of Lambda's Python runtimes; where it is not installed it
-registers nothing. Why: docs/architecture.md, "On AWS Lambda".
+sequence): every container restored from one snapshot would otherwise share the one it held.
+`register` hands both to snapshot-restore-py, part of Lambda's Python runtimes; where it is
+not installed it registers nothing. Why: docs/architecture.md, "On AWS Lambda".
 """
 
 from __future__ import annotations
