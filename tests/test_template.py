@@ -539,6 +539,7 @@ def test_snapstart_is_an_option_on_every_serving_function_behind_its_alias(
     template: dict[str, Any] = load(str(TEMPLATE))
     assert template["Conditions"]["UseSnapStart"] == {"Fn::Equals": [{"Ref": "SnapStart"}, "true"]}
     assert template["Globals"]["Function"]["AutoPublishAlias"] == "live"
+    assert template["Globals"]["Function"]["VersionDeletionPolicy"] == "Delete", "none pile up"
     on = {"Fn::If": ["UseSnapStart", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
     for name in (*SERVING, "ConsoleFunction"):
         assert template["Resources"][name]["Properties"]["SnapStart"] == on, name
