@@ -1,7 +1,8 @@
 """SnapStart's runtime hooks: registered by the entries, run on a real engine and real processes.
 
-before-snapshot leaves the container no server connection (pg_stat_activity) and the next
-invocation connects afresh; after-restore gives each container restored from one snapshot
+before-snapshot leaves the container no server connection (pg_stat_activity), the next
+invocation connecting afresh, and has imported what a first invocation would (boto3; FastAPI
+and the app for the http entry); after-restore gives each container restored from one snapshot
 (here: fresh processes that all take one `random` state as theirs) values of its
 own. The template's SnapStart option is read by tests/test_template.py.
 """
@@ -112,3 +113,34 @@ def test_without_snapshot_restore_py_the_entries_import_and_register_nothing() -
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["False"]
+
+
+PRIME = textwrap.dedent(
+    """
+    import json, sys
+    import functions.lambdas.handlers
+    from snapshot_restore_py import get_before_snapshot
+
+    WATCHED = ("boto3", "fastapi", "mangum", "functions.app")
+    imported = [m for m in WATCHED if m in sys.modules]
+    for hook, args, kwargs in get_before_snapshot():
+        hook(*args, **kwargs)
+    print(json.dumps({"imported": imported, "snapshot": [m for m in WATCHED if m in sys.modules]}))
+    """
+)
+
+
+def test_before_snapshot_imports_what_the_first_invocation_would_and_the_http_entry_its_app() -> (
+    None
+):
+    found = {}
+    for handler in ("functions.lambdas.handlers.wake", "functions.lambdas.handlers.http"):
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "_HANDLER": handler}
+        ran = subprocess.run(
+            [sys.executable, "-c", PRIME], capture_output=True, text=True, env=env, cwd=REPO_ROOT
+        )
+        assert ran.returncode == 0, ran.stderr
+        found[handler.rpartition(".")[2]] = json.loads(ran.stdout.splitlines()[-1])
+    assert found["wake"]["imported"] == [] == found["http"]["imported"], "the entries stay lean"
+    assert found["wake"]["snapshot"] == ["boto3"], "a direct entry's snapshot has no FastAPI"
+    assert found["http"]["snapshot"] == ["boto3", "fastapi", "mangum", "functions.app"]
