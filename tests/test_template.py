@@ -55,6 +55,7 @@ DATABASE_VPC_CONSOLE_PARAMETERS = (
     "DatabaseInstanceId",
     "DatabaseClusterId",
     "ProxyMaxConnectionsPercent",
+    "DatabasePauses",
     "CreateAuroraDatabase",
     "SecondsUntilAutoPause",
     "AuroraMaxCapacity",
@@ -512,6 +513,8 @@ def test_the_aurora_option_pauses_at_zero_acu_and_refuses_rds_proxy() -> None:
     environment = template["Globals"]["Function"]["Environment"]["Variables"]
     secret = {"Fn::GetAtt": ["AuroraCluster", "MasterUserSecret.SecretArn"]}
     assert environment["DULY_DATABASE_SECRET_ARN"]["Fn::If"][:2] == ["MakeAurora", secret]
+    pauses = {"Fn::If": ["MakeAurora", "true", {"Ref": "DatabasePauses"}]}
+    assert environment["DULY_DATABASE_PAUSES"] == pauses, "its functions rest with it"
     groups = template["Globals"]["Function"]["VpcConfig"]["Fn::If"][1]["SecurityGroupIds"]
     assert groups["Fn::If"][0] == "MakeAurora" and "AuroraClientSecurityGroup" in json.dumps(groups)
     migrations = resources["Migrations"]["Properties"]
