@@ -1,6 +1,7 @@
 """Checks of the SAM template: cfn-lint and checkov clean, the functions wired up, migrations
 first, the safeguards of every function, only Function URLs invoking the HTTP functions, alarms,
-and the options for the database (RDS Proxy, IAM auth), the VPC's endpoints and the console URL."""
+and the options for the database (RDS Proxy, IAM auth, an Aurora cluster that pauses), the VPC's
+endpoints, the console URL and SnapStart."""
 
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ DATABASE_VPC_CONSOLE_PARAMETERS = (
     "DatabaseInstanceId",
     "DatabaseClusterId",
     "ProxyMaxConnectionsPercent",
+    "DatabasePauses",
+    "CreateAuroraDatabase",
+    "SecondsUntilAutoPause",
+    "AuroraMaxCapacity",
+    "AuroraEngineVersion",
     "SubnetIds",
     "SecurityGroupIds",
     "CreateVpcEndpoints",
@@ -266,7 +272,9 @@ def test_the_proxy_is_an_option_the_functions_then_connect_through() -> None:
     assert proxy["Auth"][0]["SecretArn"] == {"Ref": "DatabaseSecretArn"}
     host = template["Globals"]["Function"]["Environment"]["Variables"]["DULY_DATABASE_HOST"]
     proxy_endpoint = {"Fn::GetAtt": ["DatabaseProxy", "Endpoint"]}
-    assert host == {"Fn::If": ["UseProxy", proxy_endpoint, {"Ref": "DatabaseHost"}]}
+    aurora_endpoint = {"Fn::GetAtt": ["AuroraCluster", "Endpoint.Address"]}
+    otherwise = {"Fn::If": ["MakeAurora", aurora_endpoint, {"Ref": "DatabaseHost"}]}
+    assert host == {"Fn::If": ["UseProxy", proxy_endpoint, otherwise]}
 
 
 def test_the_vpc_endpoints_are_those_of_what_duly_calls() -> None:
@@ -354,13 +362,15 @@ def test_only_their_function_urls_invoke_the_http_functions(
                 continue
             assert actions == ["lambda:InvokeFunction"], (name, statement)
             for target in map(json.dumps, as_list(statement["Resource"])):
-                assert wake in target or '["WakeFunction", "Arn"]' in target, (name, target)
+                assert wake in target or target in WAKE_TARGETS, (name, target)
     # The handlers the other functions' code answers hand-made events with.
     for function, handler in (HANDLERS | CONSOLE).items():
         assert resources[function]["Properties"]["Handler"] == handler
 
 
 INVOKED_BY_URL = {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
+# The wake function as SAM's resources name it: itself, or its alias (the safety net's target).
+WAKE_TARGETS = ('{"Fn::GetAtt": ["WakeFunction", "Arn"]}', '{"Ref": "WakeFunctionAliaslive"}')
 
 
 def granted(resource: dict[str, Any]) -> list[dict[str, Any]]:
@@ -442,12 +452,14 @@ def test_checkov_finds_nothing_and_every_skip_says_why(tmp_path: Path) -> None:
     summary = checkov_summary(checkov, TEMPLATE)
     assert summary["parsing_errors"] == 0 and summary["passed"] > 0, summary
     # checkov leaves out the resources whose condition is false with the defaults: the
-    # template again with the console, the endpoints and the key switched on.
+    # template again with the console, the endpoints, the key, Aurora and SnapStart on.
     template: dict[str, Any] = load(str(TEMPLATE))
     for parameter, value in (
         ("PublicConsole", "true"),
         ("CreateVpcEndpoints", "true"),
         ("KmsKeyArn", "arn:aws:kms:us-east-1:123456789012:key/duly"),
+        ("CreateAuroraDatabase", "true"),
+        ("SnapStart", "true"),
     ):
         template["Parameters"][parameter]["Default"] = value
     everything = tmp_path / "everything.json"
@@ -463,3 +475,93 @@ def test_checkov_finds_nothing_and_every_skip_says_why(tmp_path: Path) -> None:
     assert skips, "the HTTP functions' dead-letter queue is skipped, and says why"
     for name, skip in skips:
         assert skip["id"].startswith("CKV_") and len(skip.get("comment", "").split()) >= 5, name
+
+
+# -- a database that rests, and SnapStart ------------------------------------------------------
+
+
+def test_the_aurora_option_pauses_at_zero_acu_and_refuses_rds_proxy() -> None:
+    template: dict[str, Any] = load(str(TEMPLATE))
+    parameters, resources = template["Parameters"], template["Resources"]
+    make_aurora = {"Fn::Equals": [{"Ref": "CreateAuroraDatabase"}, "true"]}
+    assert template["Conditions"]["MakeAurora"] == make_aurora
+    assert parameters["CreateAuroraDatabase"]["Default"] == "false", "today's path by default"
+    pause = parameters["SecondsUntilAutoPause"]
+    assert (int(pause["MinValue"]), int(pause["MaxValue"])) == (300, 86400)
+    for name, kind in (
+        ("AuroraCluster", "AWS::RDS::DBCluster"),
+        ("AuroraInstance", "AWS::RDS::DBInstance"),
+        ("AuroraSubnetGroup", "AWS::RDS::DBSubnetGroup"),
+        ("AuroraSecurityGroup", "AWS::EC2::SecurityGroup"),
+        ("AuroraClientSecurityGroup", "AWS::EC2::SecurityGroup"),
+    ):
+        assert (resources[name]["Type"], resources[name]["Condition"]) == (kind, "MakeAurora")
+    cluster = resources["AuroraCluster"]["Properties"]
+    assert cluster["Engine"] == "aurora-postgresql"
+    assert cluster["ServerlessV2ScalingConfiguration"]["MinCapacity"] == 0
+    assert cluster["ServerlessV2ScalingConfiguration"]["SecondsUntilAutoPause"] == {
+        "Ref": "SecondsUntilAutoPause"
+    }
+    assert cluster["ManageMasterUserPassword"] is True and cluster["StorageEncrypted"] is True
+    assert resources["AuroraInstance"]["Properties"]["DBInstanceClass"] == "db.serverless"
+    [ingress] = resources["AuroraSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"]) == (5432, 5432)
+    assert ingress["SourceSecurityGroupId"] == {
+        "Fn::GetAtt": ["AuroraClientSecurityGroup", "GroupId"]
+    }
+    # The functions connect with the cluster's RDS-managed secret, in the clients' group.
+    environment = template["Globals"]["Function"]["Environment"]["Variables"]
+    secret = {"Fn::GetAtt": ["AuroraCluster", "MasterUserSecret.SecretArn"]}
+    assert environment["DULY_DATABASE_SECRET_ARN"]["Fn::If"][:2] == ["MakeAurora", secret]
+    pauses = {"Fn::If": ["MakeAurora", "true", {"Ref": "DatabasePauses"}]}
+    assert environment["DULY_DATABASE_PAUSES"] == pauses, "its functions rest with it"
+    groups = template["Globals"]["Function"]["VpcConfig"]["Fn::If"][1]["SecurityGroupIds"]
+    assert groups["Fn::If"][0] == "MakeAurora" and "AuroraClientSecurityGroup" in json.dumps(groups)
+    migrations = resources["Migrations"]["Properties"]
+    assert migrations["DatabaseInstance"]["Fn::If"][:2] == ["MakeAurora", {"Ref": "AuroraInstance"}]
+    # With RDS Proxy the instance never goes without a connection: the deploy is refused.
+    rule = template["Rules"]["AutoPauseHasNoProxy"]
+    assert rule["RuleCondition"] == make_aurora
+    [assertion] = rule["Assertions"]
+    assert assertion["Assert"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "CreateDatabaseProxy"}, "true"]}]
+    }
+    assert "incompatible with auto-pause" in assertion["AssertDescription"]
+    vpc_rule = json.dumps(template["Rules"]["AuroraHasAVpc"])
+    assert '"VpcId"' in vpc_rule and '"SubnetIds"' in vpc_rule
+    named = json.dumps(template["Rules"]["DatabaseIsNamed"])
+    assert '{"Fn::Equals": [{"Ref": "CreateAuroraDatabase"}, "true"]}' in named
+
+
+def test_snapstart_is_an_option_on_every_serving_function_behind_its_alias(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from functions.lambdas import handlers, snapshots
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    template: dict[str, Any] = load(str(TEMPLATE))
+    assert template["Conditions"]["UseSnapStart"] == {"Fn::Equals": [{"Ref": "SnapStart"}, "true"]}
+    assert template["Globals"]["Function"]["AutoPublishAlias"] == "live"
+    assert template["Globals"]["Function"]["VersionDeletionPolicy"] == "Delete", "none pile up"
+    on = {"Fn::If": ["UseSnapStart", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
+    for name in (*SERVING, "ConsoleFunction"):
+        assert template["Resources"][name]["Properties"]["SnapStart"] == on, name
+    # The schedule and a kick invoke the alias, the version SnapStart snapshots.
+    wake_arn = template["Globals"]["Function"]["Environment"]["Variables"]["DULY_WAKE_FUNCTION_ARN"]
+    assert wake_arn["Fn::Sub"].endswith("-wake:live")
+    # As CloudFormation gets it: each serving function's version and alias, its URL on the alias.
+    resources = transformed(SnapStart="true")["Resources"]
+    for name in SERVING:
+        function = resources[name]["Properties"]
+        assert function["SnapStart"] == on, name
+        assert resources[f"{name}Aliaslive"]["Type"] == "AWS::Lambda::Alias", name
+    url = resources["ApiFunctionUrl"]["Properties"]
+    assert url["TargetFunctionArn"] == {"Ref": "ApiFunctionAliaslive"}
+    target = resources["WakeFunctionSafetyNet"]["Properties"]["Target"]
+    assert target["Arn"] == {"Ref": "WakeFunctionAliaslive"}
+    # The entries the functions name register the hooks that close and re-seed.
+    from snapshot_restore_py import get_after_restore, get_before_snapshot
+
+    assert handlers.snapshots is snapshots
+    assert snapshots.before_snapshot in [hook for hook, _, _ in get_before_snapshot()]
+    assert snapshots.after_restore in [hook for hook, _, _ in get_after_restore()]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from engine import ConfigurationError
-from functions.lambdas import http_events, work
+from functions.lambdas import http_events, snapshots, work
 from functions.lambdas.observing import invocation
 from functions.lambdas.public_url import checked_by_aws
 from functions.lambdas.runtime import Budget, Runtime, runtime
@@ -31,6 +31,8 @@ Operation = Callable[[Runtime, Any, Budget], Coroutine[Any, Any, dict[str, Any]]
 # The keys only an HTTP request's event has (payload formats 2.0 and 1.0).
 HTTP_KEYS = frozenset({"requestContext", "httpMethod", "routeKey", "rawPath"})
 HTTP_ENTRY = "functions.lambdas.handlers.http"
+
+snapshots.register()  # SnapStart's hooks, where Lambda's runtime provides the library
 
 
 def publish(event: Any, context: Any) -> dict[str, Any]:

@@ -216,7 +216,11 @@ class Runtime:
         )
 
     def close(self) -> None:
-        """Dispose of the engine and close the loop (tests; a container never needs it)."""
+        """Dispose of the engine (every pooled connection closed), forget the container and the
+        AWS clients, close the loop: the next invocation makes them afresh (tests; SnapStart's
+        before-snapshot hook, `functions.lambdas.snapshots`)."""
+        with self._clients_lock:
+            self._clients.clear()  # their HTTP connections too
         if self._runner is None:
             return
         if self._container is not None:
@@ -348,6 +352,11 @@ def runtime() -> Runtime:
     if not _runtime:
         _runtime.append(Runtime())
     return _runtime[-1]
+
+
+def existing() -> Runtime | None:
+    """The container's runtime if one was made (None: nothing made, nothing to close)."""
+    return _runtime[-1] if _runtime else None
 
 
 def install(replacement: Runtime | None) -> Runtime | None:
