@@ -109,7 +109,7 @@ class Firer:
 # -- done when 1: a waiting run rests the database between its steps -----------------------
 
 
-async def rest_between_ticks(
+async def assert_rests_between_ticks(
     proxy: PausingProxy, moto_endpoint: str, cycles: int, wait: float
 ) -> None:
     """A run of `cycles` ticks `wait` seconds apart, woken by its schedule alone: each tick
@@ -152,7 +152,7 @@ async def test_a_waiting_run_lets_the_database_pause_between_its_steps(
     pausing_proxy: PausingProxy, moto_endpoint: str
 ) -> None:
     resting_app.executions.clear()
-    await rest_between_ticks(pausing_proxy, moto_endpoint, cycles=4, wait=6.0)
+    await assert_rests_between_ticks(pausing_proxy, moto_endpoint, cycles=4, wait=6.0)
 
 
 @pytest.mark.slow
@@ -162,7 +162,7 @@ async def test_soak_twenty_pauses_and_resumes_lose_no_wake_up(
     pausing_proxy: PausingProxy, moto_endpoint: str
 ) -> None:
     resting_app.executions.clear()
-    await rest_between_ticks(pausing_proxy, moto_endpoint, cycles=21, wait=20.0)
+    await assert_rests_between_ticks(pausing_proxy, moto_endpoint, cycles=21, wait=20.0)
 
 
 # -- done when 2: what arrives while the database is paused --------------------------------
