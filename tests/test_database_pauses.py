@@ -18,13 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import MetaData, select
+from sqlalchemy import MetaData, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from engine import connect_workflows
 from functions.lambdas import handlers as lambda_handlers
-from functions.lambdas.resting import RETRY_AFTER_SECONDS, DatabaseUnavailableError
+from functions.lambdas.resting import (
+    RETRY_AFTER_SECONDS,
+    DatabaseUnavailableError,
+    connect_options,
+)
 from functions.lambdas.runtime import WAKE_INPUT
 from infra.aws.scheduler import instant_of, metadata as schedule_metadata
 from infra.testing.pytest_plugin import Database
@@ -268,3 +272,42 @@ async def test_a_resume_slower_than_the_budget_leaves_the_wake_armed_and_loses_n
         assert delivered["accepted"] == 1, delivered
         answer = await fn.call(lambda_handlers.http, http_start("bo@example.com"))
         assert answer["statusCode"] == 201, answer
+
+
+@pytest.mark.parametrize("pausing_proxy", [(0.25, 6.0)], indirect=True)
+async def test_a_wake_that_cannot_reach_the_database_leaves_a_pending_schedule_as_it_was(
+    pausing_proxy: PausingProxy, moto_endpoint: str
+) -> None:
+    proxy = pausing_proxy
+    Session = await created(proxy, serverless_app.Base.metadata, schedule_metadata)
+    async with connect_workflows(Session):
+        await Signup(email="ada@example.com").start(Signup.welcome)
+    aws = Aws(moto_endpoint)
+    settings = settings_for(database_of(proxy), aws.group, database_pauses=True)
+    async with function(settings, aws=aws) as fn:
+        woken = await fn.call(lambda_handlers.wake, WAKE_INPUT)
+        assert woken["steps"] == 1, woken
+        [pending] = aws.schedules()  # the nudge, two hours on
+
+        async def idle_bound() -> str:
+            async with fn.runtime.engine().connect() as conn:
+                shown = str(await conn.scalar(text("SHOW idle_session_timeout")))
+            await fn.runtime.release()  # as every invocation ends
+            return shown
+
+        seen = await fn.call(lambda event, context: fn.runtime.run(idle_bound()), None)
+        assert seen == "1min", "the server ends the functions' sessions idle a minute"
+        await released(proxy)
+        await paused(proxy)
+        with pytest.raises(DatabaseUnavailableError):
+            await fn.call(lambda_handlers.wake, WAKE_INPUT, remaining=3.0)
+        [kept] = aws.schedules()
+        assert kept["ScheduleExpression"] == pending["ScheduleExpression"], "not moved"
+        await released(proxy, proxy.resume_delay + RELEASED_WITHIN)
+
+
+def test_the_idle_bound_follows_the_options_a_url_already_has() -> None:
+    plain = connect_options("postgresql+psycopg://duly@db.example.com/app")
+    assert plain == {"options": "-c idle_session_timeout=60000"}
+    neon = "postgresql+psycopg://duly@ep-x.aws.neon.tech/app?options=endpoint%3Dep-x"
+    assert connect_options(neon) == {"options": "endpoint=ep-x -c idle_session_timeout=60000"}

@@ -73,7 +73,7 @@ def http(event: Any, context: Any) -> dict[str, Any]:
         except DatabaseUnavailableError as exc:
             return http_events.unavailable(exc)
         finally:
-            rt.run(rt.release())
+            finish(rt)
 
 
 def is_http(event: Any) -> bool:
@@ -117,7 +117,7 @@ def handle(
         except work.CLIENT_ERRORS as exc:
             return refused(name, exc)
         finally:
-            rt.run(rt.release())
+            finish(rt)
 
 
 def start(rt: Runtime, context: Any) -> Budget:
@@ -126,6 +126,12 @@ def start(rt: Runtime, context: Any) -> Budget:
     rt.budget = budget
     rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
     return budget
+
+
+def finish(rt: Runtime) -> None:
+    """Under DULY_DATABASE_PAUSES, close the invocation's connections (`Runtime.release`)."""
+    if rt.settings.database_pauses:
+        rt.run(rt.release())
 
 
 def refused(name: str, exc: Exception) -> dict[str, Any]:
