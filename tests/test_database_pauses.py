@@ -303,6 +303,8 @@ async def test_a_wake_that_cannot_reach_the_database_leaves_a_pending_schedule_a
             await fn.call(lambda_handlers.wake, WAKE_INPUT, remaining=3.0)
         [kept] = aws.schedules()
         assert kept["ScheduleExpression"] == pending["ScheduleExpression"], "not moved"
+        with pytest.raises(DatabaseUnavailableError):  # the drain waits as the others do
+            await fn.call(lambda_handlers.drain, {"duly": "drain"}, 3.0)
         await released(proxy, proxy.resume_delay + RELEASED_WITHIN)
 
 
