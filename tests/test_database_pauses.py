@@ -151,12 +151,12 @@ async def assert_rests_between_ticks(
     assert proxy.pauses >= cycles - 1 and proxy.most_open <= 4
 
 
-@pytest.mark.parametrize("pausing_proxy", [(0.25, 1.0)], indirect=True)
+@pytest.mark.parametrize("pausing_proxy", [(0.1, 1.0)], indirect=True)
 async def test_a_waiting_run_lets_the_database_pause_between_its_steps(
     pausing_proxy: PausingProxy, moto_endpoint: str
 ) -> None:
     resting_app.executions.clear()
-    await assert_rests_between_ticks(pausing_proxy, moto_endpoint, cycles=4, wait=6.0)
+    await assert_rests_between_ticks(pausing_proxy, moto_endpoint, cycles=4, wait=7.0)
 
 
 @pytest.mark.slow
