@@ -260,6 +260,11 @@ DATABASE_SECRET_MAX_AGE_SECONDS = seconds(
     "DULY_DATABASE_SECRET_MAX_AGE_SECONDS",
     "a warm function reads the database secret again once its copy is this old", 900.0, least=1.0,
 )  # fmt: skip
+DATABASE_PAUSES = flag(
+    "DULY_DATABASE_PAUSES", "the database pauses while nobody is connected (Aurora Serverless v2 "
+    "at 0 ACU, Neon): each invocation waits for a resume and closes its connections when done, "
+    "and the server ends sessions idle a minute", False,
+)  # fmt: skip
 PUBLIC_URL = flag(
     "DULY_PUBLIC_URL", "this function's URL is public (auth type NONE): it serves nothing unless "
     "a credential is set, and trusts no `requestContext.authorizer`", False,

@@ -8,8 +8,10 @@ publish `{"ids", "stored", "duplicates", "kicked"}`, wake `{"steps", "caught_up"
 among them, answers `{"error", "type"}` and writes nothing. Only `http` serves HTTP events
 (Function URL, HTTP API) through `functions.lambdas.http_events`, and under DULY_PUBLIC_URL
 it drops the event's `requestContext.authorizer` first. Every invocation's log lines are
-JSON with its request id, and its metrics EMF lines (`functions.lambdas.observing`). Why:
-docs/architecture.md, "On AWS Lambda".
+JSON with its request id, and its metrics EMF lines (`functions.lambdas.observing`). Under
+DULY_DATABASE_PAUSES an invocation closes its connections when done, and a database that
+does not answer in its time raises `DatabaseUnavailableError` (HTTP: 503 with
+Retry-After). Why: docs/architecture.md, "On AWS Lambda".
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine import ConfigurationError
 from functions.lambdas import http_events, snapshots, work
 from functions.lambdas.observing import invocation
 from functions.lambdas.public_url import checked_by_aws
+from functions.lambdas.resting import DatabaseUnavailableError
 from functions.lambdas.runtime import Budget, Runtime, runtime
 from functions.requests.errors import InputError, refusal_of, spelled
 
@@ -65,7 +68,14 @@ def http(event: Any, context: Any) -> dict[str, Any]:
                 "http",
                 InputError.at((), "The http function takes an HTTP request's event only."),
             )
-        return http_events.answer(rt, checked_by_aws(event), context)
+        try:
+            if rt.settings.database_pauses:
+                rt.run(rt.container())  # the database reached (or the 503) before the app runs
+            return http_events.answer(rt, checked_by_aws(event), context)
+        except DatabaseUnavailableError as exc:
+            return http_events.unavailable(exc)
+        finally:
+            finish(rt)
 
 
 def is_http(event: Any) -> bool:
@@ -102,10 +112,14 @@ def handle(
                     f"HTTP is served by the function whose handler is {HTTP_ENTRY}.",
                 )
             return rt.run(operation(rt, event, budget))
+        except DatabaseUnavailableError:
+            raise  # retryable: Lambda retries an asynchronous invoke; the caller sees the type
         except ConfigurationError:
             raise  # the deployment's mistake, not the input's: failed, retried once fixed
         except work.CLIENT_ERRORS as exc:
             return refused(name, exc)
+        finally:
+            finish(rt)
 
 
 def start(rt: Runtime, context: Any) -> Budget:
@@ -114,6 +128,12 @@ def start(rt: Runtime, context: Any) -> Budget:
     rt.budget = budget
     rt.invoked_function_arn = getattr(context, "invoked_function_arn", None)
     return budget
+
+
+def finish(rt: Runtime) -> None:
+    """Under DULY_DATABASE_PAUSES, close the invocation's connections (`Runtime.release`)."""
+    if rt.settings.database_pauses:
+        rt.run(rt.release())
 
 
 def refused(name: str, exc: Exception) -> dict[str, Any]:

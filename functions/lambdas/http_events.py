@@ -2,15 +2,18 @@
 
 The app is built on the container's first HTTP event (a direct event never imports
 FastAPI or mangum); its `POST /wake` and `/drain` run in the container, and its `kick`
-is the scheduler's.
+is the scheduler's. A database that did not answer in the invocation's time is a 503
+with Retry-After (`unavailable`), the app never run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 from functions.lambdas.public_url import refuse_an_open_public_url
+from functions.lambdas.resting import DatabaseUnavailableError
 from functions.lambdas.runtime import Budget, LambdaHandler, Runtime
 from functions.lambdas.work import drain as drain_outbox, http_wake
 
@@ -60,3 +63,14 @@ def _make_http(runtime: Runtime) -> LambdaHandler:
     handler: LambdaHandler = Mangum(app, lifespan="off")
     runtime.http_handler = handler
     return handler
+
+
+def unavailable(error: DatabaseUnavailableError) -> dict[str, Any]:
+    """The 503 answer (a Function URL's response) to a request the database could not serve."""
+    body = {"detail": str(error), "type": type(error).__name__}
+    return {
+        "statusCode": 503,
+        "headers": {"content-type": "application/json", "retry-after": str(error.retry_after)},
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }

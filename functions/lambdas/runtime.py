@@ -4,7 +4,9 @@ Each is made on first use and kept for the container's life: one `asyncio.Runner
 runs the HTTP app on it too); an engine of `POOL_SIZE` kept connections with
 `pool_pre_ping` and `prepare_threshold=None`; the app module (DULY_APP) and its event
 registry; the workflow connection, the wake slots and the scheduler; boto3 clients; the
-HTTP app, on the first HTTP event only. Why each: docs/architecture.md, "On AWS Lambda".
+HTTP app, on the first HTTP event only. Under DULY_DATABASE_PAUSES an invocation's first
+use reaches the database within its budget (`functions.lambdas.resting`) and `release`
+closes the pool after it. Why each: docs/architecture.md, "On AWS Lambda".
 A call to AWS after a committed write (`kick`, `invoke_another_wake`, `tell_idle`) never
 raises: `infra.aws.kicks.survive_aws_call` logs and counts its failure.
 """
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import (
@@ -29,6 +31,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from engine import Application, WorkerOptions, WorkflowConnection, open_connection
+from functions.lambdas.resting import RETRY_AFTER_SECONDS, ConnectBound, connect_options, reach
 from infra.app_config import app_application, mapped_event_tables, registry_before_app
 from infra.aws.iam_auth import install_iam_auth
 from infra.aws.kicks import survive_aws_call
@@ -63,6 +66,7 @@ class Scheduler(Protocol):
 
     async def on_idle(self, at: datetime | None) -> None: ...
     async def kick(self) -> None: ...
+    async def keep_armed(self, at: datetime) -> None: ...
 
 
 SchedulerFactory = Callable[["Runtime", AsyncEngine], Scheduler]
@@ -158,6 +162,10 @@ class Runtime:
         self._engine_options = engine_options or {}
         self._runner: asyncio.Runner | None = None
         self._container: Container | None = None
+        self._engine: AsyncEngine | None = None
+        self._scheduler: Scheduler | None = None  # one with the container's engine
+        self._reached_in: Budget | None = None  # the invocation that reached the database
+        self._bound = ConnectBound()  # the connect timeout of that wait
         self._container_lock: asyncio.Lock | None = None
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
@@ -223,9 +231,9 @@ class Runtime:
             self._clients.clear()  # their HTTP connections too
         if self._runner is None:
             return
-        if self._container is not None:
-            self.run(self._container.engine.dispose())
-            self._container = None
+        if self._engine is not None:
+            self.run(self._engine.dispose())
+            self._container = self._engine = self._scheduler = None
         self._runner.close()
         self._runner = None
 
@@ -243,7 +251,12 @@ class Runtime:
     # -- the database side ---------------------------------------------------------------
 
     async def container(self) -> Container:
-        """The container's engine, app, registry, connection, slots and scheduler."""
+        """The container's engine, app, registry, connection, slots and scheduler (under
+        DULY_DATABASE_PAUSES, the database reached first in each invocation)."""
+        if self.settings.database_pauses and self._reached_in is not self.budget:
+            budget = self.budget or Budget.of(None, self.settings.wake_margin_seconds)
+            await reach(self.engine(), self._bound, budget.until_stop())
+            self._reached_in = self.budget
         if self._container is not None:
             return self._container
         if self._container_lock is None:
@@ -253,24 +266,53 @@ class Runtime:
                 self._container = await self._make_container()
         return self._container
 
-    async def _make_container(self) -> Container:
+    def engine(self) -> AsyncEngine:
+        """The container's engine, made (no connection opened) on first use."""
+        if self._engine is None:
+            self._engine = self._make_engine()
+        return self._engine
+
+    def scheduler(self) -> Scheduler:
+        """The container's scheduler, on its engine."""
+        if self._scheduler is None:
+            self._scheduler = self._scheduler_factory(self, self.engine())
+        return self._scheduler
+
+    async def release(self) -> None:
+        """Under DULY_DATABASE_PAUSES, close the pooled connections: nothing holds the
+        database awake once the invocation is done."""
+        if self.settings.database_pauses and self._engine is not None:
+            await self._engine.dispose()
+
+    def _make_engine(self) -> AsyncEngine:
         settings = self.settings
         secret = self._rotating_secret()
         url = secret.url() if secret is not None else self._database_url()
+        connect_args: dict[str, Any] = {"prepare_threshold": None}
+        connect_args["application_name"] = "duly-lambda"
+        if settings.database_pauses:
+            connect_args.update(connect_options(url))
         options: dict[str, Any] = {
             "pool_size": POOL_SIZE,
             # The worker's steps, its claim, commit and lease upkeep each hold one at times.
             "max_overflow": self.max_concurrency + 4,
             "pool_pre_ping": True,
             "pool_recycle": POOL_RECYCLE,
-            "connect_args": {"prepare_threshold": None, "application_name": "duly-lambda"},
+            "connect_args": connect_args,
             **self._engine_options,
         }
         engine = create_async_engine(url, **options)
+        if settings.database_pauses:
+            self._bound.install(engine)  # first: the login's hooks below may connect
         if settings.database.iam_auth:
             install_iam_auth(engine, lambda: self.client("rds"))
         elif secret is not None:
             secret.install(engine)  # a rotated password is read again, not failed on
+        return engine
+
+    async def _make_container(self) -> Container:
+        settings = self.settings
+        engine = self.engine()
         Session = async_sessionmaker(engine, expire_on_commit=False)
         app_module = settings.app_module
         before = registry_before_app()
@@ -281,7 +323,7 @@ class Runtime:
         connection = await open_connection(Session)
         connection.application, application.connection = application, connection
         slots = WakeSlots(engine, max(1, int(settings.max_wakes)))
-        scheduler = self._scheduler_factory(self, engine)
+        scheduler = self.scheduler()
         return Container(
             engine, Session, connection, application, app_module, registry, tables, slots, scheduler
         )
@@ -342,6 +384,16 @@ class Runtime:
             await container.scheduler.on_idle(at)
 
         await survive_aws_call("schedule", register, aws_errors_only=True)
+
+    async def keep_wake_armed(self) -> None:
+        """Leave a wake-up to come, about one resume from now, when the database could not
+        be reached (`WakeScheduler.keep_armed`); AWS's failure is logged and counted."""
+        at = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_SECONDS)
+
+        async def arm() -> None:
+            await self.scheduler().keep_armed(at)
+
+        await survive_aws_call("schedule", arm)
 
 
 _runtime: list[Runtime] = []

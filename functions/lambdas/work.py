@@ -32,6 +32,7 @@ from engine import (
     settings as variables,
 )
 from functions.lambdas.observing import wake_finished
+from functions.lambdas.resting import DatabaseUnavailableError
 from functions.lambdas.runtime import Budget, Container, Runtime
 from functions.requests.errors import InputError, Problem
 
@@ -175,9 +176,14 @@ class Spread:
 
 
 async def wake(rt: Runtime, event: Any, budget: Budget) -> dict[str, Any]:
-    """Run due work until caught up or near the deadline; the next instant is registered."""
+    """Run due work until caught up or near the deadline; the next instant is registered.
+    A database that does not answer in time leaves a wake-up to come, and raises."""
     check_bare_command(event, "wake")
-    return await wake_cycle(rt, budget)
+    try:
+        return await wake_cycle(rt, budget)
+    except DatabaseUnavailableError:
+        await rt.keep_wake_armed()
+        raise
 
 
 async def wake_cycle(rt: Runtime, budget: Budget) -> dict[str, Any]:

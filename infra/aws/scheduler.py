@@ -5,7 +5,8 @@ the wake function with `WAKE_INPUT`) and writes it only when the instant
 registered changes, under a lock on its `duly_wake_schedule` row; which instant
 wins when invocations disagree, and why, is in docs/architecture.md ("The next
 instant"). An instant due within `KICK_WITHIN` is a kick instead. A failed write
-rolls the row back and propagates; boto3 runs in a thread.
+rolls the row back and propagates; boto3 runs in a thread. `keep_armed` leaves a
+wake-up to come when the database cannot be reached.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ACTION_AFTER_COMPLETION = "NONE"  # a fired schedule stays: the row always tells
 LOCK_TIMEOUT = "10s"  # waiting for another invocation's registration longer is an error
 # A frozen or killed Lambda that held the row: the server ends its session after this.
 IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+AT_PATTERN = re.compile(r"at\((\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\)")
 NAME_PATTERN = re.compile(r"[0-9A-Za-z_.\-]{1,64}")  # AWS's rule for schedule and group names
 
 metadata = MetaData()
@@ -60,6 +62,14 @@ async def create_wake_schedule_table(engine: AsyncEngine) -> None:
 def schedule_expression(at: datetime) -> str:
     """`at(yyyy-mm-ddThh:mm:ss)` in UTC: `at()` takes no offset, the zone goes beside it."""
     return f"at({at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S')})"
+
+
+def instant_of(expression: str) -> datetime | None:
+    """The UTC instant of an `at(...)` expression; None for any other."""
+    found = AT_PATTERN.fullmatch(expression)
+    if found is None:
+        return None
+    return datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
 def round_up(at: datetime) -> datetime:
@@ -212,6 +222,21 @@ class WakeScheduler:
         if mine:
             return told, self.token
         return min(told, live), None
+
+    async def keep_armed(self, at: datetime) -> None:
+        """Leave a wake-up to come, without the database (which did not answer): a schedule
+        still to fire stays as it is; a fired or missing one is set to `at`. The row is not
+        read or written: the next tell finds its instant passed and writes what it wants."""
+        try:
+            found = await self._call("get_schedule", Name=self.name, GroupName=self.group)
+        except Exception as error:
+            if error_code(error) != "ResourceNotFoundException":
+                raise
+            await self._create(round_up(at))
+            return
+        pending = instant_of(found.get("ScheduleExpression", ""))
+        if pending is None or pending <= datetime.now(UTC):
+            await self._call("update_schedule", **self._schedule(round_up(at)))
 
     async def kick(self) -> None:
         """Invoke the wake function asynchronously (counted even with no `invoke`)."""

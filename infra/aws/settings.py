@@ -2,7 +2,7 @@
 
 The variables are declared in `engine.base.settings`: the database
 (DULY_DATABASE_URL, else DULY_DATABASE_SECRET_ARN's Secrets Manager secret, under
-`infra.aws.database_login`'s settings),
+`infra.aws.database_login`'s settings, and whether it pauses: DULY_DATABASE_PAUSES),
 the wake function and its schedule (DULY_WAKE_FUNCTION_ARN,
 DULY_SCHEDULE_GROUP, DULY_SCHEDULER_ROLE_ARN), DULY_APP, and the wakes'
 bounds (DULY_MAX_WAKES, DULY_WAKE_MARGIN_SECONDS). Everything is checked at
@@ -41,6 +41,7 @@ class AwsSettings:
     wake_margin_seconds: float = DEFAULT_WAKE_MARGIN_SECONDS
     database: DatabaseLogin = field(default_factory=DatabaseLogin)  # over the secret's fields
     secret_max_age: float = DEFAULT_SECRET_MAX_AGE  # seconds a warm copy of the secret is kept
+    database_pauses: bool = False  # release connections after each invocation, wait for resumes
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AwsSettings:
@@ -75,6 +76,7 @@ class AwsSettings:
         max_wakes = read(variables.MAX_WAKES)
         margin = read(variables.WAKE_MARGIN_SECONDS)
         secret_max_age = read(variables.DATABASE_SECRET_MAX_AGE_SECONDS)
+        pauses = read(variables.DATABASE_PAUSES)
         if problems:
             raise ConfigurationError(
                 "duly's AWS functions cannot start: " + "; ".join(problems) + "."
@@ -90,6 +92,7 @@ class AwsSettings:
             wake_margin_seconds=margin,
             database=login,
             secret_max_age=secret_max_age,
+            database_pauses=pauses,
         )
 
 

@@ -93,6 +93,16 @@ class EmbeddedPostgres:
         self._wait_for_connections()
         logger.info("Restarted PostgreSQL in %s in %.2f s.", self.data_dir, elapsed(started))
 
+    def pause(self) -> None:
+        """Stop the server (fast shutdown), keeping its data dir and watchdog (`resume`)."""
+        self._pg_ctl("-m", "fast", "stop")
+
+    def resume(self) -> None:
+        """Start a paused server again, on the socket it had, and wait until it accepts."""
+        options = ("-o", '-h ""', "-o", f"-k {self.socket_dir}")  # the wheel's: no TCP
+        self._pg_ctl("-l", str(self.log_path), *options, "start")
+        self._wait_for_connections()
+
     def stop(self) -> None:
         """Stop the server (fast shutdown), delete a temporary data dir, end the watchdog."""
         if self.stopped:
