@@ -23,7 +23,7 @@ from tests.apps.entries import Errand, Parcel
 from tests.conftest import Database
 from tests.helpers import REPO_ROOT, csrf_of, dev_env, run_duly
 
-REFUSED = "ship is not an entry step of parcel: a run starts at charge or imported."
+REFUSED = "ship is not an entry step of consignment: a run starts at charge or imported."
 
 pytestmark = pytest.mark.usefixtures("open_writes")
 
@@ -48,13 +48,13 @@ def test_the_workflow_knows_its_entry_steps() -> None:
 async def test_http_refuses_a_step_that_is_not_an_entry(
     client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
 ) -> None:
-    refused = await client.post("/workflows/parcel/start", json={"step": "ship"})
+    refused = await client.post("/workflows/consignment/start", json={"step": "ship"})
     assert refused.status_code == 422, refused.text
     [problem] = refused.json()["detail"]
     assert problem["loc"][-1] == "step" and problem["msg"] == REFUSED
     assert await parcels(Session) == 0
     started = await client.post(
-        "/workflows/parcel/start", json={"step": "charge", "args": {"amount": 5}}
+        "/workflows/consignment/start", json={"step": "charge", "args": {"amount": 5}}
     )
     assert started.status_code == 201, started.text
     assert started.json()["step"] == "charge" and await parcels(Session) == 1
@@ -67,8 +67,8 @@ async def test_the_api_schema_offers_only_entry_steps_to_start(client: httpx.Asy
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         return [one["properties"]["step"]["enum"][0] for one in body["oneOf"]]
 
-    assert steps("/workflows/parcel/start") == ["charge", "imported"]
-    assert steps("/workflows/parcel/run") == ["charge", "imported", "ship"]
+    assert steps("/workflows/consignment/start") == ["charge", "imported"]
+    assert steps("/workflows/consignment/run") == ["charge", "imported", "ship"]
     assert steps("/workflows/errand/start") == ["first", "second"]
 
 
@@ -82,21 +82,21 @@ async def test_http_starts_a_workflow_without_entries_at_any_step(
 async def test_the_console_offers_and_takes_only_entry_steps(
     client: httpx.AsyncClient, Session: async_sessionmaker[AsyncSession]
 ) -> None:
-    form = await client.get("/console/runs/parcel/start")
+    form = await client.get("/console/runs/consignment/start")
     assert form.status_code == 200
     offered = form.text.split('id="start-step-choice"')[1].split("</select>")[0]
     assert 'value="charge"' in offered and 'value="imported"' in offered
     assert 'value="ship"' not in offered
-    asked = await client.get("/console/runs/parcel/start", params={"step": "ship"})
-    assert asked.status_code == 400 and "not an entry step of parcel" in asked.text
+    asked = await client.get("/console/runs/consignment/start", params={"step": "ship"})
+    assert asked.status_code == 400 and "not an entry step of consignment" in asked.text
     token = csrf_of(form)
     posted = await client.post(
-        "/console/runs/parcel/start", data={"csrf_token": token, "step": "ship"}
+        "/console/runs/consignment/start", data={"csrf_token": token, "step": "ship"}
     )
-    assert posted.status_code == 400 and "not an entry step of parcel" in posted.text
+    assert posted.status_code == 400 and "not an entry step of consignment" in posted.text
     assert await parcels(Session) == 0
     taken = await client.post(
-        "/console/runs/parcel/start", data={"csrf_token": token, "step": "imported"}
+        "/console/runs/consignment/start", data={"csrf_token": token, "step": "imported"}
     )
     assert taken.status_code == 303 and await parcels(Session) == 1
     every_step = await client.get("/console/runs/errand/start")
@@ -107,15 +107,22 @@ async def test_duly_start_refuses_a_step_that_is_not_an_entry(
     Session: async_sessionmaker[AsyncSession], db: Database, tmp_path: Path
 ) -> None:
     env = dev_env(tmp_path / "pg", DULY_APP="tests.apps.entries", DULY_DATABASE_URL=db.url)
-    refused = run_duly("start", "parcel", "ship", cwd=REPO_ROOT, env=env)
+    refused = run_duly("start", "consignment", "ship", cwd=REPO_ROOT, env=env)
     assert refused.returncode == 2 and f"step: {REFUSED}" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert await parcels(Session) == 0
     started = run_duly(
-        "start", "parcel", "charge", "--args", '{"amount": 5}', "--json", cwd=REPO_ROOT, env=env
+        "start",
+        "consignment",
+        "charge",
+        "--args",
+        '{"amount": 5}',
+        "--json",
+        cwd=REPO_ROOT,
+        env=env,
     )
     assert started.returncode == 0, started.stderr
-    assert json.loads(started.stdout) == {"workflow": "parcel", "key": "1", "step": "charge"}
+    assert json.loads(started.stdout) == {"workflow": "consignment", "key": "1", "step": "charge"}
     assert await parcels(Session) == 1
 
 

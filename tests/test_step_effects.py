@@ -184,9 +184,9 @@ async def test_the_readmes_step_that_publishes_is_atomic(db: Database, carrier_f
     await drain(Session, [Shipment, Invoice])
     [(events,)] = db.sql(f"SELECT count(*) FROM {README['events_table']}")
     [(invoices, labels)] = db.sql(
-        "SELECT (SELECT count(*) FROM invoices), (SELECT count(*) FROM labels)"
+        "SELECT (SELECT count(*) FROM shipping_invoices), (SELECT count(*) FROM shipping_labels)"
     )
-    [(status, attempts)] = db.sql("SELECT status, attempts FROM shipments")
+    [(status, attempts)] = db.sql("SELECT status, attempts FROM outgoing_shipments")
     if carrier_fails:  # its attempt failed (a retry is due later): none of the three happened
         assert (events, invoices, labels, status, attempts) == (0, 0, 0, "new", 1)
     else:

@@ -15,7 +15,7 @@ class Base(DeclarativeBase):
 class Parcel(Base, Workflow):
     """Runs start at `charge` or `imported`; `ship` only ever follows them."""
 
-    __tablename__ = "parcel"
+    __tablename__ = "consignment"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     label: Mapped[str] = mapped_column(String, default="")
@@ -49,4 +49,4 @@ class Errand(Base, Workflow):
         return None
 
 
-Attempt = declare_engine_tables(Base, events=False, names={"attempt_log": "parcel_attempt"})
+Attempt = declare_engine_tables(Base, events=False, names={"attempt_log": "consignment_attempt"})
