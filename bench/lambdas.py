@@ -39,7 +39,7 @@ from engine import configure_event_registry, connect_workflows
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT, Container, Runtime, Scheduler, install
-from infra.aws.scheduler import WakeScheduler, create_wake_schedule_table, round_up
+from infra.aws.scheduler import WakeScheduler, create_wake_schedule_table, whole_second
 from infra.aws.settings import AwsSettings
 from infra.embedded import EmbeddedPostgres
 
@@ -538,7 +538,7 @@ async def measure_scheduler_calls(server: EmbeddedPostgres, runs: int) -> dict[s
                 f"The client sent {phase['sent']} scheduler requests where WakeScheduler "
                 f"counted {phase['scheduler_calls']} calls."
             )
-    expression = f"at({round_up(earliest).strftime('%Y-%m-%dT%H:%M:%S')})"
+    expression = f"at({whole_second(earliest).strftime('%Y-%m-%dT%H:%M:%S')})"
     per = 1000 / runs
     return {
         "runs": runs,

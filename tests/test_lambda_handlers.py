@@ -23,7 +23,7 @@ from engine import connect_workflows
 from engine.testing import drain as drain_steps, move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
-from infra.aws.scheduler import round_up, schedule_expression
+from infra.aws.scheduler import whole_second, schedule_expression
 from infra.aws.wake_slots import WakeSlots
 from tests.apps import serverless_app
 from tests.apps.serverless_app import LATER, SIGNUP, Chunk, Outbox, Signup, Stuck
@@ -63,7 +63,7 @@ async def test_a_published_signup_is_woken_two_hours_later_by_its_schedule(
         signup = await one_signup(Session)
         assert (signup.status, signup.next_step) == ("welcomed", "nudge")
         [schedule] = aws.schedules()
-        assert schedule["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert schedule["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
         assert schedule["ScheduleExpressionTimezone"] == "UTC"
         assert schedule["Target"]["Arn"] == WAKE_ARN
 
@@ -76,7 +76,7 @@ async def test_a_published_signup_is_woken_two_hours_later_by_its_schedule(
         [moved] = aws.schedules()
         assert moved["Name"] == schedule["Name"]
         # The wait's deadline (a day on) is what is next now.
-        assert moved["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert moved["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
         assert moved["ScheduleExpression"] != schedule["ScheduleExpression"]
 
         # The confirmation ends the run: nothing is next, so the schedule goes.
@@ -123,7 +123,7 @@ async def test_the_same_through_function_url_events(db: Database, moto_endpoint:
         signup = await one_signup(Session)
         assert signup.status == "welcomed"
         [schedule] = aws.schedules()
-        assert schedule["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert schedule["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
 
         await move_clock(Session, LATER + timedelta(seconds=1))
         answer = await fn.call(lambda_handlers.http, function_url_event("POST", "/wake"))
@@ -131,7 +131,7 @@ async def test_the_same_through_function_url_events(db: Database, moto_endpoint:
         signup = await one_signup(Session)
         assert signup.status == "nudged"
         [moved] = aws.schedules()
-        assert moved["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert moved["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
 
         # Reads go through the same app, on the same container's engine.
         answer = await fn.call(lambda_handlers.http, function_url_event("GET", "/healthz"))

@@ -28,7 +28,7 @@ from engine import connect_workflows
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
-from infra.aws.scheduler import round_up, schedule_expression
+from infra.aws.scheduler import whole_second, schedule_expression
 from infra.aws.wake_slots import WakeSlots
 from infra.testing.pytest_plugin import Database, Server
 from tests.apps import serverless_app
@@ -138,7 +138,7 @@ async def test_publish_wake_and_deliver_end_to_end_through_pgbouncer(
         assert (signup.status, signup.next_step) == ("welcomed", "nudge")
         assert signup.wake_at is not None
         [schedule] = aws.schedules()
-        assert schedule["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert schedule["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
 
         await move_clock(Session, LATER + timedelta(seconds=1))
         woken = await fn.call(lambda_handlers.wake, json.loads(schedule["Target"]["Input"]))
@@ -147,7 +147,7 @@ async def test_publish_wake_and_deliver_end_to_end_through_pgbouncer(
         assert (signup.status, signup.waiting_for) == ("nudged", "confirm")
         assert signup.wake_at is not None, "the wait's deadline"
         [moved] = aws.schedules()
-        assert moved["ScheduleExpression"] == schedule_expression(round_up(signup.wake_at))
+        assert moved["ScheduleExpression"] == schedule_expression(whole_second(signup.wake_at))
         assert moved["ScheduleExpression"] != schedule["ScheduleExpression"]
 
         request = {

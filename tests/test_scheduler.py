@@ -6,8 +6,10 @@ The rules, and the tests that hold them:
   window off, target the wake function with the fixed input, the role, and
   ActionAfterCompletion NONE
   (test_a_future_instant_is_one_schedule_as_specified)
-- instants are rounded up to whole seconds, never early
-  (test_instants_are_rounded_up_to_whole_seconds)
+- instants are rounded down to whole seconds: a schedule fires up to a second
+  early, and its wake waits for the instant and kicks
+  (test_instants_are_rounded_down_to_whole_seconds,
+  test_an_instant_within_a_second_kicks_once_it_is_due)
 - the earlier of the instant told and the one registered wins while that one
   is in the future; a passed one is replaced
   (test_an_earlier_instant_moves_the_schedule_a_later_one_does_not,
@@ -18,7 +20,7 @@ The rules, and the tests that hold them:
   later or delete it (its newer view: a lease's end, then the step's
   `wake_in`); once another's tell is absorbed it only moves earlier
   (test_an_invocation_moves_its_own_instant_later_until_another_tells)
-- an instant already past, or within a second, kicks instead of scheduling,
+- an instant already past, or within KICK_WITHIN (two seconds), kicks instead of scheduling,
   and leaves a future registration alone; the kick is an Event invoke of the
   wake function with the schedule's input
   (test_a_past_instant_kicks_instead_of_scheduling,
@@ -192,9 +194,9 @@ def whole(at: datetime) -> datetime:
     return at.replace(microsecond=250_000)
 
 
-def ceil(at: datetime) -> datetime:
-    at = at.astimezone(UTC)
-    return at.replace(microsecond=0) + timedelta(seconds=1) if at.microsecond else at
+def floor(at: datetime) -> datetime:
+    """The whole second an `at()` names for `at`: the one just before it."""
+    return at.astimezone(UTC).replace(microsecond=0)
 
 
 async def test_a_future_instant_is_one_schedule_as_specified(
@@ -207,7 +209,7 @@ async def test_a_future_instant_is_one_schedule_as_specified(
     [schedule] = schedules(aws)
     assert schedule["Name"] == NAME
     assert schedule["GroupName"] == GROUP
-    assert schedule["ScheduleExpression"] == expression(ceil(at))
+    assert schedule["ScheduleExpression"] == expression(floor(at))
     assert schedule["ScheduleExpressionTimezone"] == "UTC"
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     assert schedule["State"] == "ENABLED"
@@ -215,11 +217,11 @@ async def test_a_future_instant_is_one_schedule_as_specified(
     assert schedule["Target"]["Arn"] == TARGET
     assert schedule["Target"]["RoleArn"] == ROLE
     assert json.loads(schedule["Target"]["Input"]) == WAKE_INPUT == {"duly": "wake"}
-    assert await scheduler.registered() == ceil(at)
+    assert await scheduler.registered() == floor(at)
     assert (scheduler.calls, scheduler.kicks) == (1, 0)
 
 
-async def test_instants_are_rounded_up_to_whole_seconds(
+async def test_instants_are_rounded_down_to_whole_seconds(
     Session: async_sessionmaker[AsyncSession], client_factory: Callable[..., Any], aws: Any
 ) -> None:
     engine = engine_of(Session)
@@ -227,11 +229,14 @@ async def test_instants_are_rounded_up_to_whole_seconds(
     on_the_second = (await db_time(engine) + timedelta(hours=3)).replace(microsecond=0)
     await scheduler.on_idle(on_the_second)
     assert schedules(aws)[0]["ScheduleExpression"] == expression(on_the_second)
-    just_before = on_the_second - timedelta(hours=1, microseconds=1)  # earlier: it moves
+    # Earlier by a microsecond: it moves to the second before, which fires early; the wake
+    # it starts finds the instant within KICK_WITHIN, waits for it and kicks.
+    just_before = on_the_second - timedelta(hours=1, microseconds=1)
     await scheduler.on_idle(just_before)
     [schedule] = schedules(aws)
-    assert schedule["ScheduleExpression"] == expression(on_the_second - timedelta(hours=1))
-    assert await scheduler.registered() == on_the_second - timedelta(hours=1)
+    second_before = on_the_second - timedelta(hours=1, seconds=1)
+    assert schedule["ScheduleExpression"] == expression(second_before)
+    assert await scheduler.registered() == second_before
 
 
 async def test_an_earlier_instant_moves_the_schedule_a_later_one_does_not(
@@ -252,7 +257,7 @@ async def test_an_earlier_instant_moves_the_schedule_a_later_one_does_not(
     await second.on_idle(whole(now + timedelta(hours=3)))
     assert requests.sent == ["CreateSchedule", "UpdateSchedule"], "later: no call"
     [schedule] = schedules(aws)
-    assert schedule["ScheduleExpression"] == expression(ceil(whole(now + timedelta(hours=1))))
+    assert schedule["ScheduleExpression"] == expression(floor(whole(now + timedelta(hours=1))))
 
 
 async def test_a_later_instant_replaces_one_that_has_passed(
@@ -267,8 +272,8 @@ async def test_a_later_instant_replaces_one_that_has_passed(
     later = whole(now + timedelta(hours=3))
     await woken.on_idle(later)
     [schedule] = schedules(aws)
-    assert schedule["ScheduleExpression"] == expression(ceil(later))
-    assert await woken.registered() == ceil(later)
+    assert schedule["ScheduleExpression"] == expression(floor(later))
+    assert await woken.registered() == floor(later)
 
 
 async def test_none_deletes_only_when_nothing_future_is_registered(
@@ -281,7 +286,7 @@ async def test_none_deletes_only_when_nothing_future_is_registered(
     await registering.on_idle(at)
     await other.on_idle(None)  # a stale None: another invocation's instant is in the future
     assert len(schedules(aws)) == 1
-    assert await other.registered() == ceil(at)
+    assert await other.registered() == floor(at)
     assert other.calls == 0
     await move_clock(Session, timedelta(hours=2))
     await other.on_idle(None)
@@ -305,7 +310,7 @@ async def test_an_invocation_moves_its_own_instant_later_until_another_tells(
     now = await db_time(engine)
     await mine.on_idle(whole(now + timedelta(minutes=5)))
     await mine.on_idle(whole(now + timedelta(hours=2)))
-    assert await mine.registered() == ceil(whole(now + timedelta(hours=2)))
+    assert await mine.registered() == floor(whole(now + timedelta(hours=2)))
     await mine.on_idle(None)
     assert schedules(aws) == []
     assert requests.sent == ["CreateSchedule", "UpdateSchedule", "DeleteSchedule"]
@@ -314,7 +319,7 @@ async def test_an_invocation_moves_its_own_instant_later_until_another_tells(
     await mine.on_idle(whole(now + timedelta(hours=4)))  # shared now: stays at 1 h
     await mine.on_idle(None)
     assert [s["ScheduleExpression"] for s in schedules(aws)] == [
-        expression(ceil(whole(now + timedelta(hours=1))))
+        expression(floor(whole(now + timedelta(hours=1))))
     ]
     assert requests.sent[3:] == ["CreateSchedule"]
 
@@ -410,11 +415,11 @@ async def test_an_instant_within_a_second_kicks_once_it_is_due(
         kicked_at.append(await db_time(engine))
 
     scheduler = make_scheduler(engine, client_factory, invoke=invoke)
-    for ms in (900, 400, 0, -500):
+    for ms in (1500, 900, 400, 0, -500):
         at = await db_time(engine) + timedelta(milliseconds=ms)
         await scheduler.on_idle(at)
         assert kicked_at[-1] >= at, "a wake invoked before the instant would find nothing due"
-    assert (len(kicked_at), scheduler.calls) == (4, 0)
+    assert (len(kicked_at), scheduler.calls) == (5, 0)
     assert schedules(aws) == []
 
 
@@ -429,7 +434,7 @@ async def test_a_kick_keeps_a_future_schedule(
     await scheduler.on_idle(now - timedelta(seconds=1))
     assert (kicks.count, scheduler.calls) == (1, 1)
     assert [s["ScheduleExpression"] for s in schedules(aws)] == [
-        expression(ceil(whole(now + timedelta(hours=1))))
+        expression(floor(whole(now + timedelta(hours=1))))
     ]
 
 
@@ -447,13 +452,13 @@ async def test_a_hundred_calls_that_do_not_change_the_instant_make_no_scheduler_
     assert (scheduler.calls, len(requests.sent)) == (1, 1)
     others = [make_scheduler(engine, client_factory) for _ in range(4)]
     tellers = [scheduler, *others]
-    told: list[datetime | None] = [at, at + timedelta(minutes=30), None, ceil(at), None]
+    told: list[datetime | None] = [at, at + timedelta(minutes=30), None, floor(at), None]
     for number in range(100):
         teller = tellers[number % len(tellers)]
         await teller.on_idle(at if teller is scheduler else told[number % len(told)])
     assert sum(teller.calls for teller in tellers) == 1
     assert requests.sent == ["CreateSchedule"], "no request reached the scheduler"
-    assert [s["ScheduleExpression"] for s in schedules(aws)] == [expression(ceil(at))]
+    assert [s["ScheduleExpression"] for s in schedules(aws)] == [expression(floor(at))]
 
 
 async def test_five_concurrent_invocations_leave_the_earliest_instant(
@@ -488,7 +493,7 @@ async def test_five_concurrent_invocations_leave_the_earliest_instant(
                 for scheduler, offset in zip(schedulers, offsets, strict=True)
             )
         )
-        earliest = ceil(whole(now + timedelta(hours=1, minutes=round_number)))
+        earliest = floor(whole(now + timedelta(hours=1, minutes=round_number)))
         [schedule] = [s for s in schedules(aws) if s["Name"] == name]
         assert schedule["ScheduleExpression"] == expression(earliest), round_number
         assert await schedulers[0].registered() == earliest
@@ -517,7 +522,7 @@ async def test_a_schedule_that_exists_already_is_updated(
     await scheduler.on_idle(at)
     assert requests.sent == ["CreateSchedule", "UpdateSchedule"]
     [schedule] = schedules(aws)
-    assert schedule["ScheduleExpression"] == expression(ceil(at))
+    assert schedule["ScheduleExpression"] == expression(floor(at))
     assert json.loads(schedule["Target"]["Input"]) == WAKE_INPUT
 
 
@@ -535,7 +540,7 @@ async def test_a_schedule_deleted_by_hand_is_made_again(
     await scheduler.on_idle(whole(now + timedelta(hours=1)))
     assert requests.sent == ["CreateSchedule", "UpdateSchedule", "CreateSchedule"]
     assert [s["ScheduleExpression"] for s in schedules(aws)] == [
-        expression(ceil(whole(now + timedelta(hours=1))))
+        expression(floor(whole(now + timedelta(hours=1))))
     ]
 
 
@@ -566,7 +571,7 @@ async def test_a_failing_write_leaves_the_row_unchanged_and_raises(
     assert await scheduler.registered() is None
     aws.create_schedule_group(Name="missing")
     await scheduler.on_idle(whole(now + timedelta(hours=1)))  # told again: it works now
-    assert await scheduler.registered() == ceil(whole(now + timedelta(hours=1)))
+    assert await scheduler.registered() == floor(whole(now + timedelta(hours=1)))
     assert len(schedules(aws, "missing")) == 1
 
 
@@ -668,9 +673,9 @@ async def test_a_worker_registers_its_wake_in_instant(
     started = await db_time(engine_of(Session))
     assert started + serverless.LATER - timedelta(minutes=1) < reminder.wake_at
     [schedule] = schedules(aws)
-    assert schedule["ScheduleExpression"] == expression(ceil(reminder.wake_at))
+    assert schedule["ScheduleExpression"] == expression(floor(reminder.wake_at))
     assert json.loads(schedule["Target"]["Input"]) == WAKE_INPUT
-    assert await scheduler.registered() == ceil(reminder.wake_at)
+    assert await scheduler.registered() == floor(reminder.wake_at)
     # The pass after the claim may have told the running step's lease end first (then
     # moved to the wake_in instant, its own newer view): at most two calls.
     assert scheduler.calls in (1, 2)

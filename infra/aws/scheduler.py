@@ -29,7 +29,10 @@ from engine import ConfigurationError, InvalidArgumentError, db_now
 TABLE = "duly_wake_schedule"
 DEFAULT_NAME = "duly-wake"
 WAKE_INPUT: dict[str, str] = {"duly": "wake"}  # the event the wake function receives
-KICK_WITHIN = timedelta(seconds=1)  # an instant this close (or past) is kicked, not scheduled
+# An instant this close (or past) is waited for and kicked, not scheduled: an `at()` names a
+# whole second, rounded down, so a schedule fires up to a second before its instant, and the
+# wake it starts must find the instant within reach (a second more for the clocks to differ).
+KICK_WITHIN = timedelta(seconds=2)
 TIMEZONE = "UTC"
 ACTION_AFTER_COMPLETION = "NONE"  # a fired schedule stays: the row always tells if it exists
 LOCK_TIMEOUT = "10s"  # waiting for another invocation's registration longer is an error
@@ -72,16 +75,17 @@ def instant_of(expression: str) -> datetime | None:
     return datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
-def round_up(at: datetime) -> datetime:
-    """`at` in UTC, rounded up to a whole second so the schedule never fires early."""
+def whole_second(at: datetime) -> datetime:
+    """`at` in UTC, rounded down to a whole second: the `at()` that fires just before it.
+
+    The wake that fires finds the instant within `KICK_WITHIN`, waits for it and kicks:
+    late by a kick, not by the rest of a second as a rounding up would be.
+    """
     if at.tzinfo is None:
         raise InvalidArgumentError(
             f"on_idle needs an aware datetime, not the naive {at.isoformat()}."
         )
-    at = at.astimezone(UTC)
-    if at.microsecond:
-        at = at.replace(microsecond=0) + timedelta(seconds=1)
-    return at
+    return at.astimezone(UTC).replace(microsecond=0)
 
 
 def lock_statement(name: str) -> Executable:
@@ -170,7 +174,7 @@ class WakeScheduler:
 
     async def on_idle(self, at: datetime | None) -> None:
         """Register `at` (or the earlier one already registered), or kick when it is due."""
-        told = None if at is None else round_up(at)
+        told = None if at is None else whole_second(at)
         async with self.engine.begin() as conn:
             await conn.execute(timeouts_statement())
             registered, owner, now = await self._lock(conn)
@@ -232,11 +236,11 @@ class WakeScheduler:
         except Exception as error:
             if error_code(error) != "ResourceNotFoundException":
                 raise
-            await self._create(round_up(at))
+            await self._create(whole_second(at))
             return
         pending = instant_of(found.get("ScheduleExpression", ""))
         if pending is None or pending <= datetime.now(UTC):
-            await self._call("update_schedule", **self._schedule(round_up(at)))
+            await self._call("update_schedule", **self._schedule(whole_second(at)))
 
     async def kick(self) -> None:
         """Invoke the wake function asynchronously (counted even with no `invoke`)."""
