@@ -23,7 +23,7 @@ from engine import connect_workflows
 from engine.testing import drain as drain_steps, move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
-from infra.aws.scheduler import whole_second, schedule_expression
+from infra.aws.scheduler import schedule_expression, whole_second
 from infra.aws.wake_slots import WakeSlots
 from tests.apps import serverless_app
 from tests.apps.serverless_app import LATER, SIGNUP, Chunk, Outbox, Signup, Stuck

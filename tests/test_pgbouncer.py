@@ -28,7 +28,7 @@ from engine import connect_workflows
 from engine.testing import move_clock
 from functions.lambdas import handlers as lambda_handlers
 from functions.lambdas.runtime import WAKE_INPUT
-from infra.aws.scheduler import whole_second, schedule_expression
+from infra.aws.scheduler import schedule_expression, whole_second
 from infra.aws.wake_slots import WakeSlots
 from infra.testing.pytest_plugin import Database, Server
 from tests.apps import serverless_app
