@@ -227,7 +227,7 @@ async def test_a_start_a_kick_and_a_delivery_to_a_paused_database_complete_after
     assert statuses["same@example.com"] == "nudged", "its confirmation is due, not yet run"
 
 
-@pytest.mark.parametrize("pausing_proxy", [(0.25, 10.0)], indirect=True)
+@pytest.mark.parametrize("pausing_proxy", [(0.25, 15.0)], indirect=True)
 async def test_a_resume_slower_than_the_budget_leaves_the_wake_armed_and_loses_nothing(
     pausing_proxy: PausingProxy, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -241,7 +241,6 @@ async def test_a_resume_slower_than_the_budget_leaves_the_wake_armed_and_loses_n
     budget = 3.0  # seconds: one of them to wait for the database, the margin 2 s
     async with function(settings, aws=aws) as fn:
         await paused(proxy)
-        asked = time.monotonic()
         with pytest.raises(DatabaseUnavailableError, match="retry in"):
             await fn.call(lambda_handlers.wake, WAKE_INPUT, remaining=budget)
         [armed] = aws.schedules()
@@ -258,7 +257,7 @@ async def test_a_resume_slower_than_the_budget_leaves_the_wake_armed_and_loses_n
         event = {"event_type": SIGNUP, "event_id": "late", "payload": {"email": "c@example.com"}}
         with pytest.raises(DatabaseUnavailableError):
             await fn.call(lambda_handlers.publish, event, budget)
-        assert time.monotonic() - asked < proxy.resume_delay, "all asked during one resume"
+        assert proxy.stopped, "all asked during one resume"
         # The connections given up on are held by the proxy until the server is up.
         await released(proxy, proxy.resume_delay + RELEASED_WITHIN)
         assert fn.invokes == 0, "nothing was accepted, so nothing kicked"
