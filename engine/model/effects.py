@@ -58,8 +58,8 @@ class StepEffects:
                 self._lock = asyncio.Lock()
             async with self._lock:  # two effects gathered at once begin one transaction
                 if self._conn is None:
-                    if self._engine is None:
-                        raise NotInStepError("This step body writes its effects on its own.")
+                    # Only a joined attempt is current, so only it is asked for a connection.
+                    assert self._engine is not None
                     conn = await self._engine.connect()
                     try:
                         await conn.begin()

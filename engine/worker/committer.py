@@ -59,6 +59,7 @@ class Committer:
         self._transactions = transactions or engine  # for writes that touch other rows too
         self._attempt_log = attempt_log
         self._lease = lease.total_seconds()
+        self._lease_span = lease  # a step's effects may sit idle in their transaction this long
         self._pending: list[Pending] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -85,7 +86,7 @@ class Committer:
     def effects(self, joined: bool = True) -> StepEffects:
         """A step attempt's effects, in a transaction of this committer's database; with
         `joined` False the body's effects commit on their own, as outside a step."""
-        return StepEffects(self._transactions if joined else None, timedelta(seconds=self._lease))
+        return StepEffects(self._transactions if joined else None, self._lease_span)
 
     async def write(self, write: Write) -> Row[Any] | None:
         """Queue `write` and wait for the row as written, or None when fenced."""

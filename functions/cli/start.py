@@ -1,7 +1,7 @@
 """`duly start NAME STEP --row JSON --args JSON`: the API's start of a run, from a terminal.
 
-The request layer decides, as for `POST /workflows/{name}/start`: a step runs
-may not be started at (not an entry step) is refused with exit 2, nothing written.
+The request layer decides, as for `POST /workflows/{name}/start`: a step a run may not
+start at (not an entry step) is refused with exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def add_start(commands: Commands) -> None:
 
 def run_start(args: argparse.Namespace) -> int:
     """`duly start`: exit 0 when the run started, 1 when one with its unique values exists,
-    2 for a request refused (a step runs may not start at, a value that does not fit)."""
+    2 for a request refused (a step a run may not start at, a value that does not fit)."""
     try:
         url, _, _ = app_database(args, "duly start")
         body = command_body(StartRequest, args, {"step": args.step}, "row", "args")
