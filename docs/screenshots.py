@@ -181,7 +181,7 @@ def fail(dev: Dev, key: str) -> None:
     dev.until("onboarding", key, lambda run: run["state"] == "failed")
 
 
-def seed(dev: Dev) -> dict[str, str]:
+def stage(dev: Dev) -> dict[str, str]:
     """Runs in every state, a failure, schedules and a graph instance; what the pages show."""
     onboard(dev, "ana", "ben")
     dev.move_clock(3)
@@ -230,7 +230,7 @@ def logged_in(browser: Browser, dev: Dev, who: str) -> Page:
     return page
 
 
-def shoot(dev: Dev, seeded: dict[str, str], out: Path) -> None:
+def shoot(dev: Dev, shown: dict[str, str], out: Path) -> None:
     """Every page of IMAGES, as mia (operations) and fred (an approver with a vote to cast)."""
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
@@ -245,14 +245,14 @@ def shoot(dev: Dev, seeded: dict[str, str], out: Path) -> None:
 
         take("overview.png", "/console")
         take("run-timeline.png", "/console/runs/onboarding/1")
-        mia.goto(f"/console/runs/onboarding/{seeded['failed']}")
+        mia.goto(f"/console/runs/onboarding/{shown['failed']}")
         mia.locator("details.failure summary").first.click()
         mia.screenshot(path=out / "run-failure.png", full_page=True)
         take("search.png", f"/console/runs/onboarding?{httpx.QueryParams(q=SEARCH)}")
-        take("designer.png", f"/console/graphs/designer/{seeded['template']}")
+        take("designer.png", f"/console/graphs/designer/{shown['template']}")
         take("schedules.png", "/console/schedules")
         fred = logged_in(browser, dev, "fred")
-        take("graph-instance.png", f"/console/graphs/instances/{seeded['instance']}", fred)
+        take("graph-instance.png", f"/console/graphs/instances/{shown['instance']}", fred)
         browser.close()
 
 
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="duly-screenshots-") as scratch,
         serving(Path(scratch)) as dev,
     ):
-        shoot(dev, seed(dev), args.out)
+        shoot(dev, stage(dev), args.out)
     for name in IMAGES:
         print(args.out / name)
     return 0
