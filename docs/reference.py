@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ sys.path.insert(0, str(DOCS))  # its sibling generators
 os.environ["COLUMNS"] = "100"  # argparse wraps its usage lines at this width
 
 from reference_design import design_pages  # noqa: E402
-from reference_http import http_page  # noqa: E402
+from reference_http import cell, http_page  # noqa: E402
 from reference_python import python_pages  # noqa: E402
 
 PAGES = DOCS / "reference"
@@ -142,11 +143,6 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-def cell(text: str) -> str:
-    """Text safe in a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 # -- the SAM template ------------------------------------------------------------------------
 
 # The parameters grouped as the deploy guide groups them: (heading, what it covers, names).
@@ -254,9 +250,11 @@ def template_page() -> str:
         lines += [parameter_row(name, parameters[name]) for name in names]
         lines += [""]
     lines += ["## Outputs", "", "What `sam deploy` prints, and the stack keeps.", ""]
-    lines += ["| Output | Only when | Description |", "| --- | --- | --- |"]
+    lines += ["| Output | When | Description |", "| --- | --- | --- |"]
     for name, output in template["Outputs"].items():
-        lines += [f"| `{name}` | {output.get('Condition', '')} | {cell(output['Description'])} |"]
+        when = output.get("Condition")
+        shown = condition_text(template["Conditions"][when]) if when else "always"
+        lines += [f"| `{name}` | {shown} | {cell(output['Description'])} |"]
     lines += ["", "## Rules", "", "A deploy whose parameters break a rule is refused.", ""]
     lines += ["| Rule | Checked when | Refused with |", "| --- | --- | --- |"]
     for name, rule in template["Rules"].items():
@@ -273,15 +271,26 @@ def parameter_row(name: str, parameter: dict[str, Any]) -> str:
     allowed = parameter.get("AllowedValues")
     if allowed:
         allowed_text = ", ".join(f"`{value}`" if value != "" else "empty" for value in allowed)
-    elif "MinValue" in parameter or "MaxValue" in parameter:
-        allowed_text = f"{parameter.get('MinValue', '')} to {parameter.get('MaxValue', '')}"
-        allowed_text = allowed_text.strip()
+    elif "MinValue" in parameter and "MaxValue" in parameter:
+        allowed_text = f"{parameter['MinValue']} to {parameter['MaxValue']}"
+    elif "MinValue" in parameter:
+        allowed_text = f"{parameter['MinValue']} or more"
     elif "AllowedPattern" in parameter:
-        allowed_text = "an ARN, or empty"
+        allowed_text = pattern_text(parameter["AllowedPattern"])
     else:
         allowed_text = ""
     description = cell(parameter["Description"])
     return f"| `{name}` | {parameter['Type']} | {default_text} | {allowed_text} | {description} |"
+
+
+def pattern_text(pattern: str) -> str:
+    """An AllowedPattern in words: an ARN of its service, or the pattern itself."""
+    arn = re.search(r"arn:aws\[a-z-\]\*:([a-z]+):", pattern)
+    if arn:
+        return f"a `{arn[1]}` ARN, or empty"
+    if pattern.startswith("^$|"):
+        return f"empty, or matching `{pattern.removeprefix('^$|')}`"
+    return f"matching `{pattern}`"
 
 
 def condition_text(condition: dict[str, Any] | None) -> str:
@@ -335,8 +344,6 @@ def path_text(text: str) -> str:
     """The file's text: one newline at its end."""
     return text.rstrip("\n") + "\n"
 
-
-Page = Callable[[], str]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -225,11 +225,14 @@ def rule_rows(docstring: str) -> Iterator[tuple[str, str]]:
 
 
 def problem_sentences(source: str) -> Iterator[tuple[str, str]]:
-    """Each `check.problem("Sn", sentence)` of the source: its code and sentence."""
-    for node in ast.walk(ast.parse(source)):
+    """Each `check.problem("Sn", sentence)` of the source, in source order: code, sentence."""
+    calls = sorted(
+        (node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)),
+        key=lambda node: node.lineno,
+    )
+    for node in calls:
         if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
+            isinstance(node.func, ast.Attribute)
             and node.func.attr == "problem"
             and len(node.args) >= 2
             and isinstance(node.args[0], ast.Constant)

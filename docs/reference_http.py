@@ -26,6 +26,7 @@ SECTIONS = {
     "drain": "Events and the outbox",
     "audit": "The audit trail",
 }
+COMMON_LINK = "#responses-every-route-may-give"
 ROLE_WORDS = {"public": "anyone: no credential needed"}
 
 
@@ -54,6 +55,8 @@ def http_page(generated: str) -> str:
         "`duly dev` serves this API on your machine; on AWS the api function serves it at its",
         "Function URL. Every body is JSON. A refusal is a JSON object whose `detail` says why.",
         "The app also serves its OpenAPI document at `GET /openapi.json` (viewer role).",
+        "Yours adds, per workflow table, `/workflows/<table>/start`, `/deliver` and `/run`",
+        "paths whose bodies are that table's steps and their arguments.",
         "",
         "## Who may call what",
         "",
@@ -71,7 +74,7 @@ def http_page(generated: str) -> str:
         for method, path, operation in routes:
             lines += route_lines(method, path, operation, roles.get((method, path)), common)
     lines += ["## Responses every route may give", ""]
-    lines += ["Beside its own, a route may answer with these.", ""]
+    lines += ["Each code means the same on every route that lists it under Also.", ""]
     lines += ["| Code | When |", "| --- | --- |"]
     lines += [f"| {code} | {cell(text)} |" for code, text in sorted(common)]
     lines += ["", "## Schemas", "", "The bodies the routes read and the refusals they send.", ""]
@@ -89,13 +92,19 @@ def section_of(path: str, operation: dict[str, Any]) -> str:
 
 
 def common_responses(operations: list[tuple[str, str, dict[str, Any]]]) -> set[tuple[str, str]]:
-    """The (code, description) pairs at least half the routes give: listed once."""
+    """The (code, description) pairs at least half the routes give, each the only meaning of
+    its code (a 403 names the route's role): listed once."""
     counts = Counter(
         (code, response["description"])
         for _, _, operation in operations
         for code, response in operation["responses"].items()
     )
-    return {pair for pair, count in counts.items() if count * 2 >= len(operations)}
+    meanings = Counter(code for code, _ in counts)
+    return {
+        (code, text)
+        for (code, text), count in counts.items()
+        if count * 2 >= len(operations) and meanings[code] == 1
+    }
 
 
 def route_lines(
@@ -133,6 +142,9 @@ def route_lines(
         lines += ["| Response | When |", "| --- | --- |"]
         lines += [f"| {code} | {cell(text)} |" for code, text in sorted(own)]
         lines += [""]
+    shared = sorted(code for code in operation["responses"] if code not in dict(own))
+    if shared:
+        lines += [f"Also {', '.join(shared)}: see [every route's responses]({COMMON_LINK}).", ""]
     return lines
 
 
@@ -194,5 +206,5 @@ def anchor(text: str) -> str:
 
 
 def cell(text: str) -> str:
-    """Text safe in a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text safe in a Markdown table cell: one line, no bar, no tag."""
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
