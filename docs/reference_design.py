@@ -210,7 +210,7 @@ def rules_section() -> list[str]:
 
 def rule_rows(docstring: str) -> Iterator[tuple[str, str]]:
     """The (code, rule) rows of validate_graph's table."""
-    code, text = "", []
+    code, text = "", list[str]()
     for line in docstring.splitlines():
         word = line.split(" ", 1)[0]
         if word.startswith("S") and word[1:].isdigit():

@@ -69,10 +69,12 @@ def http_page(generated: str) -> str:
     sections: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for method, path, operation in operations:
         sections.setdefault(section_of(path, operation), []).append((method, path, operation))
+    schemas = document["components"]["schemas"]
     for title, routes in sections.items():
         lines += [f"## {title}", ""]
         for method, path, operation in routes:
-            lines += route_lines(method, path, operation, roles.get((method, path)), common)
+            role = roles.get((method, path))
+            lines += route_lines(method, path, operation, role, common, schemas)
     lines += ["## Responses every route may give", ""]
     lines += ["Each code means the same on every route that lists it under Also.", ""]
     lines += ["| Code | When |", "| --- | --- |"]
@@ -113,6 +115,7 @@ def route_lines(
     operation: dict[str, Any],
     role: str | None,
     common: set[tuple[str, str]],
+    schemas: dict[str, Any],
 ) -> list[str]:
     """One route: heading, summary, role, parameters, body and its own responses."""
     lines = [f"### `{method} {path}` {{#{anchor(method + ' ' + path)}}}", ""]
@@ -132,7 +135,15 @@ def route_lines(
     body = operation.get("requestBody")
     if body:
         schema = next(iter(body["content"].values()))["schema"]
-        lines += [f"Body: {type_of(schema)}.", ""]
+        model = schemas.get(schema.get("$ref", "").rsplit("/", 1)[-1], {})
+        described = f" {cell(model['description'])}" if model.get("description") else ""
+        lines += [f"Body: {type_of(schema)}.{described}", ""]
+        if model.get("title") == "Design":
+            lines += [
+                "The whole format, with an example: [Graph design format](graph-design.md).",
+                "",
+            ]
+        lines += field_lines(model)  # one model: its fields here too
     own = [
         (code, response["description"])
         for code, response in operation["responses"].items()
@@ -153,6 +164,12 @@ def schema_lines(name: str, schema: dict[str, Any]) -> list[str]:
     lines = [f"### {shown_name(name)} {{#{schema_anchor(name)}}}", ""]
     if schema.get("description"):
         lines += [cell(schema["description"]), ""]
+    return [*lines, *field_lines(schema)]
+
+
+def field_lines(schema: dict[str, Any]) -> list[str]:
+    """A schema's field table, and whether it refuses other fields."""
+    lines = []
     properties: dict[str, Any] = schema.get("properties", {})
     if properties:
         required = set(schema.get("required", []))

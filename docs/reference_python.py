@@ -1,4 +1,4 @@
-"""docs/reference/python/*.md: the docstrings of `engine.__all__`, one page per group of docs/api.md.
+"""docs/reference/python/*.md: the docstrings of `engine.__all__`, a page per group of api.md.
 
 `engine` exports its names lazily (`engine.exports`), so the pages point
 mkdocstrings at each name's own module: the object's `__module__` when it is
@@ -36,17 +36,17 @@ def real_path(name: str) -> str:
         return SUBMODULES[name]
     value = getattr(engine, name)
     module = getattr(value, "__module__", None)
-    if isinstance(module, str) and module.startswith("engine."):
-        if getattr(value, "__qualname__", None) == name:
-            return f"{module}.{name}"
+    defined_there = getattr(value, "__qualname__", None) == name
+    if isinstance(module, str) and module.startswith("engine.") and defined_there:
+        return f"{module}.{name}"
     listed = [module for module, names in LAZY_MODULES.items() if name in names.split()]
     return f"{listed[0]}.{name}"
 
 
 def slug(heading: str) -> str:
     """A group's file name: the first word of its heading but `the`, lower case."""
-    words = [word for word in re.findall(r"[a-z0-9]+", heading.lower()) if word != "the"]
-    return words[0]
+    words: list[str] = re.findall(r"[a-z0-9]+", heading.lower())
+    return next(word for word in words if word != "the")
 
 
 def python_pages(docs: Path, generated: str) -> dict[Path, str]:
@@ -61,8 +61,7 @@ def python_pages(docs: Path, generated: str) -> dict[Path, str]:
             generated,
             "",
             "The docstrings of this group of [the public API](../../api.md).",
-            "Import each name from `engine`, as in `from engine import "
-            f"{names[0]}`.",
+            f"Import each name from `engine`, as in `from engine import {names[0]}`.",
             "",
         ]
         for name in sorted(names, key=str.lower):
