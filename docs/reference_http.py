@@ -126,11 +126,16 @@ def route_lines(
     lines += [f"Who may call it: {who} ({ROLES_LINK}).", ""]
     parameters = operation.get("parameters", [])
     if parameters:
-        lines += ["| Parameter | In | Type | Required |", "| --- | --- | --- | --- |"]
+        lines += ["| Parameter | In | Type | Default | Description |"]
+        lines += ["| --- | --- | --- | --- | --- |"]
         for parameter in parameters:
-            required = "yes" if parameter.get("required") else ""
-            kind = type_of(parameter["schema"])
-            lines += [f"| `{parameter['name']}` | {parameter['in']} | {kind} | {required} |"]
+            spec = parameter["schema"]
+            default = "required" if parameter.get("required") else ""
+            if spec.get("default") is not None:
+                default = f"`{spec['default']}`"
+            said = cell(parameter.get("description", spec.get("description", "")))
+            where = f"| `{parameter['name']}` | {parameter['in']} | {type_of(spec)}"
+            lines += [f"{where} | {default} | {said} |"]
         lines += [""]
     body = operation.get("requestBody")
     if body:
