@@ -22,18 +22,24 @@ from reference_http import cell, type_of
 MEANINGS: dict[str, dict[str, str]] = {
     "Design": {
         "name": "The workflow's name. Every save of a name is a new version of it.",
-        "description": "A sentence about the workflow (empty: the base version's).",
-        "state_choices": "The state codes its states and ends may use (empty: the base's).",
-        "forbid_self_approval": "Refuse a subject's submitter every move and vote on it.",
-        "submitters": "Who may submit: `any`, `owner` (the subject's owner) or a role.",
-        "base_template_id": "The version this one starts from: unset fields are read there.",
+        "description": "A sentence about the workflow (unset: the base version's).",
+        "state_choices": "The state codes its states and ends may use (unset: the base's).",
+        "forbid_self_approval": (
+            "Refuse a submitter every move and vote on their subject (unset: the base's)."
+        ),
+        "submitters": (
+            "Who may submit: `any`, `owner` (the subject's owner) or a role (unset: the base's)."
+        ),
+        "base_template_id": "The version unset fields are read from (unset: the name's latest).",
         "nodes": "The graph's nodes, at least one.",
-        "connections": "The transitions between nodes; a repeated pair keeps the first.",
+        "connections": (
+            "The transitions, between nodes of the design; a repeated pair keeps the first."
+        ),
     },
     "DesignNode": {
         "id": "The node's key in this design, unique; connections name it.",
         "type": "What the node does: one of the node types below.",
-        "name": "What people read: a state's name, a transition's target.",
+        "name": "The node's title, as the designer, the console and the history show it.",
         "x": "The designer's horizontal position (layout only).",
         "y": "The designer's vertical position (layout only).",
         "z_index": "The designer's stacking order (layout only).",
@@ -144,7 +150,8 @@ def design_page(generated: str) -> str:
     lines += [
         "Keys are camelCase. A node or connection keeps keys it does not know (layout data);",
         "the design ignores them (a loaded version's `version`, `isActive`, ...), so a",
-        "designer may post back what it loaded. An empty string is the same as unset.",
+        "designer may post back what it loaded. An empty `stateCode`, `threshold`, `condition`",
+        "or `stateAssignmentTemplateCode` is the same as unset.",
         "",
         "## Node types",
         "",
