@@ -326,6 +326,13 @@ def function_url_event(
         "isBase64Encoded": False,
     }
     if caller is not None:
+        # The signed call's own headers reach the function too, its SigV4 Authorization first.
+        event["headers"] |= {  # type: ignore[operator]
+            "authorization": "AWS4-HMAC-SHA256 Credential=ASIAEXAMPLE/20260101/us-east-1/"
+            "lambda/aws4_request, SignedHeaders=host;x-amz-date, Signature=0123abcd",
+            "x-amz-date": "20260101T000000Z",
+            "x-amz-security-token": "FwoGZXIvYXdzEXAMPLE",
+        }
         event["requestContext"]["authorizer"] = {  # type: ignore[index]
             "iam": {
                 "accessKey": "ASIAEXAMPLE",

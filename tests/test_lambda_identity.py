@@ -2,6 +2,9 @@
 
 - the caller's ARN, and its assumed role's ARN, take roles from DULY_ROLES; a caller no entry
   names holds DULY_DEFAULT_ROLE (viewer): test_an_iam_caller_acts_with_the_roles_its_arn_has
+- with credentials configured, the SigV4 Authorization header an IAM caller's signed call
+  carries is the platform's, never read as a bearer:
+  test_an_iam_caller_is_admitted_beside_configured_credentials
 - wrong bearers are counted per Function URL `sourceIp`: a rotated X-Forwarded-For buys no
   more guesses, and a fixed one locks no other address out:
   test_wrong_bearers_are_counted_per_source_ip
@@ -50,6 +53,24 @@ async def test_an_iam_caller_acts_with_the_roles_its_arn_has(
         )
         assert stored.get("statusCode") == 200, stored
         assert json.loads(stored["body"])["stored"] == ["s-iam"]
+
+
+async def test_an_iam_caller_is_admitted_beside_configured_credentials(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DULY_API_TOKEN", "a-token-of-the-lambda-identity-tests")
+    monkeypatch.setenv("DULY_ROLES", json.dumps({f"iam:{OPS}": ["operator"]}))
+    await create_tables(db)
+    async with function(settings_for(db)) as fn:
+        stored = await fn.call(
+            lambda_handlers.http,
+            function_url_event("POST", "/events", SIGNUP, caller=OPS_SESSION),
+        )
+        assert stored.get("statusCode") == 200, stored
+        unsigned = function_url_event("GET", "/workflows")
+        unsigned["headers"]["authorization"] = "AWS4-HMAC-SHA256 Credential=forged"
+        refused = await fn.call(lambda_handlers.http, unsigned)  # no platform vouches for it
+        assert refused.get("statusCode") == 401, refused
 
 
 async def test_wrong_bearers_are_counted_per_source_ip(

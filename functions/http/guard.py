@@ -210,12 +210,14 @@ class Guard:
     async def _principal(
         self, scope: Scope, headers: Mapping[str, str], receive: Receive, limits: Limits
     ) -> tuple[Principal | None, bytes | None]:
-        authorization = headers.get("authorization")
-        if authorization is not None:
-            return await self._bearer(scope, authorization), None
+        # An AWS_IAM Function URL verified the caller's SigV4 signature and hands it on in the
+        # Authorization header: the platform's word comes first, so that header is no bearer.
         caller = self.settings.credentials.iam(scope)
         if caller is not None:
             return caller, None
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            return await self._bearer(scope, authorization), None
         if SIGNATURE_HEADER in headers and self.settings.signers:
             await self._signed_head(scope, headers, limits)
             body = await read_body(receive, limits)
