@@ -121,5 +121,5 @@ def choice(transitions: dict[str, Any], label: str) -> dict[str, Any]:
 
 
 def move_body(chosen: dict[str, Any], user: str | None = None) -> dict[str, Any]:
-    body = {"branch_id": chosen["branch_id"], "target_node_id": chosen["target_id"]}
+    body = {"branch_id": chosen["branch_id"], "target_id": chosen["target_id"]}
     return body if user is None else {**body, "user": user}

@@ -55,6 +55,7 @@ async def test_workflows_lists_tables_steps_lanes_and_limits(db: Database) -> No
     described = {w["name"]: w for w in reply.json()["workflows"]}
     assert described["onboarding"] == {
         "name": "onboarding",
+        "engine_owned": False,
         "steps": ["welcome", "check", "activated"],
         "lanes": ["default"],
         "limit": None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import select
 import signal
@@ -201,3 +202,24 @@ def test_load_app_finds_the_example_metadata_and_refuses_a_missing_module() -> N
     assert load_app("functions.examples") == [examples.Base.metadata]
     with pytest.raises(LookupError, match="No module named 'no_such_app'"):
         load_app("no_such_app")
+
+
+def test_load_app_finds_workflows_its_module_imports_from_siblings_loaded_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test that imports `shopx.orders` before the plugin loads `shopx.app` still gets its tables."""
+    package = tmp_path / "shopx"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "orders.py").write_text(
+        "from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column\n"
+        "from engine import Workflow\n"
+        "class Base(DeclarativeBase):\n    pass\n"
+        "class ShopxOrder(Base, Workflow):\n"
+        "    __tablename__ = 'shopx_orders'\n"
+        "    id: Mapped[int] = mapped_column(primary_key=True)\n"
+    )
+    (package / "app.py").write_text("from shopx.orders import Base, ShopxOrder\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    orders = importlib.import_module("shopx.orders")  # as a test module would, first
+    assert load_app("shopx.app") == [orders.Base.metadata]

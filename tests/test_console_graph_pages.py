@@ -288,7 +288,7 @@ async def test_the_live_part_answers_204_until_the_instance_moves(
     [approve] = [c for c in choices.json()["transitions"] if c["display_name"] == "Approve"]
     moved = await client.post(
         f"/graphs/instances/{instance_id}/transitions",
-        json={"branch_id": branch["id"], "target_node_id": approve["target_id"], "user": "mia"},
+        json={"branch_id": branch["id"], "target_id": approve["target_id"], "user": "mia"},
     )
     assert moved.status_code == 200, moved.text
     changed = await client.get(live, params={"user": "mia", "seen": seen})

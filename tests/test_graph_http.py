@@ -16,6 +16,9 @@
   completed instance 409 WORKFLOW_COMPLETED, activation of an invalid version
   400 TEMPLATE_INVALID with its errors, an unknown instance 404, a design with
   no nodes or a malformed id 422: test_refusals_answer_with_status_and_code
+- a move takes its target as `target_id`, the name the picker answers; the old
+  `target_node_id` is a 422 naming `target_id`, and nothing moves:
+  test_a_move_under_the_targets_old_name_is_refused_naming_the_new_one
 - cancel over HTTP ends the instance and clears the subject's state:
   test_cancel_over_http
 """
@@ -93,7 +96,7 @@ async def move(
             f"/graphs/instances/{instance_id}/transitions",
             json={
                 "branch_id": choice["branch_id"],
-                "target_node_id": choice["target_id"],
+                "target_id": choice["target_id"],
                 "user": user,
                 "comment": comment,
             },
@@ -233,14 +236,14 @@ async def test_refusals_answer_with_status_and_code(example_client: httpx.AsyncC
 
     stranger = await client.post(
         f"/graphs/instances/{iid}/transitions",
-        json={"branch_id": branch["id"], "target_node_id": approve["target_id"], "user": "eve"},
+        json={"branch_id": branch["id"], "target_id": approve["target_id"], "user": "eve"},
     )
     assert stranger.status_code == 400
     assert stranger.json()["code"] == "STATE_WORKFLOW_ERROR"
 
     no_comment = await client.post(
         f"/graphs/instances/{iid}/transitions",
-        json={"branch_id": branch["id"], "target_node_id": reject["target_id"], "user": "mia"},
+        json={"branch_id": branch["id"], "target_id": reject["target_id"], "user": "mia"},
     )
     assert no_comment.status_code == 400
     assert "comment" in no_comment.json()["detail"]
@@ -260,7 +263,7 @@ async def test_refusals_answer_with_status_and_code(example_client: httpx.AsyncC
     assert await claim_state(claim["id"]) == "rejected"
     late = await client.post(
         f"/graphs/instances/{iid}/transitions",
-        json={"branch_id": branch["id"], "target_node_id": approve["target_id"], "user": "mia"},
+        json={"branch_id": branch["id"], "target_id": approve["target_id"], "user": "mia"},
     )
     assert late.status_code == 409
     assert late.json()["code"] == "WORKFLOW_COMPLETED"
@@ -294,6 +297,32 @@ async def test_refusals_answer_with_status_and_code(example_client: httpx.AsyncC
     assert refused.status_code == 400
     assert refused.json()["code"] == "TEMPLATE_INVALID"
     assert refused.json()["errors"] == saved["errors"]
+
+
+async def test_a_move_under_the_targets_old_name_is_refused_naming_the_new_one(
+    example_client: httpx.AsyncClient,
+) -> None:
+    client = example_client
+    started = await new_claim(client, amount=50)
+    iid, branch = started["instance"]["id"], started["instance"]["branches"][0]
+    offered = await ok(await client.get(f"/graphs/instances/{iid}/transitions?user=mia"))
+    approve = next(t for t in offered["transitions"] if t["display_name"] == "Approve")
+    before = await ok(await client.get(f"/graphs/instances/{iid}/history"))
+
+    old = await client.post(
+        f"/graphs/instances/{iid}/transitions",
+        json={"branch_id": branch["id"], "target_node_id": approve["target_id"], "user": "mia"},
+    )
+    assert old.status_code == 422, old.text
+    [error] = old.json()["detail"]
+    assert error["type"] == "renamed_field"
+    assert "send target_id" in error["msg"]
+    assert approve["target_id"] not in old.text  # the value is never echoed
+    assert await ok(await client.get(f"/graphs/instances/{iid}/history")) == before
+    assert (await ok(await client.get(f"/graphs/instances/{iid}")))["branches"] == [branch]
+
+    moved = await move(client, iid, "mia", "Approve")
+    assert moved["target_id"] == approve["target_id"]
 
 
 async def test_cancel_over_http(example_client: httpx.AsyncClient) -> None:

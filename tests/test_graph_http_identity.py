@@ -187,7 +187,7 @@ async def test_the_console_acts_as_the_key(served: httpx.AsyncClient) -> None:
 
     # An admin's form may still name a user (as the API's body may): on behalf, and shown so.
     legal = choice(await ok(await offered(client, instance["id"], "ops", "lee")), "Legal approves")
-    form = {"branch_id": legal["branch_id"], "target_node_id": legal["target_id"], "user": "lee"}
+    form = {"branch_id": legal["branch_id"], "target_id": legal["target_id"], "user": "lee"}
     form["csrf_token"] = csrf_of(as_mia)
     assert (
         await client.post(f"{page_path}/transitions", data=form, headers=bearer("ops"))

@@ -80,7 +80,7 @@ def approve(graph: Any, instance: Any, user: str | None = None) -> TransitionReq
     """The body of taking review -> approved, for `user` (None: whoever calls)."""
     return TransitionRequest(
         branch_id=only_branch(instance),
-        target_node_id=node_id(graph, "approved"),
+        target_id=node_id(graph, "approved"),
         user=user,
     )
 

@@ -228,7 +228,7 @@ async def test_a_second_vote_is_refused_and_not_offered(served: Served) -> None:
     page = await client.get(page_path, headers=bearer("gail"))
     form = {
         "branch_id": finance["branch_id"],
-        "target_node_id": finance["target_id"],
+        "target_id": finance["target_id"],
         "csrf_token": csrf_of(page),
     }
     first = await ok(

@@ -120,7 +120,7 @@ async def test_an_iam_caller_is_the_actor_of_a_graph_move(
             [approve] = [t for t in offered["transitions"] if t["display_name"] == "Approve"]
             move = {
                 "branch_id": approve["branch_id"],
-                "target_node_id": approve["target_id"],
+                "target_id": approve["target_id"],
                 "user": "mia",
             }
             forged = function_url_event(

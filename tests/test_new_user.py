@@ -37,11 +37,15 @@ from __future__ import annotations
 
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from engine import Workflow, step
+from engine import Workflow, declare_engine_tables, step
 
 
 class Base(DeclarativeBase):
     pass
+
+
+# duly's tables first, as an app with a models module has them: mapped before Invoice.
+engine_tables = declare_engine_tables(Base)
 
 
 class Invoice(Base, Workflow):
@@ -58,7 +62,8 @@ class Invoice(Base, Workflow):
 
 @pytest.fixture
 def app_dir(tmp_path: Path) -> Path:
-    """A folder with a package `myapp` whose `myapp.flows` maps one workflow, `invoice`."""
+    """A folder with a package `myapp` whose `myapp.flows` maps one workflow, `invoice`
+    (after duly's own tables, which the banner does not offer as the app's)."""
     package = tmp_path / "myapp"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -88,7 +93,10 @@ def test_an_app_of_ones_own_runs_from_its_folder_and_its_database_is_reachable(
     env = dev_env(data_dir, DULY_APP="myapp.flows")
     with duly_dev(app_dir) as (client, output, port):
         workflows = client.get("/workflows").json()["workflows"]
-        assert [workflow["name"] for workflow in workflows] == ["invoice"]
+        assert [(w["name"], w["engine_owned"]) for w in workflows] == [
+            ("duly_outbox", True),
+            ("invoice", False),
+        ]
         # The banner points at the app's own (first) workflow, not the example's.
         url = f"http://127.0.0.1:{port}"
         banner = f"duly dev: open {url}/console (or /workflows/invoice/runs, /workflows, /docs)\n"

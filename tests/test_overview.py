@@ -10,6 +10,9 @@
   test_duly_status_prints_the_overview
 - `GET /overview` answers the same counts, with the outbox's summary beside
   them: test_the_api_answers_the_same_counts
+- the console's overview lists the app's workflows only: the engine's own
+  tables (the outbox, graph deadlines) are named under the table, as links,
+  never as rows: test_the_console_lists_the_apps_workflows_only
 - `duly status` prints them as a table, and as JSON with `--json`, through the
   same queries: test_duly_status_prints_the_overview
 """
@@ -17,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -95,6 +99,18 @@ async def test_the_api_answers_the_same_counts(db: Database) -> None:
     [stranded] = body["stranded"]
     assert (stranded["workflow"], stranded["step"], stranded["runs"]) == ("onboarding", "check", 1)
     assert body["outbox"]["counts"]["pending"] == 0
+
+
+async def test_the_console_lists_the_apps_workflows_only(db: Database) -> None:
+    Session = await filled(db)
+    async with serving(create_app(Session, run_worker=False)) as client:
+        page = await client.get("/console")
+    assert page.status_code == 200, page.text
+    rows = re.findall(r'<th scope="row"><a id="workflow-([^"]+)"', page.text)
+    assert rows[:2] == ["onboarding", "expense"] and "digest" in rows
+    assert not [name for name in rows if name.startswith("duly_")]
+    for own in ("duly_outbox", "duly_graph_timers"):
+        assert f'<a href="/console/runs/{own}">{own}</a>' in page.text
 
 
 async def test_duly_status_prints_the_overview(db: Database, tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""Every route says who may call it, and each role gets exactly what README's table says.
+"""Every route says who may call it, and each role gets exactly what the HTTP reference says.
 
 - every API and console route declares its least role (`allow`):
   test_every_route_declares_its_least_role
-- README's table is the routes' own: test_the_readme_table_is_the_routes
+- docs/reference/http.md's table is the routes' own: test_the_reference_table_is_the_routes
 - a key of each role walks every route: 403 below the route's role, through at or above it;
   no credential is 401 everywhere but the public routes: test_each_role_gets_what_the_table_says
 - the console's forms, each role logged in with its key: test_each_role_posts_the_forms_it_may
@@ -27,10 +27,8 @@ from functions.local.dev import create_dev_app
 from tests.conftest import Database
 from tests.helpers import csrf_of, serving
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-TABLE = re.compile(
-    r"<!-- route roles table[^>]*-->\n(?P<table>.*?)\n<!-- end route roles table -->", re.S
-)
+HTTP_PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "http.md"
+TABLE = re.compile(r"^## Who may call what\n.*?\n(?P<table>\| Least role \|.*?)\n\n", re.S | re.M)
 # A value for each path parameter the routes have: good enough to pass routing.
 PARAMETERS = {
     "name": "onboarding",
@@ -66,10 +64,10 @@ def test_every_route_declares_its_least_role() -> None:
     assert len(declared_routes(app.routes)) > 60
 
 
-def test_the_readme_table_is_the_routes() -> None:
-    found = TABLE.search(README.read_text())
-    assert found is not None, "README.md has no route roles table between its markers"
-    assert found["table"] == route_roles(), "run python -m functions.app"
+def test_the_reference_table_is_the_routes() -> None:
+    found = TABLE.search(HTTP_PAGE.read_text())
+    assert found is not None, "docs/reference/http.md has no route roles table"
+    assert found["table"] == route_roles(), "run python docs/reference.py"
 
 
 def examples_sessionmaker() -> object:

@@ -13,8 +13,9 @@ a page by amount breaks its ties by key.
   that pages stop where it ends, hold every matching run once: test_pages_never_repeat_or_skip
 - the console's search box takes the same text, and its value survives paging (each page's
   next link carries it): test_the_console_search_survives_paging
-- code other than the doors searches with names imported from `engine`, as the README says
-  of everything: test_a_filter_read_and_a_page_listed_with_engine_s_names,
+- code other than the doors searches with names imported from `engine`, as the workflows
+  guide (docs/how-to/workflows.md) says of everything:
+  test_a_filter_read_and_a_page_listed_with_engine_s_names,
   test_the_readme_sends_its_readers_to_engine_alone
 - `duly runs --where` reads the same text, with today's flags ANDed, and refuses a mistake
   with exit status 2: test_duly_runs_where_takes_the_same_language
@@ -324,10 +325,10 @@ async def test_a_filter_read_and_a_page_listed_with_engine_s_names(db: Database)
 
 
 def test_the_readme_sends_its_readers_to_engine_alone() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "Everything is imported from `engine`" in readme
+    guide = (REPO_ROOT / "docs" / "how-to" / "workflows.md").read_text()
+    assert "Everything is imported from `engine`" in guide
     # Public submodules only (`engine.testing`, `engine.dataclass`); the rest are private,
     # and what they hold is exported by `engine` (docs/api.md).
-    named = set(re.findall(r"`(engine\.[a-z_]+)\.", readme))
+    named = set(re.findall(r"`(engine\.[a-z_]+)\.", guide))
     assert named <= {"engine.testing", "engine.dataclass"}
     assert {"find_workflow", "parse_filter", "RunFilter", "list_runs"} <= set(engine.__all__)

@@ -1,10 +1,10 @@
-"""engine.base.settings: every DULY_* variable declared once, read only there, shown in README.md.
+"""engine.base.settings: every DULY_* variable declared once, read only there, shown in the docs.
 
 - every DULY_* name the project mentions is declared, and every declared one is
   listed in SETTINGS: test_every_variable_the_project_names_is_declared
 - no module of engine/, functions/ or infra/ but engine/base/settings.py reads one from
   the environment: test_only_engine_settings_reads_duly_variables
-- README.md's table is the registry's: test_the_readme_table_is_the_registry
+- docs/reference/settings.md's table is the registry's: test_the_settings_page_is_the_registry
 - a bad value is a ConfigurationError naming the variable, and a secret's value is
   never repeated: test_a_bad_value_is_refused_naming_the_variable,
   test_a_secret_is_never_repeated
@@ -34,9 +34,7 @@ MENTIONS_CHECKED = ("engine", "functions", "infra", "bench", "tests", "docs", "R
 # Names that look like variables but are not: prefixes in prose and filters, a constant.
 NOT_VARIABLES = frozenset({"DULY_RETAIN_", "DULY_PRUNE_", "DULY_TABLES", "DULY_PACKAGES"})
 ENVIRONMENT_NAMES = frozenset({"environ", "env"})
-README_TABLE = re.compile(
-    r"<!-- settings table:[^\n]*-->\n(?P<table>.*?)\n<!-- end of the settings table -->", re.S
-)
+SETTINGS_PAGE = REPO_ROOT / "docs" / "reference" / "settings.md"
 
 
 def python_files(*tops: str) -> list[Path]:
@@ -147,10 +145,11 @@ def test_the_detector_finds_each_way_of_reading(tmp_path: Path) -> None:
     assert found == [(3, prefix + "A"), (4, prefix + "B"), (5, prefix + "C"), (6, prefix + "D")]
 
 
-def test_the_readme_table_is_the_registry() -> None:
-    found = README_TABLE.search((REPO_ROOT / "README.md").read_text())
-    assert found is not None, "README.md has no settings table between its markers"
-    assert found["table"] == variables.markdown_table(), "run python -m engine.base.settings"
+def test_the_settings_page_is_the_registry() -> None:
+    page = SETTINGS_PAGE.read_text()
+    table = [line for line in page.splitlines() if line.startswith("|")]
+    assert "\n".join(table) == variables.markdown_table(), "run python docs/reference.py"
+    assert all(f"| `{setting.name}` |" in page for setting in SETTINGS)
 
 
 BAD_VALUES = [

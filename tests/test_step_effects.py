@@ -17,30 +17,31 @@ run it starts and rows it writes through `step_session()` exist exactly when its
   test_a_run_started_in_a_step_comes_due_at_its_commit
 - an outbox handler's start commits on its own, as before (its delivery is recorded as it
   goes): test_an_outbox_handlers_start_commits_on_its_own
-- the README's step that publishes, run as written, leaves all three effects or none:
-  test_the_readmes_step_that_publishes_is_atomic
+- the events guide's step that publishes (docs/how-to/events.md), run as written, leaves all
+  three effects or none: test_the_guides_step_that_publishes_is_atomic
 (Across worker processes and a kill -9: tests/processes/test_effects_processes.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from engine import (
     DatabaseEventRegistry,
     EventSettings,
     NotInStepError,
-    Workflow,
     WorkflowEvent,
     configure_event_registry,
     connect_workflows,
-    declare_engine_tables,
-    step,
     step_session,
 )
 from engine.testing import drain
@@ -140,35 +141,40 @@ async def test_effects_gathered_at_once_share_one_transaction(db: Database) -> N
     assert db.sql("SELECT next_step, last_error FROM gathered") == [(None, None)]
 
 
-def readme_example() -> dict[str, Any]:
-    """The README's step that publishes, run as written on a base of its own."""
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("### A step that publishes") :]
-    code = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
-
-    class Base(DeclarativeBase):
-        pass
-
-    tables = declare_engine_tables(Base, attempts=False)
-    namespace: dict[str, Any] = {
-        "Base": Base,
-        "Mapped": Mapped,
-        "mapped_column": mapped_column,
-        "Workflow": Workflow,
-        "WorkflowEvent": WorkflowEvent,
-        "step": step,
-        "events": DatabaseEventRegistry(outbox=tables.outbox),
-        "events_table": tables.event.__tablename__,
+def guide_example() -> dict[str, Any]:
+    """The events guide's step that publishes and the app module it imports, as written."""
+    text = GUIDE.read_text()
+    folder = Path(tempfile.mkdtemp(prefix="duly-guide-"))
+    for path in GUIDE_FILES:  # a later block with the same path replaces the file
+        opening = f'```python title="{path}"\n'
+        start = text.rindex(opening) + len(opening)
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text[start : text.index("```\n", start)])
+    sys.path.insert(0, str(folder / "src"))
+    try:
+        app = importlib.import_module("shipping.app")
+        shipments = importlib.import_module("shipping.shipments")
+    finally:
+        sys.path.remove(str(folder / "src"))
+        shutil.rmtree(folder)  # imported: the modules no longer need their files
+    return {
+        "module": shipments,
+        "Base": app.Base,
+        "Shipment": shipments.Shipment,
+        "Invoice": shipments.Invoice,
+        "events_table": app.engine_tables.event.__tablename__,
     }
-    exec(compile(code, "README.md", "exec", dont_inherit=True), namespace)
-    return namespace
 
 
-README = readme_example()
+GUIDE = REPO_ROOT / "docs" / "how-to" / "events.md"
+GUIDE_FILES = ("src/shipping/app.py", "src/shipping/shipments.py")
+EXAMPLE = guide_example()
 
 
 @pytest.mark.parametrize("carrier_fails", [True, False])
-async def test_the_readmes_step_that_publishes_is_atomic(db: Database, carrier_fails: bool) -> None:
+async def test_the_guides_step_that_publishes_is_atomic(
+    db: Database, carrier_fails: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     booked: list[int] = []
 
     async def book_carrier(shipment_id: int) -> None:
@@ -176,13 +182,13 @@ async def test_the_readmes_step_that_publishes_is_atomic(db: Database, carrier_f
             raise ConnectionError("the carrier is down")
         booked.append(shipment_id)
 
-    README["book_carrier"] = book_carrier
-    Shipment, Invoice = README["Shipment"], README["Invoice"]
-    Session = await db.create(README["Base"].metadata)
+    monkeypatch.setattr(EXAMPLE["module"], "book_carrier", book_carrier)
+    Shipment, Invoice = EXAMPLE["Shipment"], EXAMPLE["Invoice"]
+    Session = await db.create(EXAMPLE["Base"].metadata)
     async with connect_workflows(Session, workflows=[Shipment, Invoice]):
         assert await Shipment(id=1).start(Shipment.ship)
     await drain(Session, [Shipment, Invoice])
-    [(events,)] = db.sql(f"SELECT count(*) FROM {README['events_table']}")
+    [(events,)] = db.sql(f"SELECT count(*) FROM {EXAMPLE['events_table']}")
     [(invoices, labels)] = db.sql(
         "SELECT (SELECT count(*) FROM shipping_invoices), (SELECT count(*) FROM shipping_labels)"
     )

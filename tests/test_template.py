@@ -40,8 +40,9 @@ ASYNC_FUNCTIONS = (
     "DeliverFunction",
     "MigrateFunction",
 )
-README = TEMPLATE.parent / "README.md"
-# The parameters "The database, the VPC and the console on AWS" documents in README.md.
+REFERENCE = TEMPLATE.parent / "docs" / "reference" / "template.md"
+# The parameters of the database, the VPC and the console: their sections of the reference.
+DATABASE_VPC_CONSOLE_SECTIONS = ("The database", "The VPC", "The console and its logins")
 DATABASE_VPC_CONSOLE_PARAMETERS = (
     "DatabaseSecretArn",
     "DatabaseHost",
@@ -302,18 +303,32 @@ def test_the_vpc_endpoints_are_those_of_what_duly_calls() -> None:
     assert "S3" in template["Description"] and "CreateVpcEndpoints" in template["Description"]
 
 
+def reference_sections() -> dict[str, str]:
+    """docs/reference/template.md's sections, by heading."""
+    parts = REFERENCE.read_text().split("\n## ")[1:]
+    return {part.partition("\n")[0]: part for part in parts}
+
+
 def test_the_database_vpc_and_console_parameters_are_documented() -> None:
     parameters: dict[str, Any] = load(str(TEMPLATE))["Parameters"]
-    readme = README.read_text()
     assert set(DATABASE_VPC_CONSOLE_PARAMETERS) <= set(parameters)
-    undocumented = [p for p in DATABASE_VPC_CONSOLE_PARAMETERS if f"| `{p}` |" not in readme]
-    assert undocumented == [], "README's table of the database, VPC and console parameters"
+    sections = reference_sections()
+    documented = "".join(sections[heading] for heading in DATABASE_VPC_CONSOLE_SECTIONS)
+    undocumented = [p for p in DATABASE_VPC_CONSOLE_PARAMETERS if f"| `{p}` |" not in documented]
+    assert undocumented == [], "the reference's database, VPC and console parameters"
 
 
-def test_every_parameter_is_in_a_readme_table() -> None:
+def test_every_parameter_is_in_a_reference_table_with_its_description() -> None:
     parameters: dict[str, Any] = load(str(TEMPLATE))["Parameters"]
-    readme = README.read_text()
-    assert [p for p in parameters if f"| `{p}` |" not in readme] == []
+    rows = {
+        line.split(" | ")[0].removeprefix("| `").removesuffix("`"): line
+        for line in REFERENCE.read_text().splitlines()
+        if line.startswith("| `")
+    }
+    assert [p for p in parameters if p not in rows] == []
+    for name, parameter in parameters.items():
+        shown = " ".join(parameter["Description"].split()).replace("<", "&lt;")  # not a tag
+        assert shown in rows[name], name
 
 
 # -- what reaches the HTTP functions, and each function's safeguards --------------------------

@@ -212,7 +212,7 @@ async def take_transition(
     request: Request,
     instance_id: uuid.UUID,
     branch_id: FormText,
-    target_node_id: FormText,
+    target_id: FormText,
     user: FormText = "",
     source_node_id: FormText = "",
     comment: FormText = "",
@@ -222,7 +222,7 @@ async def take_transition(
         body = TransitionRequest.model_validate(
             {
                 "branch_id": branch_id,
-                "target_node_id": target_node_id,
+                "target_id": target_id,
                 "user": user or None,
                 "comment": comment,
                 "source_node_id": source_node_id or None,

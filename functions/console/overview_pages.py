@@ -1,4 +1,4 @@
-"""The overview, `/console`: every workflow table by state, the last hour, the outbox.
+"""The overview, `/console`: the app's workflows by state, the last hour, the outbox.
 
 The counts are `engine.views.overview`'s (the queries of `GET /overview` and
 `duly status`), the chart is `engine.views.activity.activity` drawn as SVG. The
@@ -23,7 +23,7 @@ from functions.console.charts import activity_chart
 from functions.console.rendering import ConsolePage, connection_of, render
 from functions.identity.access import allow
 from functions.identity.principal import Role
-from functions.requests.lookup import event_tables
+from functions.requests.lookup import event_tables, is_engine_table
 
 router = APIRouter(route_class=ConsolePage)
 
@@ -48,6 +48,8 @@ async def overview_context(request: Request) -> dict[str, Any]:
     except NotFoundError:  # an app without an outbox
         tables = None
     found = await overview(connection, tables)
+    # The engine's own tables are named under the table, not counted as workflows.
+    own = sorted(info.name for info in connection.workflows if is_engine_table(info))
     recent = await activity(connection)
     now, shift = await clock_of(request)
     charts = {
@@ -73,7 +75,8 @@ async def overview_context(request: Request) -> dict[str, Any]:
     )
     return {
         "title": "Overview",
-        "workflows": found.workflows,
+        "workflows": [counts for counts in found.workflows if counts.workflow not in own],
+        "engine_tables": own,
         "stranded": found.stranded,
         "outbox": found.outbox,
         "states": RUN_STATES,

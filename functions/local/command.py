@@ -270,7 +270,7 @@ async def serve(
         if demo:
             await start_demo(Session)
         async with connect_workflows(Session) as connection:
-            names = [info.name for info in connection.workflows]
+            names = [info.name for info in connection.workflows if not info.engine_owned]
             await install_example_graph()
         async with contextlib.AsyncExitStack() as stack:
             local: LocalServerless | None = None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
@@ -74,12 +75,22 @@ class TransitionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     branch_id: uuid.UUID
-    target_node_id: uuid.UUID
+    target_id: uuid.UUID = Field(description="The node to move to: a choice's `target_id`.")
     user: UserId | None = Field(None, description=ACTED_FOR)
     comment: Annotated[str, StringConstraints(max_length=MAX_COMMENT)] = ""
     source_node_id: uuid.UUID | None = Field(
         None, description="The state the user saw the branch on: refused if it moved since."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """The target's old name is refused naming the new one (a 422, nothing written)."""
+        if isinstance(data, dict) and "target_node_id" in data:
+            raise PydanticCustomError(
+                "renamed_field", "target_node_id is now named target_id: send target_id."
+            )
+        return data
 
 
 class CancelRequest(BaseModel):
@@ -150,7 +161,7 @@ async def take_transition(
     outcome = await runtime.transition_branch(
         instance_id,
         body.branch_id,
-        body.target_node_id,
+        body.target_id,
         acting(principal, body.user),
         body.comment,
         source_node_id=body.source_node_id,

@@ -38,6 +38,7 @@ __all__ = [
     "find_step",
     "find_workflow",
     "find_writable",
+    "is_engine_table",
     "is_outbox",
     "key_text",
 ]
@@ -54,6 +55,12 @@ NO_OUTBOX = (
 def is_outbox(info: WorkflowInfo) -> bool:
     """Whether `info` is the outbox's table (its rows are events, not runs)."""
     return issubclass(info.cls, OutboxColumns)
+
+
+def is_engine_table(info: WorkflowInfo) -> bool:
+    """Whether `info` is a table of the engine's own (the outbox, graph deadlines, durable
+    executions) rather than one of the app's workflows."""
+    return is_outbox(info) or info.engine_owned
 
 
 def find_writable(connection: WorkflowConnection, name: str) -> WorkflowInfo:

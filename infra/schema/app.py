@@ -26,7 +26,7 @@ def load_app(module_name: str) -> list[MetaData]:
     check_app_layout(module_name)
     before = set(mapped_classes())
     try:
-        importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not _names_module(module_name, exc.name):
             raise  # the app imports something missing: its own traceback says what
@@ -34,10 +34,13 @@ def load_app(module_name: str) -> list[MetaData]:
             f"No module named {module_name!r}: point DULY_APP at the module that maps "
             "your workflows."
         ) from None
+    # What the module imports from sibling modules counts too, even when a test imported
+    # those siblings (and so mapped their classes) before the module itself was loaded.
+    exported = {id(value) for value in vars(module).values()}
     return distinct_metadata(
         cls.__table__.metadata
         for cls in mapped_classes()
-        if cls not in before or _names_module(cls.__module__, module_name)
+        if cls not in before or _names_module(cls.__module__, module_name) or id(cls) in exported
     )
 
 

@@ -8,7 +8,8 @@ runs, events and graphs it created itself.
 
 The browser is Debian's `chromium-headless-shell` (installed by `.ci/run`);
 `playwright install` cannot download one on our machines. Screenshots go to
-`screenshots/` (ignored by git); the README's are copied into `docs/` by hand.
+`screenshots/` (ignored by git), for a look at a failure; the documentation's
+are made by `python docs/screenshots.py` into `docs/images/`.
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def move(page: Page, instance_id: str, user: str, name: str) -> None:
         url,
         data={
             "branch_id": choice["branch_id"],
-            "target_node_id": choice["target_id"],
+            "target_id": choice["target_id"],
             "user": user,
         },
     )

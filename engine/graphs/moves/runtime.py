@@ -250,13 +250,13 @@ class GraphRuntime:
         self,
         instance_id: uuid.UUID,
         branch_id: uuid.UUID,
-        target_node_id: uuid.UUID,
+        target_id: uuid.UUID,
         user: str | Actor,
         comment: str = "",
         *,
         source_node_id: uuid.UUID | None = None,
     ) -> TransitionOutcome:
-        """`user` moves a branch to `target_node_id`, or votes toward it; one transaction.
+        """`user` moves a branch to `target_id`, or votes toward it; one transaction.
 
         `source_node_id`, when given, is the state the user saw the branch on:
         if it has moved on since, the transition is refused saying so. A user
@@ -270,7 +270,7 @@ class GraphRuntime:
                 conn,
                 instance_id,
                 branch_id,
-                target_node_id,
+                target_id,
                 Actor.of(user),
                 comment,
                 source_node_id,
@@ -282,7 +282,7 @@ class GraphRuntime:
             instance=snapshot,
             moved=tally.moved,
             branch_id=branch_id,
-            target_id=target_node_id,
+            target_id=target_id,
             approved_count=tally.approved_count,
             required_approvals=tally.required_approvals,
             threshold=tally.threshold,

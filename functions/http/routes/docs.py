@@ -19,7 +19,7 @@ from pydantic.json_schema import models_json_schema
 
 from engine import Step
 from functions.http.refusals import document_refusals
-from functions.requests.lookup import is_outbox
+from functions.requests.lookup import is_engine_table
 from functions.requests.runs import MAX_IDEMPOTENCY_KEY, NAME_THE_RUNS, columns_of
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def workflow_openapi(app: FastAPI, infos: list[WorkflowInfo]) -> dict[str, Any]:
             ref = generic["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             _name_the_runs(schemas[ref.rsplit("/", 1)[1]])
     # The outbox and the engine's own tables (graph timers) take no starts: no paths of theirs.
-    writable = [info for info in infos if not is_outbox(info) and not info.engine_owned]
+    writable = [info for info in infos if not is_engine_table(info)]
     models: list[tuple[Any, Literal["validation"]]] = []
     for info in writable:
         models.append((columns_of(info).model, "validation"))

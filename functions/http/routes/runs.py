@@ -48,7 +48,8 @@ router = APIRouter(route_class=RawPathRoute)  # a run key may hold `/`
 
 @router.get("/workflows", dependencies=[allow(Role.VIEWER)])
 async def list_workflows(request: Request) -> dict[str, Any]:
-    """The workflow tables this app serves: their steps, the lanes they need, their limit."""
+    """The workflow tables this app serves: their steps, the lanes they need, their limit,
+    and whether they are the engine's own (the outbox, graph deadlines), not callers' runs."""
     infos = connection_of(request).workflows
     return {"workflows": [_describe(info) for info in infos]}
 
@@ -69,6 +70,7 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     limit = info.limit
     return {
         "name": info.name,
+        "engine_owned": info.engine_owned,
         "steps": list(info.steps),
         "lanes": sorted({step.lane for step in info.steps.values()}),
         "limit": None
