@@ -207,7 +207,7 @@ def test_load_app_finds_the_example_metadata_and_refuses_a_missing_module() -> N
 def test_load_app_finds_workflows_its_module_imports_from_siblings_loaded_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A test that imports `shopx.orders` before the plugin loads `shopx.app` still gets its tables."""
+    """A test imports `shopx.orders` before the plugin loads `shopx.app`: its tables are found."""
     package = tmp_path / "shopx"
     package.mkdir()
     (package / "__init__.py").write_text("")
