@@ -1,8 +1,9 @@
-"""duly's pytest plugin, used as a user would: the README's example, run by pytest elsewhere.
+"""duly's pytest plugin, used as a user would: the testing guide's project, run by pytest elsewhere.
 
-The example's files are read from the README's "Testing your workflows" section,
-so the README cannot drift from what works. They run in a folder of their own,
-with duly installed but none of this suite on the import path.
+The project's files are read from docs/how-to/testing.md (each block titled with
+its path), so the guide cannot drift from what works. They run as one folder of
+their own, with its own pyproject.toml, with duly installed but none of this
+suite on the import path: what the docs' example runner, block by block, does not.
 """
 
 from __future__ import annotations
@@ -20,37 +21,24 @@ from infra.testing.pytest_plugin import Server, app_metadata, app_modules, impor
 from tests.apps import chain, waits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## Testing your workflows"
+PAGE = REPO_ROOT / "docs" / "how-to" / "testing.md"
 RUN_TIMEOUT = 90  # seconds for a pytest run in a subprocess
-ISOLATION_TEST = """\
-from datetime import timedelta
-
-from myapp.flows import Trial
+TITLED = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```', re.MULTILINE | re.DOTALL)
+TEST_FUNCTION = re.compile(r"^(?:async )?def test_", re.MULTILINE)
 
 
-async def test_another_test_has_a_database_and_a_clock_of_its_own(duly_session, duly_clock):
-    assert await duly_clock.shift() == timedelta(0)
-    async with duly_session() as session:
-        assert await session.get(Trial, 1) is None
-"""
-
-
-def write_readme_example(folder: Path) -> None:
-    """Write the README's example (each code block names its file) and its pytest settings."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    start = readme.index(SECTION)
-    end = readme.find("\n## ", start + len(SECTION))
-    section = readme[start : end if end != -1 else len(readme)]
-    (toml,) = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
-    # The suite's own strictness: a warning from the plugin fails the run.
-    (folder / "pyproject.toml").write_text(toml + 'filterwarnings = ["error"]\n')
-    blocks = re.findall(r"```python\n# (\S+)\n(.*?)```", section, re.DOTALL)
-    assert [path for path, _ in blocks] == ["myapp/flows.py", "tests/test_flows.py"]
-    for path, code in blocks:
+def write_page_example(folder: Path) -> int:
+    """Write the guide's project (each titled block is a file) and its pytest settings;
+    how many tests its files hold."""
+    files = {path: code for _, path, code in TITLED.findall(PAGE.read_text())}
+    assert "pyproject.toml" in files and "src/trials/app.py" in files
+    for path, code in files.items():
+        if path == "pyproject.toml":
+            code += 'filterwarnings = ["error"]\n'  # the suite's strictness: a warning fails
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_text(code)
-    (folder / "myapp" / "__init__.py").write_text("")
-    (folder / "tests" / "test_isolation.py").write_text(ISOLATION_TEST)
+    tests = [code for path, code in files.items() if path.startswith("tests/")]
+    return sum(len(TEST_FUNCTION.findall(code)) for code in tests)
 
 
 def run_pytest(folder: Path, database_url: str | None) -> subprocess.CompletedProcess[str]:
@@ -72,12 +60,13 @@ def run_pytest(folder: Path, database_url: str | None) -> subprocess.CompletedPr
     )
 
 
-def test_the_readme_example_passes_outside_the_suite(server: Server, tmp_path: Path) -> None:
-    write_readme_example(tmp_path)
+def test_the_testing_guide_passes_outside_the_suite(server: Server, tmp_path: Path) -> None:
+    tests = write_page_example(tmp_path)
+    assert tests >= 4, "the guide tests a wait, an event, a graph and a worker"
     before = server_databases(server)
     result = run_pytest(tmp_path, server.base_url)  # this session's server: no second one
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    assert f"{tests} passed" in result.stdout
     assert server_databases(server) == before, "the run left a test database behind"
 
 
@@ -88,10 +77,10 @@ def server_databases(server: Server) -> set[str]:
 
 
 def test_without_a_url_the_plugin_starts_an_embedded_postgresql(tmp_path: Path) -> None:
-    write_readme_example(tmp_path)
+    tests = write_page_example(tmp_path)
     result = run_pytest(tmp_path, None)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    assert f"{tests} passed" in result.stdout
 
 
 def test_importing_the_plugin_starts_and_imports_nothing_heavy(tmp_path: Path) -> None:
