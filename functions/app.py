@@ -121,7 +121,7 @@ def create_app(
 
 
 def route_roles() -> str:
-    """README.md's table of the least role of every route of the deployed app."""
+    """The HTTP reference's table of the least role of every route of the deployed app."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from functions.identity.access import role_table

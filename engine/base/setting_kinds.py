@@ -42,7 +42,7 @@ class Setting(Generic[T]):
 
     name: str
     default: T
-    shown_default: str  # the default as README.md's table shows it
+    shown_default: str  # the default as the settings reference shows it
     meaning: str  # one line
     parse: Callable[[str], T] = field(repr=False, compare=False)
     secret: bool = False  # never repeated in a message

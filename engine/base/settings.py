@@ -4,7 +4,7 @@ The one module that reads them from the environment. A `Setting` reads its
 variable (from `os.environ`, or from a mapping a test gives) and answers a
 typed value, or a `ConfigurationError` that names the variable and never
 repeats a secret. `SETTINGS` lists them all; `python -m engine.base.settings`
-prints the table README.md shows. It imports only the standard library.
+prints the table docs/reference/settings.md shows. It imports only the standard library.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ SAM = optional_text(
 )
 CHECKOV = optional_text("DULY_CHECKOV", "the `checkov` the template test runs; unset: PATH's")
 
-# Every variable above, in the order declared (README's table follows it): a declaration is
+# Every variable above, in the order declared (the settings reference follows it): a declaration is
 # the one place a variable is named.
 SETTINGS: tuple[Setting[Any], ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, Setting)
@@ -298,7 +298,7 @@ BY_NAME: dict[str, Setting[Any]] = {setting.name: setting for setting in SETTING
 
 
 def markdown_table() -> str:
-    """README.md's table of every variable: name, default and meaning."""
+    """The settings reference's table of every variable: name, default and meaning."""
     lines = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
     lines += [f"| `{s.name}` | {s.shown_default} | {s.meaning} |" for s in SETTINGS]
     return "\n".join(lines)

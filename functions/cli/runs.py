@@ -75,8 +75,8 @@ def add_runs(commands: Commands) -> None:
     runs.add_argument(
         "--where",
         metavar="TEXT",
-        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the README's "
-        "Searching runs)",
+        help="a filter, e.g. 'state:failed error:\"card declined\" since:1h' (the operating "
+        "guide's search terms)",
     )
     runs.add_argument("--order", choices=RUN_ORDERS, default="newest", help="default: newest")
     runs.add_argument(

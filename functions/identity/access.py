@@ -85,7 +85,7 @@ CONSOLE = "/console"
 
 
 def role_table(routes: Sequence[BaseRoute]) -> str:
-    """README.md's table: each role, and the API's and the console's routes it is the least
+    """The HTTP reference's table: each role, and the API's and the console's routes it is the least
     role of (a role may also call what the roles it implies may)."""
     api: dict[str, list[str]] = {role: [] for role in ROLE_ORDER}
     console: dict[str, list[str]] = {role: [] for role in ROLE_ORDER}

@@ -4,7 +4,7 @@ Installed with duly (the `pytest11` entry point), it loads in every pytest run
 of the environment, so importing it starts nothing and imports neither
 SQLAlchemy, psycopg nor the engine. Its fixtures, all named `duly_*`
 (`duly_server`, `duly_database`, `duly_metadata`, `duly_session`, `duly_app`,
-`duly_connection`, `duly_drain`, `duly_clock`), are described in README.md;
+`duly_connection`, `duly_drain`, `duly_clock`), are described in docs/how-to/testing.md;
 the async ones need pytest-asyncio, and `duly_server` needs `duly[local]`
 unless DULY_TEST_DATABASE_URL names a server.
 """
