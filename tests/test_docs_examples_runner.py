@@ -39,12 +39,20 @@ PAID_TEST = """\
 from shop.orders import Order
 
 
-async def test_an_order_is_paid(duly_session, duly_connection, duly_drain):
+async def test_an_order_is_paid(duly_session, duly_connection, duly_drain, paid):
     order = Order()
     assert await order.start(Order.pay)
     assert await duly_drain() == 1
     async with duly_session() as session:
-        assert (await session.get(Order, order.id)).status == "paid"
+        assert (await session.get(Order, order.id)).status == paid
+"""
+CONFTEST = """\
+import pytest
+
+
+@pytest.fixture
+def paid():
+    return "paid"
 """
 COUNT_SCRIPT = """\
 import os
@@ -120,10 +128,12 @@ async def test_a_module_and_its_tests_pass_on_the_suites_server(
         docs,
         "how-to/orders.md",
         fenced("python", ORDERS, "src/shop/orders.py"),
+        fenced("python", CONFTEST, "tests/conftest.py"),
         fenced("python", PAID_TEST, "tests/test_orders.py"),
     )
-    module, tests = collect_examples(docs)
+    module, conftest, tests = collect_examples(docs)
     assert await run_example(module, server, tmp_path / "a") == PASSED
+    assert await run_example(conftest, server, tmp_path / "c") == PASSED  # no test yet
     assert await run_example(tests, server, tmp_path / "b") == PASSED
     pyproject = (tmp_path / "b" / "pyproject.toml").read_text()
     assert 'duly_app = ["shop.orders"]' in pyproject  # the default: every module under src/
