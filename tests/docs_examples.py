@@ -59,6 +59,10 @@ async def create() -> None:
 
 asyncio.run(create())
 """
+# pytest with only the plugins the examples use: the venv's others (playwright, schemathesis,
+# hypothesis, ...) would cost each run nearly 2 s of imports.
+PYTEST = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_asyncio.plugin")
+PYTEST_PLUGINS = ("-p", "infra.testing.pytest_plugin")  # duly's, as its entry point loads it
 NO_TESTS_COLLECTED = 5  # pytest's exit status when it found no test
 IMPORT_MODULE = "import importlib, sys; importlib.import_module(sys.argv[1])"
 
@@ -228,8 +232,11 @@ async def run_example(example: Example, server: Server, folder: Path) -> Outcome
     if path.parts[0] == "tests":
         # A conftest.py or a helper is run by the tests written so far (maybe none yet).
         target = path if path.name.startswith("test_") else PurePosixPath("tests")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target)]
-        database_url = {"DULY_TEST_DATABASE_URL": server.base_url}  # no server of its own
+        command = [sys.executable, *PYTEST, *PYTEST_PLUGINS, str(target)]
+        database_url = {
+            "DULY_TEST_DATABASE_URL": server.base_url,  # the suite's server: none of its own
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        }
         passing = (0,) if target == path else (0, NO_TESTS_COLLECTED)
         return outcome(block, command, f"pytest {target}", folder, database_url, passing)
     async with fresh_database(server) as database:
