@@ -193,20 +193,59 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readme_links_only_to_pages_that_exist() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
+def github_anchors(headings: list[str]) -> set[str]:
+    """The anchors of a page's headings; a repeated one gets `-1`, `-2`, ... as on GitHub."""
+    found: set[str] = set()
+    for heading in headings:
+        anchor, count = github_anchor(heading), 0
+        while (anchor if count == 0 else f"{anchor}-{count}") in found:
+            count += 1
+        found.add(anchor if count == 0 else f"{anchor}-{count}")
+    return found
+
+
+def test_readme_anchors_are_githubs() -> None:
+    headings = ["Settings", "`duly init` and --wheel", "Missed firings, failed firings", "Settings"]
+    assert github_anchors(headings) == {
+        "settings",
+        "duly-init-and---wheel",
+        "missed-firings-failed-firings",
+        "settings-1",
+    }
+
+
+def broken_links(readme: str, root: Path) -> list[str]:
+    """The README's relative links to a file that does not exist or to a heading it lacks."""
     prose = re.sub(r"^```.*?^```", "", readme, flags=re.MULTILINE | re.DOTALL)
-    anchors = {github_anchor(h) for h in re.findall(r"^#+\s+(.+)$", prose, re.MULTILINE)}
-    targets = MARKDOWN_LINK.findall(prose) + HTML_LINK.findall(prose)
-    assert targets, "the README links to nothing: the check would see nothing"
+    anchors = github_anchors(re.findall(r"^#+\s+(.+)$", prose, re.MULTILINE))
     broken = []
-    for target in targets:
+    for target in MARKDOWN_LINK.findall(prose) + HTML_LINK.findall(prose):
         if re.match(r"^[a-z][\w+.-]*:", target, re.IGNORECASE):  # https:, mailto:
             continue
         path, _, anchor = target.partition("#")
-        if not path:
-            if anchor not in anchors:
-                broken.append(f"{target}: no heading of the README has that anchor")
-        elif not (REPO_ROOT / path).exists():
+        if not path and anchor not in anchors:
+            broken.append(f"{target}: no heading of the README has that anchor")
+        elif path and not (root / path).exists():
             broken.append(f"{target}: no such file")
-    assert broken == []
+    return broken
+
+
+def test_the_readme_links_only_to_pages_that_exist() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert MARKDOWN_LINK.search(readme), "the README links to nothing: the check sees nothing"
+    assert broken_links(readme, REPO_ROOT) == []
+
+
+def test_the_link_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n")
+    readme = (
+        "# duly\n\n## Start here\n\nRead [the docs](docs/index.md), [the guide](docs/guide.md),\n"
+        "[start](#start-here), [nowhere](#nowhere), [a site](https://example.com/x.md) and\n"
+        '<img src="docs/shot.png">.\n\n```md\n[in code](docs/ignored.md)\n```\n'
+    )
+    assert broken_links(readme, tmp_path) == [
+        "docs/guide.md: no such file",
+        "#nowhere: no heading of the README has that anchor",
+        "docs/shot.png: no such file",
+    ]
