@@ -14,7 +14,6 @@ database that has the tables of the project's `src/` modules.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -27,6 +26,7 @@ from typing import Any, Literal
 import pytest
 import yaml
 
+import engine
 from functions.cli.init import write_scaffold
 from infra.testing.pytest_plugin import Server, fresh_database
 
@@ -39,7 +39,7 @@ EXCERPT = "Excerpt:"  # a title that starts so marks a fragment, shown and skipp
 RUN_TIMEOUT = 90  # seconds for one example's subprocess
 SHOWN_OUTPUT = 6000  # characters of a failed subprocess's stdout and stderr, each, shown
 # Where this process imports duly from, so the examples run the same duly as the suite.
-DULY_ROOT = Path(str(importlib.util.find_spec("engine").origin)).resolve().parents[1]  # type: ignore[union-attr]
+DULY_ROOT = Path(engine.__file__).resolve().parents[1]
 
 OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 ATTRIBUTE = re.compile(r"""(\w+)=(?:"([^"]*)"|'([^']*)')""")
@@ -228,7 +228,7 @@ async def run_example(example: Example, server: Server, folder: Path) -> Outcome
     path = write_project(example, folder)
     if path.parts[0] == "src":
         command = [sys.executable, "-c", IMPORT_MODULE, module_name(path)]
-        return outcome(block, command, f"import {module_name(path)}", folder, {})
+        return outcome(block, command, f"`import {module_name(path)}`", folder, {})
     if path.parts[0] == "tests":
         # A conftest.py or a helper is run by the tests written so far (maybe none yet).
         target = path if path.name.startswith("test_") else PurePosixPath("tests")
@@ -238,18 +238,19 @@ async def run_example(example: Example, server: Server, folder: Path) -> Outcome
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         passing = (0,) if target == path else (0, NO_TESTS_COLLECTED)
-        return outcome(block, command, f"pytest {target}", folder, database_url, passing)
+        return outcome(block, command, f"`pytest {target}`", folder, database_url, passing)
     async with fresh_database(server) as database:
         modules = src_modules(folder)
         if modules:
             create = [sys.executable, "-c", CREATE_TABLES, database.name, database.url]
             create += [database.conninfo, *modules]
-            created = outcome(block, create, f"the tables of {', '.join(modules)}", folder, {})
+            creating = f"creating the tables of {', '.join(modules)}"
+            created = outcome(block, create, creating, folder, {})
             if created.status == "failed":
                 return created
         command = [sys.executable, str(path)]
         url = {"DULY_DATABASE_URL": database.conninfo}
-        return outcome(block, command, f"python {path}", folder, url)
+        return outcome(block, command, f"`python {path}`", folder, url)
 
 
 def refusal_of(block: Block) -> str | None:
@@ -339,12 +340,12 @@ def outcome(
             timeout=RUN_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
-        return Outcome("failed", f"{block.name}: `{shown}` ran over {RUN_TIMEOUT} s in {folder}")
+        return Outcome("failed", f"{block.name}: {shown} ran over {RUN_TIMEOUT} s in {folder}")
     if done.returncode in passing:
         return Outcome("passed")
     return Outcome(
         "failed",
-        f"{block.name}: `{shown}` exited {done.returncode} in {folder}\n"
+        f"{block.name}: {shown} exited {done.returncode} in {folder}\n"
         f"--- stdout\n{done.stdout[-SHOWN_OUTPUT:]}\n--- stderr\n{done.stderr[-SHOWN_OUTPUT:]}",
     )
 

@@ -178,12 +178,12 @@ def docs_pages() -> Iterator[str]:
 def test_every_page_of_docs_is_in_the_nav_or_excluded() -> None:
     config = load_config(str(REPO_ROOT / "mkdocs.yml"))
     listed = set(nav_pages(REPO_ROOT / "mkdocs.yml"))
+    excluded, not_in_nav = config.exclude_docs, config.not_in_nav  # gitignore-like, or None
     left_out = [
         page
         for page in docs_pages()
         if page not in listed
-        and not config.exclude_docs.match_file(page)
-        and not (config.not_in_nav and config.not_in_nav.match_file(page))
+        and not any(spec and spec.match_file(page) for spec in (excluded, not_in_nav))
     ]
     assert left_out == [], "add these pages to mkdocs.yml's nav, or exclude them"
 
