@@ -39,7 +39,7 @@ EXCERPT = "Excerpt:"  # a title that starts so marks a fragment, shown and skipp
 RUN_TIMEOUT = 90  # seconds for one example's subprocess
 SHOWN_OUTPUT = 6000  # characters of a failed subprocess's stdout and stderr, each, shown
 # Where this process imports duly from, so the examples run the same duly as the suite.
-DULY_ROOT = Path(engine.__file__).resolve().parents[1]
+SOURCE_ROOT = Path(engine.__file__).resolve().parents[1]
 
 OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 ATTRIBUTE = re.compile(r"""(\w+)=(?:"([^"]*)"|'([^']*)')""")
@@ -357,7 +357,7 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
         for name, value in os.environ.items()
         if not name.startswith(("DULY_", "PYTEST_")) and name != "PYTHONPATH"
     }
-    env["PYTHONPATH"] = os.pathsep.join(["src", str(DULY_ROOT)])
+    env["PYTHONPATH"] = os.pathsep.join(["src", str(SOURCE_ROOT)])
     return {**env, **extra}
 
 

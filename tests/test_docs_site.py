@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from mkdocs.config import load_config
 
+from engine import settings as variables
 from tests.docs_examples import DOCS, REPO_ROOT, nav_pages
 
-BUILT_SITE = "DULY_BUILT_SITE"  # .ci/run's build of the site, reused here
 BUILD_TIMEOUT = 300  # seconds for mkdocs build
 FETCHED_FILES = (".html", ".css", ".js")  # what a browser reads from the built site
 # Hosts a page would fetch fonts, scripts or styles from.
@@ -59,7 +59,7 @@ HTML_LINK = re.compile(r"""\b(?:href|src)\s*=\s*["']([^"']+)["']""")
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The built site: DULY_BUILT_SITE's, else one built now, strictly."""
-    given = os.environ.get(BUILT_SITE)
+    given = variables.BUILT_SITE.read()
     if given:
         return Path(given)
     built = tmp_path_factory.mktemp("site")

@@ -288,6 +288,10 @@ SAM = optional_text(
     "DULY_SAM", "the `sam` the bundle test builds with (.ci/run installs one); unset: PATH's"
 )
 CHECKOV = optional_text("DULY_CHECKOV", "the `checkov` the template test runs; unset: PATH's")
+BUILT_SITE = optional_text(
+    "DULY_BUILT_SITE",
+    "the documentation site .ci/run built, which the site's tests read; unset: built",
+)
 
 # Every variable above, in the order declared (the settings reference follows it): a declaration is
 # the one place a variable is named.
