@@ -4,6 +4,8 @@ Run as a user would, in a folder of its own: the app module maps an outbox, grap
 tables and a subject, names its `graph_runtime` and registers a handler on the
 import-time registry; the test uses only the plugin's fixtures, and the graph's
 notification reaches the handler through the outbox, as under `duly dev` or Lambda.
+Without `duly_app`, the same test is warned that the app's registry and runtime are not
+its own, rather than left to find its handler silent.
 """
 
 from __future__ import annotations
@@ -84,28 +86,43 @@ async def test_a_graph_notification_reaches_the_apps_handler(
 """
 
 
-def test_the_plugin_configures_the_apps_registry_and_graph_runtime(
-    server: Server, tmp_path: Path
-) -> None:
-    (tmp_path / "notified").mkdir()
-    (tmp_path / "notified" / "__init__.py").write_text("")
-    (tmp_path / "notified" / "app.py").write_text(APP)
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_notified.py").write_text(TEST)
-    (tmp_path / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\nasyncio_mode = "auto"\nduly_app = ["notified.app"]\n'
+def run_project(server: Server, folder: Path, ini: str) -> subprocess.CompletedProcess[str]:
+    """The notified app and its test in `folder`, run by pytest with these ini lines."""
+    (folder / "notified").mkdir()
+    (folder / "notified" / "__init__.py").write_text("")
+    (folder / "notified" / "app.py").write_text(APP)
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_notified.py").write_text(TEST)
+    (folder / "pyproject.toml").write_text(
+        f'[tool.pytest.ini_options]\nasyncio_mode = "auto"\n{ini}'
         'asyncio_default_fixture_loop_scope = "function"\n'
     )
     # This checkout's duly (the plugin comes through the entry point), none of its settings.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DULY_", "PYTEST_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), DULY_TEST_DATABASE_URL=server.base_url)
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=tmp_path,
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=90,
     )
+
+
+def test_the_plugin_configures_the_apps_registry_and_graph_runtime(
+    server: Server, tmp_path: Path
+) -> None:
+    result = run_project(server, tmp_path, 'duly_app = ["notified.app"]\n')
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+    assert "duly_app is not set" not in result.stdout
+
+
+def test_without_duly_app_the_test_is_warned_of_the_apps_unused_parts(
+    server: Server, tmp_path: Path
+) -> None:
+    result = run_project(server, tmp_path, "")
+    assert result.returncode == 1, result.stdout + result.stderr  # its handler never ran
+    assert "duly_app is not set, so notified.app.graph_runtime are not" in result.stdout
+    assert "Name the app module in the ini option duly_app" in result.stdout

@@ -12,6 +12,7 @@ unless DULY_TEST_DATABASE_URL names a server.
 from __future__ import annotations
 
 import contextlib
+import sys
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -205,6 +206,26 @@ def app_metadata(modules: Iterable[str]) -> list[MetaData]:
     return distinct_metadata(metadatas)
 
 
+def unnamed_app_parts(application: Any) -> list[str]:
+    """The registries and graph runtimes an app module defines by the names duly looks for,
+    in the packages of the tables mapped now (duly's own aside), that `application` lacks."""
+    from infra.app_config import APP_GRAPH_RUNTIME, APP_REGISTRY
+    from infra.schema import mapped_classes
+    from infra.schema.app_layout import DULY_PACKAGES
+
+    # Every class mapped on the workflows' bases: an app of graphs alone maps no workflow.
+    mapped = {mapper.class_ for cls in mapped_classes() for mapper in cls.registry.mappers}
+    packages = {cls.__module__.partition(".")[0] for cls in mapped} - set(DULY_PACKAGES)
+    used = {id(application.event_registry), id(application.graph_runtime)}
+    return sorted(
+        f"{name}.{attribute}"
+        for name, module in list(sys.modules.items())
+        if module is not None and name.partition(".")[0] in packages
+        for attribute in (APP_REGISTRY, APP_GRAPH_RUNTIME)
+        if attribute in vars(module) and id(vars(module)[attribute]) not in used
+    )
+
+
 def mapped_metadata() -> list[MetaData]:
     """The distinct MetaData of every workflow and attempt log mapped in this process."""
     from infra.schema import distinct_metadata, mapped_classes
@@ -306,7 +327,15 @@ def duly_app(pytestconfig: pytest.Config, duly_session: async_sessionmaker[Async
     modules = app_modules(pytestconfig)
     if not modules:
         current = current_application()
-        return current.parts_for(duly_session, Duly) if current else Duly(duly_session)  # type: ignore[return-value]
+        application = current.parts_for(duly_session, Duly) if current else Duly(duly_session)
+        if unnamed := unnamed_app_parts(application):
+            warnings.warn(
+                f"duly_app is not set, so {', '.join(unnamed)} are not this test's: their "
+                f"handlers never run and their graphs are not found. Name the app module in "
+                f"the ini option {APP_INI} (or {APP_VARIABLE}).",
+                stacklevel=2,
+            )
+        return application  # type: ignore[return-value]
     metadatas = app_metadata(modules)
     application = app_application(modules[-1], metadatas, duly_session, None, Duly)
     assert isinstance(application, Duly)
