@@ -37,6 +37,7 @@ from functions.command_line import (
 from functions.http.guard import GuardSettings
 from functions.local.dev import create_dev_app, install_example_graph, start_demo
 from functions.local.server import dev_config
+from functions.requests.lookup import is_engine_table
 from infra.app_config import configure_app_events, configure_app_graphs
 from infra.embedded import EmbeddedPostgres, running_postmaster, start_embedded
 from infra.schema import create_schema, load_app
@@ -270,7 +271,7 @@ async def serve(
         if demo:
             await start_demo(Session)
         async with connect_workflows(Session) as connection:
-            names = [info.name for info in connection.workflows if not info.engine_owned]
+            names = [info.name for info in connection.workflows if not is_engine_table(info)]
             await install_example_graph()
         async with contextlib.AsyncExitStack() as stack:
             local: LocalServerless | None = None

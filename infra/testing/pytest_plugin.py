@@ -214,7 +214,8 @@ def unnamed_app_parts(application: Any) -> list[str]:
     from infra.schema.app_layout import DULY_PACKAGES
 
     # Every class mapped on the workflows' bases: an app of graphs alone maps no workflow.
-    mapped = {mapper.class_ for cls in mapped_classes() for mapper in cls.registry.mappers}
+    registries = {cls.registry for cls in mapped_classes()}
+    mapped = {mapper.class_ for registry in registries for mapper in registry.mappers}
     packages = {cls.__module__.partition(".")[0] for cls in mapped} - set(DULY_PACKAGES)
     used = {id(application.event_registry), id(application.graph_runtime)}
     return sorted(

@@ -28,7 +28,7 @@ from engine import (
 from functions.http.refusals import not_found
 from functions.http.segments import RawPathRoute
 from functions.http.state import connection_of
-from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow
+from functions.requests.lookup import MAX_TEXT, event_tables, find_workflow, is_engine_table
 from functions.requests.runs import url_key
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _describe(info: WorkflowInfo) -> dict[str, Any]:
     limit = info.limit
     return {
         "name": info.name,
-        "engine_owned": info.engine_owned,
+        "engine_owned": is_engine_table(info),
         "steps": list(info.steps),
         "lanes": sorted({step.lane for step in info.steps.values()}),
         "limit": None
