@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere in the repository
 
 from functions.cli.keys import new_entry  # noqa: E402
+from tests.helpers import free_port  # noqa: E402
 
 CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 WIDTH = 1280
@@ -114,13 +114,6 @@ class Dev:
 
     def move_clock(self, days: int) -> None:
         self.call("mia", "POST", "/dev/clock", {"days": days})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager
